@@ -1,0 +1,248 @@
+# shellcheck shell=bash
+#
+# bench/lib.sh: helpers shared by bench/run.sh and bench/scaling.sh.
+# Sourced, never run. Nothing here starts traffic to anything but 127.0.0.1,
+# and nothing here signals a process the caller did not start itself.
+#
+# Method (see /work/shared/PERFORMANCE.md, "Measuring"):
+#   - server CPU per request = (utime + stime) ticks of the server's whole
+#     process tree, read from /proc/PID/stat before and after a wrk run,
+#     divided by the requests wrk reports. This stays meaningful when wrk
+#     saturates its own CPU, which req/s alone does not.
+#   - rounds are interleaved across servers and the median is reported.
+
+export LC_ALL=C
+
+CLK_TCK=$(getconf CLK_TCK)
+
+# PIDs of every server this script started (roots of process trees).
+declare -a BENCH_PIDS=()
+
+say() { printf '%s\n' "$*" >&2; }
+warn() { printf '\n!!! %s\n\n' "$*" >&2; }
+die() {
+    printf '\nerror: %s\n' "$*" >&2
+    exit 1
+}
+
+# expand_cpus "0-3,6" -> "0 1 2 3 6"
+expand_cpus() {
+    local spec=$1 part lo hi out=()
+    local IFS=,
+    for part in $spec; do
+        part=${part// /}
+        [[ -n $part ]] || continue
+        if [[ $part == *-* ]]; then
+            lo=${part%-*} hi=${part#*-}
+        else
+            lo=$part hi=$part
+        fi
+        [[ $lo =~ ^[0-9]+$ && $hi =~ ^[0-9]+$ && $lo -le $hi ]] || die "bad CPU list '$spec'"
+        for ((c = lo; c <= hi; c++)); do out+=("$c"); done
+    done
+    echo "${out[*]}"
+}
+
+# The given PID and all its descendants, one per line. Walks the ppid field
+# (field 4) of /proc/*/stat; comm (field 2) may hold spaces and parentheses,
+# so fields are counted from the last ')'.
+proc_tree() {
+    local root=$1 f line rest pid ppid
+    declare -A children=()
+    for f in /proc/[0-9]*/stat; do
+        read -r line 2>/dev/null <"$f" || continue
+        pid=${f#/proc/}
+        pid=${pid%/stat}
+        rest=${line##*) }
+        read -r _ ppid _ <<<"$rest"
+        children[$ppid]+=" $pid"
+    done
+    local -a queue=("$root")
+    while ((${#queue[@]})); do
+        pid=${queue[0]}
+        queue=("${queue[@]:1}")
+        [[ -e /proc/$pid ]] || continue
+        echo "$pid"
+        if [[ -n ${children[$pid]:-} ]]; then
+            # shellcheck disable=SC2206
+            queue+=(${children[$pid]})
+        fi
+    done
+    return 0
+}
+
+# Sum of utime + stime (fields 14 and 15, clock ticks) over a process tree.
+# Covers nginx's master + worker and h2o's helper child alike.
+tree_ticks() {
+    local total=0 pid line rest
+    local -a f
+    for pid in $(proc_tree "$1"); do
+        read -r line 2>/dev/null <"/proc/$pid/stat" || continue
+        rest=${line##*) }
+        read -r -a f <<<"$rest"
+        # rest starts at field 3 (state): field N is f[N-3].
+        total=$((total + f[11] + f[12]))
+    done
+    echo "$total"
+}
+
+# True if something accepts connections on 127.0.0.1:PORT.
+port_open() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# wait_ready NAME PID PORT LOG: wait up to 15 s for the server to answer.
+# Uses curl when present (a real HTTP answer), else a bare TCP connect.
+wait_ready() {
+    local name=$1 pid=$2 port=$3 log=$4 i
+    for ((i = 0; i < 150; i++)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            warn "$name exited during start-up; last lines of $log:"
+            tail -n 20 "$log" >&2 || true
+            return 1
+        fi
+        if command -v curl >/dev/null; then
+            curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/" && return 0
+        else
+            port_open "$port" && return 0
+        fi
+        sleep 0.1
+    done
+    warn "$name did not accept on 127.0.0.1:$port within 15 s; last lines of $log:"
+    tail -n 20 "$log" >&2 || true
+    return 1
+}
+
+# check_body NAME PORT PATH SIZE: the server must answer 200 with SIZE bytes,
+# otherwise the servers are not doing the same work and the comparison is void.
+check_body() {
+    local name=$1 port=$2 path=$3 size=$4 got
+    if ! command -v curl >/dev/null; then
+        say "(curl not found: skipping the body check for $name $path; wrk still counts non-2xx)"
+        return 0
+    fi
+    got=$(curl -s -o /dev/null --max-time 5 -w '%{http_code} %{size_download}' "http://127.0.0.1:$port$path") || true
+    if [[ $got != "200 $size" ]]; then
+        warn "$name answered '$got' for $path, expected '200 $size'"
+        return 1
+    fi
+}
+
+# start_server NAME PORT LOG CMD...: start CMD in the background, record its
+# PID, wait until it answers. Returns 1 (after saying why) if it did not.
+# The PID is left in STARTED_PID.
+start_server() {
+    local name=$1 port=$2 log=$3
+    shift 3
+    if port_open "$port"; then
+        die "port 127.0.0.1:$port is already in use; something else would be measured"
+    fi
+    "$@" </dev/null >"$log" 2>&1 &
+    STARTED_PID=$!
+    BENCH_PIDS+=("$STARTED_PID")
+    wait_ready "$name" "$STARTED_PID" "$port" "$log"
+}
+
+# True while PID exists and is not a zombie (an exited child not yet reaped
+# still answers `kill -0`).
+running() {
+    local line rest
+    read -r line 2>/dev/null <"/proc/$1/stat" || return 1
+    rest=${line##*) }
+    [[ ${rest:0:1} != Z ]]
+}
+
+# Stop every server this script started: TERM the tree, then KILL what is
+# left after 5 s. Only PIDs recorded by start_server and their descendants.
+# Safe to call from an EXIT trap under `set -e`: every status is tested.
+stop_servers() {
+    local root pid i left
+    local -a all=()
+    for root in "${BENCH_PIDS[@]}"; do
+        if running "$root"; then
+            # shellcheck disable=SC2207
+            all+=($(proc_tree "$root"))
+        fi
+    done
+    if ((${#all[@]})); then
+        kill -TERM "${all[@]}" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            left=0
+            for pid in "${all[@]}"; do
+                if running "$pid"; then left=1; fi
+            done
+            ((left)) || break
+            sleep 0.1
+        done
+        for pid in "${all[@]}"; do
+            if running "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+        done
+    fi
+    for root in "${BENCH_PIDS[@]}"; do
+        wait "$root" 2>/dev/null || true
+    done
+    BENCH_PIDS=()
+}
+
+# Parsers over a saved wrk report.
+wrk_requests() { awk '/ requests in /{print $1; exit}' "$1"; }
+wrk_rps() { awk '/^Requests\/sec:/{print $2; exit}' "$1"; }
+# Socket errors (connect+read+write+timeout) plus non-2xx/3xx responses.
+wrk_errors() {
+    awk '
+        /Socket errors:/ { gsub(/,/, ""); e += $4 + $6 + $8 + $10 }
+        /Non-2xx or 3xx responses:/ { e += $NF }
+        END { print e + 0 }' "$1"
+}
+
+# measure PID OUT -- WRK-ARGS...: run wrk (already prefixed by the caller with
+# taskset), bracketing it with the server tree's CPU ticks. Prints
+# "requests rps ticks us_per_req errors". Saves wrk's report to OUT.
+measure() {
+    local pid=$1 out=$2 t0 t1 req rps err us
+    shift 3
+    t0=$(tree_ticks "$pid")
+    "$@" >"$out" 2>&1 || true
+    t1=$(tree_ticks "$pid")
+    req=$(wrk_requests "$out")
+    rps=$(wrk_rps "$out")
+    err=$(wrk_errors "$out")
+    if [[ -z $req || -z $rps || $req -eq 0 ]]; then
+        warn "wrk produced no requests; its output:"
+        cat "$out" >&2
+        echo "0 0 $((t1 - t0)) nan $err"
+        return 0
+    fi
+    us=$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$req" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
+    echo "$req $rps $((t1 - t0)) $us $err"
+}
+
+# Median of the numbers given as arguments ("nan" ignored).
+median() {
+    printf '%s\n' "$@" | grep -v nan | sort -g | awk '
+        { v[NR] = $1 }
+        END {
+            if (NR == 0) { print "nan"; exit }
+            if (NR % 2) print v[(NR + 1) / 2]
+            else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2
+        }'
+}
+
+# ratio A B -> "A/B" with two decimals, or n/a.
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        if (a == "nan" || b == "nan" || a == "" || b == "" || b + 0 == 0) print "n/a"
+        else printf "%.2f", a / b }'
+}
+
+# Short description of the machine and tools, for the results file.
+environment_md() {
+    echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "- host: $(uname -srm), $(nproc) CPUs ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo))"
+    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty tree)')"
+    echo "- wrk: $(wrk -v 2>&1 | head -n1 | awk '{print $1, $2}')"
+    command -v h2o >/dev/null && echo "- h2o: $(h2o --version 2>&1 | head -n1)"
+    command -v nginx >/dev/null && echo "- nginx: $(nginx -v 2>&1)"
+    command -v lighttpd >/dev/null && echo "- lighttpd: $(lighttpd -v 2>&1 | head -n1)"
+    echo "- CLK_TCK: $CLK_TCK (CPU per request resolution: 1 tick = $((1000000 / CLK_TCK)) µs over the whole run)"
+}

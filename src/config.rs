@@ -1,0 +1,362 @@
+//! Settings: CLI flags and a TOML file name the same settings (flags win),
+//! validated once into a [`Config`] that nothing downstream second-guesses.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use serde::Deserialize;
+
+/// Default document root: the bundled example site.
+pub const DEFAULT_ROOT: &str = "examples/site";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
+/// Listen backlog; the kernel clamps it to `net.core.somaxconn`.
+pub const DEFAULT_BACKLOG: u32 = 4096;
+/// nginx's `keepalive_requests` is 1000; static assets are cheap, so allow more.
+pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u32 = 10_000;
+/// More ranges than this in one request get the whole body (200) instead of
+/// a `multipart/byteranges` that costs more than it saves.
+pub const DEFAULT_MAX_RANGES: usize = 16;
+/// Request-head limit; nginx's `large_client_header_buffers` is 8 KiB too.
+pub const DEFAULT_MAX_HEAD_BYTES: usize = 8 * 1024;
+/// Request-target limit. Must stay below the head limit so 414 is reachable.
+pub const DEFAULT_MAX_URI_BYTES: usize = 4 * 1024;
+/// A body on GET/HEAD up to this size is read and discarded; more is a 413.
+pub const DEFAULT_MAX_DISCARD_BYTES: u64 = 64 * 1024;
+pub const DEFAULT_HEADER_TIMEOUT_S: f64 = 10.0;
+pub const DEFAULT_KEEPALIVE_TIMEOUT_S: f64 = 60.0;
+/// nginx's `send_timeout`: a reader that takes nothing for this long is dropped.
+pub const DEFAULT_WRITE_TIMEOUT_S: f64 = 60.0;
+pub const DEFAULT_SHUTDOWN_GRACE_S: f64 = 10.0;
+/// Files at least this large are sent with `sendfile` from an fd.
+pub const DEFAULT_SENDFILE_THRESHOLD: u64 = 1024 * 1024;
+/// Memory for bodies held in the snapshot.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+pub const DEFAULT_SERVER_HEADER: &str = "shardhttpd";
+
+/// Every setting, as given by flags or by the file; `None` means "not given".
+/// Flag names are the kebab-case of the TOML keys.
+#[derive(Debug, Default, Clone, Parser, Deserialize)]
+#[command(name = "shardhttpd", version, about = "Per-core sharded static-file HTTP server")]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// TOML config file; flags override its keys.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    #[serde(skip)]
+    pub check: bool,
+
+    /// Document root.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Address to listen on; repeat for several (IPv4 and IPv6). Port 0 picks one.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<Vec<SocketAddr>>,
+    /// CPUs to run shards on: a count (`4`) or a list (`0-3,6`). Default: every
+    /// CPU in the process's affinity mask.
+    #[arg(long, value_name = "SPEC")]
+    pub cores: Option<String>,
+    /// Admin listener (metrics, health, status).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+    /// Listen backlog per shard socket.
+    #[arg(long, value_name = "N")]
+    pub backlog: Option<u32>,
+    /// `Server` header value; empty turns it off.
+    #[arg(long, value_name = "STR")]
+    pub server_header: Option<String>,
+    /// Requests served on one connection before `Connection: close`.
+    #[arg(long, value_name = "N")]
+    pub max_requests_per_connection: Option<u32>,
+    /// Most ranges honoured in one request before answering 200.
+    #[arg(long, value_name = "N")]
+    pub max_ranges: Option<usize>,
+    /// Largest request head in bytes (431 beyond).
+    #[arg(long, value_name = "BYTES")]
+    pub max_head_bytes: Option<usize>,
+    /// Longest request target in bytes (414 beyond).
+    #[arg(long, value_name = "BYTES")]
+    pub max_uri_bytes: Option<usize>,
+    /// Largest body on GET/HEAD that is read and discarded (413 beyond).
+    #[arg(long, value_name = "BYTES")]
+    pub max_discard_bytes: Option<u64>,
+    /// Seconds to receive a whole request head (408 beyond).
+    #[arg(long, value_name = "SECS")]
+    pub header_timeout: Option<f64>,
+    /// Seconds an idle keep-alive connection is kept.
+    #[arg(long, value_name = "SECS")]
+    pub keepalive_timeout: Option<f64>,
+    /// Seconds a response may make no progress before the connection is dropped.
+    #[arg(long, value_name = "SECS")]
+    pub write_timeout: Option<f64>,
+    /// Seconds to finish in-flight responses on SIGTERM/SIGINT.
+    #[arg(long, value_name = "SECS")]
+    pub shutdown_grace: Option<f64>,
+    /// Files of at least this many bytes are sent with sendfile.
+    #[arg(long, value_name = "BYTES")]
+    pub sendfile_threshold: Option<u64>,
+    /// Memory for bodies held in the snapshot.
+    #[arg(long, value_name = "BYTES")]
+    pub cache_max_bytes: Option<u64>,
+    /// Serve files and directories whose names start with a dot.
+    #[arg(long, value_name = "BOOL")]
+    pub serve_dotfiles: Option<bool>,
+}
+
+/// Field-by-field "flag if given, else file".
+macro_rules! overlay {
+    ($flags:ident, $file:ident; $($field:ident),* $(,)?) => {
+        Settings {
+            config: $flags.config,
+            check: $flags.check,
+            $($field: $flags.$field.or($file.$field),)*
+        }
+    };
+}
+
+impl Settings {
+    /// Flags in `self` win over the same keys in `file`.
+    pub fn overlay(self, file: Settings) -> Settings {
+        let flags = self;
+        overlay!(flags, file;
+            root, listen, cores, admin, backlog, server_header,
+            max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
+            max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
+            shutdown_grace, sendfile_threshold, cache_max_bytes, serve_dotfiles,
+        )
+    }
+
+    /// Read a TOML file into settings.
+    pub fn from_file(path: &Path) -> anyhow::Result<Settings> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub root: PathBuf,
+    pub listen: Vec<SocketAddr>,
+    /// CPU ids, one shard each.
+    pub cpus: Vec<usize>,
+    pub admin: SocketAddr,
+    pub backlog: u32,
+    /// Rendered `Server: …\r\n`, or empty.
+    pub server_line: Vec<u8>,
+    pub max_requests_per_connection: u32,
+    pub max_ranges: usize,
+    pub max_head_bytes: usize,
+    pub max_uri_bytes: usize,
+    pub max_discard_bytes: u64,
+    pub header_timeout: Duration,
+    pub keepalive_timeout: Duration,
+    pub write_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub sendfile_threshold: u64,
+    pub cache_max_bytes: u64,
+    pub serve_dotfiles: bool,
+}
+
+impl Config {
+    /// Merge flags over the config file (if any) and validate.
+    pub fn load(flags: Settings) -> anyhow::Result<Config> {
+        let file = match &flags.config {
+            Some(path) => Settings::from_file(path)?,
+            None => Settings::default(),
+        };
+        Config::validate(flags.overlay(file), &affinity_cpus())
+    }
+
+    /// Validate settings; every error names the key. `allowed` is the
+    /// process's CPU affinity mask.
+    pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
+        let root = s.root.unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+        if !root.is_dir() {
+            bail!("config key `root`: {} is not a directory", root.display());
+        }
+        let listen = match s.listen {
+            Some(l) if l.is_empty() => bail!("config key `listen`: at least one address is needed"),
+            Some(l) => l,
+            None => vec![DEFAULT_LISTEN.parse().expect("valid default")],
+        };
+        let cpus = match s.cores.as_deref() {
+            None => allowed.to_vec(),
+            Some(spec) => parse_cores(spec, allowed).context("config key `cores`")?,
+        };
+        if cpus.is_empty() {
+            bail!("config key `cores`: no CPU available");
+        }
+        let server = s.server_header.unwrap_or_else(|| DEFAULT_SERVER_HEADER.to_owned());
+        if server.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            bail!("config key `server_header`: control characters are not allowed");
+        }
+        let server_line = if server.is_empty() {
+            Vec::new()
+        } else {
+            format!("Server: {server}\r\n").into_bytes()
+        };
+        let max_head_bytes = s.max_head_bytes.unwrap_or(DEFAULT_MAX_HEAD_BYTES);
+        if !(256..=1024 * 1024).contains(&max_head_bytes) {
+            bail!("config key `max_head_bytes`: must be between 256 and 1048576");
+        }
+        let max_uri_bytes = s.max_uri_bytes.unwrap_or(DEFAULT_MAX_URI_BYTES);
+        if max_uri_bytes < 16 || max_uri_bytes >= max_head_bytes {
+            bail!("config key `max_uri_bytes`: must be at least 16 and below max_head_bytes ({max_head_bytes})");
+        }
+        let max_requests = s
+            .max_requests_per_connection
+            .unwrap_or(DEFAULT_MAX_REQUESTS_PER_CONNECTION);
+        if max_requests == 0 {
+            bail!("config key `max_requests_per_connection`: must be at least 1");
+        }
+        let max_ranges = s.max_ranges.unwrap_or(DEFAULT_MAX_RANGES);
+        if max_ranges == 0 {
+            bail!("config key `max_ranges`: must be at least 1");
+        }
+        Ok(Config {
+            root,
+            listen,
+            cpus,
+            admin: s.admin.unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("valid default")),
+            backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
+            server_line,
+            max_requests_per_connection: max_requests,
+            max_ranges,
+            max_head_bytes,
+            max_uri_bytes,
+            max_discard_bytes: s.max_discard_bytes.unwrap_or(DEFAULT_MAX_DISCARD_BYTES),
+            header_timeout: seconds("header_timeout", s.header_timeout, DEFAULT_HEADER_TIMEOUT_S)?,
+            keepalive_timeout: seconds(
+                "keepalive_timeout",
+                s.keepalive_timeout,
+                DEFAULT_KEEPALIVE_TIMEOUT_S,
+            )?,
+            write_timeout: seconds("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT_S)?,
+            shutdown_grace: seconds("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE_S)?,
+            sendfile_threshold: s.sendfile_threshold.unwrap_or(DEFAULT_SENDFILE_THRESHOLD).max(1),
+            cache_max_bytes: s.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES),
+            serve_dotfiles: s.serve_dotfiles.unwrap_or(false),
+        })
+    }
+
+    pub fn build_options(&self) -> crate::cache::BuildOptions {
+        crate::cache::BuildOptions {
+            root: self.root.clone(),
+            cache_max_bytes: self.cache_max_bytes,
+            sendfile_threshold: self.sendfile_threshold,
+            server_line: self.server_line.clone(),
+            serve_dotfiles: self.serve_dotfiles,
+        }
+    }
+}
+
+fn seconds(key: &str, value: Option<f64>, default: f64) -> anyhow::Result<Duration> {
+    let v = value.unwrap_or(default);
+    if !(v > 0.0 && v <= 86_400.0) {
+        bail!("config key `{key}`: must be a number of seconds in (0, 86400]");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// The CPUs this process may run on (respects `taskset` and cpusets).
+pub fn affinity_cpus() -> Vec<usize> {
+    let mut ids: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// `"4"` → the first four allowed CPUs; `"0-3,6"` → exactly those CPUs.
+pub fn parse_cores(spec: &str, allowed: &[usize]) -> anyhow::Result<Vec<usize>> {
+    let spec = spec.trim();
+    if !spec.contains(['-', ',']) {
+        let n: usize = spec
+            .parse()
+            .with_context(|| format!("`{spec}` is neither a count nor a CPU list"))?;
+        if n == 0 || n > allowed.len() {
+            bail!("count {n} must be between 1 and {} (CPUs in the affinity mask)", allowed.len());
+        }
+        return Ok(allowed[..n].to_vec());
+    }
+    let mut cpus = Vec::new();
+    for part in spec.split(',') {
+        let part = part.trim();
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let lo: usize = lo.parse().with_context(|| format!("bad CPU number in `{part}`"))?;
+        let hi: usize = hi.parse().with_context(|| format!("bad CPU number in `{part}`"))?;
+        if lo > hi {
+            bail!("range `{part}` is backwards");
+        }
+        for cpu in lo..=hi {
+            if !allowed.contains(&cpu) {
+                bail!("CPU {cpu} is not in this process's affinity mask {allowed:?}");
+            }
+            if !cpus.contains(&cpu) {
+                cpus.push(cpu);
+            }
+        }
+    }
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cores_count_and_list() {
+        let allowed = [0, 1, 2, 3, 6, 7];
+        assert_eq!(parse_cores("2", &allowed).unwrap(), vec![0, 1]);
+        assert_eq!(parse_cores("0-3,6", &allowed).unwrap(), vec![0, 1, 2, 3, 6]);
+        assert_eq!(parse_cores("6,0-1,1", &allowed).unwrap(), vec![6, 0, 1]);
+        assert!(parse_cores("0", &allowed).is_err());
+        assert!(parse_cores("7", &allowed).is_err());
+        assert!(parse_cores("4-5", &allowed).is_err());
+        assert!(parse_cores("3-1", &allowed).is_err());
+        assert!(parse_cores("x", &allowed).is_err());
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let file: Settings = toml::from_str("backlog = 10\nmax_ranges = 3\nheader_timeout = 2").unwrap();
+        let flags = Settings {
+            backlog: Some(20),
+            ..Settings::default()
+        };
+        let s = flags.overlay(file);
+        assert_eq!(s.backlog, Some(20));
+        assert_eq!(s.max_ranges, Some(3));
+        assert_eq!(s.header_timeout, Some(2.0));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = toml::from_str::<Settings>("bogus_key = 1").unwrap_err();
+        assert!(err.to_string().contains("bogus_key"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let s = Settings {
+            root: Some(PathBuf::from(".")),
+            max_uri_bytes: Some(100_000),
+            ..Settings::default()
+        };
+        let err = Config::validate(s, &[0]).unwrap_err();
+        assert!(format!("{err:#}").contains("max_uri_bytes"), "{err:#}");
+    }
+}

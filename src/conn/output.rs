@@ -1,0 +1,324 @@
+//! A connection's queue of response bytes, written with one `writev` (or
+//! `sendfile` for bodies served from their file) per readiness event.
+//!
+//! Heads and small bodies are copied into one owned buffer, so a batch of
+//! pipelined responses leaves in one syscall. Large bodies are referenced
+//! in place, from the snapshot's arena or its file, and the snapshot they
+//! belong to is pinned until they are sent.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use crate::cache::{Body, FileStamp, Snapshot};
+use crate::sys;
+
+/// Bodies up to this size are copied into the output buffer: a copy of a few
+/// KiB is cheaper than an extra iovec and pinning the snapshot.
+pub const COPY_MAX: usize = 16 * 1024;
+
+/// Stop answering pipelined requests once this much owned output is queued,
+/// so a client that sends without reading cannot grow the buffer unbounded.
+const HIGH_WATER: usize = 256 * 1024;
+
+/// Most iovecs gathered into one `writev`.
+const MAX_IOVECS: usize = 64;
+
+/// Most bytes handed to one `sendfile` call, so one large body cannot keep
+/// the shard from its other connections for long.
+const SENDFILE_CHUNK: usize = 1 << 20;
+
+/// A piece of the queue that is not in the owned buffer's tail.
+#[derive(Debug)]
+enum Chunk {
+    /// Owned bytes up to this offset of `buf`.
+    Own { end: usize },
+    /// Bytes in the pinned snapshot's arena.
+    Mem { off: usize, len: usize },
+    /// Bytes of a large file of the pinned snapshot: `len` bytes from `off`.
+    File { entry: u32, off: u64, len: u64 },
+}
+
+/// Why the queue cannot continue.
+#[derive(Debug)]
+pub enum WriteError {
+    Io(io::Error),
+    /// A file sent with `sendfile` changed since its snapshot was built:
+    /// the bytes sent so far cannot be completed into one version.
+    FileChanged,
+}
+
+impl From<io::Error> for WriteError {
+    fn from(e: io::Error) -> Self {
+        WriteError::Io(e)
+    }
+}
+
+#[derive(Default)]
+pub struct Output {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written.
+    sent: usize,
+    /// Pieces before the owned tail `buf[last Own end..]`, in order.
+    chunks: VecDeque<Chunk>,
+    /// The snapshot that `Mem` and `File` chunks point into.
+    pin: Option<Arc<Snapshot>>,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output")
+            .field("pending", &self.pending_owned())
+            .field("chunks", &self.chunks.len())
+            .field("pinned", &self.pin.as_ref().map(|s| s.generation))
+            .finish()
+    }
+}
+
+impl Output {
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty() && self.sent == self.buf.len()
+    }
+
+    /// Owned bytes not yet written; a rough measure of backlog.
+    pub fn pending_owned(&self) -> usize {
+        self.buf.len() - self.sent
+    }
+
+    /// The owned buffer, to append heads and small bodies to.
+    pub fn buf(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Whether new responses must wait: too much is queued, or bodies of an
+    /// older snapshot than `current` are still pinned.
+    pub fn is_backlogged(&self, current: &Arc<Snapshot>) -> bool {
+        self.pending_owned() >= HIGH_WATER
+            || self.chunks.len() >= MAX_IOVECS
+            || self.pin.as_ref().is_some_and(|p| !Arc::ptr_eq(p, current))
+    }
+
+    /// Give the buffer's memory back when idle (see `Conn::park`).
+    pub fn take_buf(&mut self) -> Vec<u8> {
+        debug_assert!(self.is_empty());
+        self.sent = 0;
+        std::mem::take(&mut self.buf)
+    }
+
+    pub fn set_buf(&mut self, buf: Vec<u8>) {
+        debug_assert!(self.is_empty() && buf.is_empty());
+        self.buf = buf;
+    }
+
+    /// Queue a body by reference. `snapshot` is the one `body` belongs to;
+    /// it is pinned until the body has been sent.
+    pub fn push_body(&mut self, snapshot: &Arc<Snapshot>, entry: u32, body: &Body, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        match body {
+            Body::Mem { off: base, .. } if len as usize <= COPY_MAX => {
+                let start = base + off as usize;
+                self.buf
+                    .extend_from_slice(snapshot.mem(start, len as usize));
+                return;
+            }
+            _ => {}
+        }
+        match &self.pin {
+            Some(pinned) => debug_assert!(
+                Arc::ptr_eq(pinned, snapshot),
+                "callers stop answering while another snapshot is pinned"
+            ),
+            None => self.pin = Some(Arc::clone(snapshot)),
+        }
+        if self.tail_start() < self.buf.len() {
+            self.chunks.push_back(Chunk::Own {
+                end: self.buf.len(),
+            });
+        }
+        self.chunks.push_back(match body {
+            Body::Mem { off: base, .. } => Chunk::Mem {
+                off: base + off as usize,
+                len: len as usize,
+            },
+            Body::File(_) => Chunk::File { entry, off, len },
+        });
+    }
+
+    /// Start of the owned tail (bytes not yet covered by an `Own` chunk).
+    fn tail_start(&self) -> usize {
+        self.chunks
+            .iter()
+            .rev()
+            .find_map(|c| match c {
+                Chunk::Own { end } => Some(*end),
+                _ => None,
+            })
+            .unwrap_or(0)
+            .max(self.sent)
+    }
+
+    /// Write as much as the socket takes. `Ok(true)` when everything is out.
+    pub fn flush(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+        while !self.is_empty() {
+            let progressed = match self.chunks.front() {
+                Some(Chunk::File { .. }) => self.send_file(stream)?,
+                _ => self.write_gathered(stream)?,
+            };
+            if !progressed {
+                return Ok(false);
+            }
+        }
+        self.reset();
+        Ok(true)
+    }
+
+    fn reset(&mut self) {
+        self.buf.clear();
+        self.sent = 0;
+        self.chunks.clear();
+        self.pin = None;
+    }
+
+    /// One `writev` of the owned and arena pieces up to the next file chunk.
+    /// Returns false on WouldBlock.
+    fn write_gathered(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+        let mut iov: [IoSlice<'_>; MAX_IOVECS] = [IoSlice::new(&[]); MAX_IOVECS];
+        let mut n_iov = 0;
+        let mut cursor = self.sent;
+        let mut before_file = false;
+        for chunk in &self.chunks {
+            if n_iov == MAX_IOVECS {
+                break;
+            }
+            match chunk {
+                Chunk::Own { end } => {
+                    if *end > cursor {
+                        iov[n_iov] = IoSlice::new(&self.buf[cursor..*end]);
+                        n_iov += 1;
+                        cursor = *end;
+                    }
+                }
+                Chunk::Mem { off, len } => {
+                    let snap = self.pin.as_ref().expect("Mem chunk without pinned snapshot");
+                    iov[n_iov] = IoSlice::new(snap.mem(*off, *len));
+                    n_iov += 1;
+                }
+                Chunk::File { .. } => {
+                    before_file = true;
+                    break;
+                }
+            }
+        }
+        let reached_tail = !before_file && n_iov < MAX_IOVECS;
+        if reached_tail && cursor < self.buf.len() {
+            iov[n_iov] = IoSlice::new(&self.buf[cursor..]);
+            n_iov += 1;
+        }
+        if n_iov == 0 {
+            // Only empty Own markers before a file chunk.
+            while let Some(Chunk::Own { .. }) = self.chunks.front() {
+                self.chunks.pop_front();
+            }
+            return Ok(true);
+        }
+        let res = if before_file {
+            sys::sendmsg_more(stream, &iov[..n_iov])
+        } else {
+            (&*stream).write_vectored(&iov[..n_iov])
+        };
+        let written = match res {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        if written == 0 {
+            return Err(io::Error::from(io::ErrorKind::WriteZero).into());
+        }
+        self.advance(written);
+        Ok(true)
+    }
+
+    /// Consume `n` written bytes from the front of the queue.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            match self.chunks.front_mut() {
+                Some(Chunk::Own { end }) => {
+                    let avail = *end - self.sent;
+                    let take = avail.min(n);
+                    self.sent += take;
+                    n -= take;
+                    if self.sent == *end {
+                        self.chunks.pop_front();
+                    }
+                }
+                Some(Chunk::Mem { off, len }) => {
+                    let take = (*len).min(n);
+                    *off += take;
+                    *len -= take;
+                    n -= take;
+                    if *len == 0 {
+                        self.chunks.pop_front();
+                    }
+                }
+                Some(Chunk::File { .. }) => unreachable!("writev never covers a file chunk"),
+                None => {
+                    self.sent += n;
+                    n = 0;
+                }
+            }
+        }
+        while let Some(Chunk::Own { end }) = self.chunks.front() {
+            if *end <= self.sent {
+                self.chunks.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Send the front file chunk. All but its last byte go by `sendfile`;
+    /// the last byte is read with `pread` and sent only after `fstat` shows
+    /// the file unchanged since the snapshot was built. A write to the file
+    /// updates its ctime before it changes any byte, so every byte sent is
+    /// then known to be of the snapshot's version.
+    fn send_file(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+        let snap = self.pin.as_ref().expect("File chunk without pinned snapshot");
+        let Some(Chunk::File { entry, off, len }) = self.chunks.front_mut() else {
+            unreachable!()
+        };
+        let Body::File(large) = &snap.entry(*entry).identity.body else {
+            unreachable!("File chunk for a memory body")
+        };
+        if *len > 1 {
+            let count = ((*len - 1) as usize).min(SENDFILE_CHUNK);
+            match sys::sendfile(stream, &large.file, off, count) {
+                Ok(0) => return Err(WriteError::FileChanged),
+                Ok(n) => {
+                    *len -= n as u64;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut last = [0u8; 1];
+        let read = large.file.read_at(&mut last, *off)?;
+        let meta = large.file.metadata()?;
+        if read != 1 || FileStamp::of(&meta) != large.stamp {
+            return Err(WriteError::FileChanged);
+        }
+        match (&*stream).write(&last) {
+            Ok(1) => {
+                self.chunks.pop_front();
+                Ok(true)
+            }
+            Ok(_) => Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Turning one parsed request into response bytes on a connection's
+//! [`Output`]. A snapshot hit is the pre-rendered head plus `Date`,
+//! `Connection` and the body; everything else (304, 206, errors) is rendered
+//! here from the entry's pre-rendered pieces.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use super::output::Output;
+use crate::cache::{Body, Entry, FileStamp, Repr, Resource, Snapshot};
+use crate::http::conditional::{self, Precondition, Validators};
+use crate::http::date::DateCache;
+use crate::http::range::{self, ByteRange, RangeOutcome};
+use crate::http::request::{Method, Request};
+use crate::http::{path, Status};
+
+pub const ALLOW: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\n";
+
+/// What the `Connection` header says about the connection after this response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persist {
+    /// HTTP/1.1 default: no header needed.
+    KeepAlive11,
+    /// HTTP/1.0 with `Connection: keep-alive`: echo it.
+    KeepAlive10,
+    /// The connection closes after this response.
+    Close,
+}
+
+impl Persist {
+    fn line(self) -> &'static [u8] {
+        match self {
+            Persist::KeepAlive11 => b"",
+            Persist::KeepAlive10 => b"Connection: keep-alive\r\n",
+            Persist::Close => b"Connection: close\r\n",
+        }
+    }
+}
+
+/// Per-shard state a response needs; scratch buffers are reused so the hot
+/// path does not allocate.
+pub struct Env<'a> {
+    pub snapshot: &'a Arc<Snapshot>,
+    pub date: &'a DateCache,
+    pub server_line: &'a [u8],
+    pub max_ranges: usize,
+    pub scratch: &'a mut Scratch,
+}
+
+#[derive(Default)]
+pub struct Scratch {
+    path: Vec<u8>,
+    ranges: Vec<ByteRange>,
+    /// Counter that makes multipart boundaries differ between responses.
+    boundary_seq: u64,
+}
+
+/// Answer `req`, appending to `out`. Returns the status sent and the number
+/// of body bytes queued.
+pub fn respond(req: &Request<'_>, env: &mut Env<'_>, persist: Persist, out: &mut Output) -> (Status, u64) {
+    match req.method {
+        Method::Options => {
+            let buf = out.buf();
+            buf.extend_from_slice(Status::NoContent.line());
+            buf.extend_from_slice(env.server_line);
+            buf.extend_from_slice(env.date.line());
+            buf.extend_from_slice(ALLOW);
+            buf.extend_from_slice(persist.line());
+            buf.extend_from_slice(b"\r\n");
+            return (Status::NoContent, 0);
+        }
+        Method::Other => {
+            return error(env, out, Status::MethodNotAllowed, "method not allowed", ALLOW, persist, true);
+        }
+        Method::Get | Method::Head => {}
+    }
+    let head_only = req.method == Method::Head;
+    if let Err(e) = path::normalize(req.target, &mut env.scratch.path) {
+        return error(env, out, Status::BadRequest, e.message(), b"", persist, head_only);
+    }
+    let resource = env.snapshot.resolve(&env.scratch.path);
+    match resource {
+        None => error(env, out, Status::NotFound, "not found", b"", persist, head_only),
+        Some(Resource::Forbidden) => error(env, out, Status::Forbidden, "forbidden", b"", persist, head_only),
+        Some(Resource::AddSlash) => redirect_slash(req.target, env, out, persist, head_only),
+        Some(Resource::File(index)) => {
+            // Copy the reference out of `env`: no refcount traffic per request.
+            let snapshot = env.snapshot;
+            let entry = snapshot.entry(index);
+            serve(req, env, snapshot, index, entry, &entry.identity, persist, head_only, out)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    req: &Request<'_>,
+    env: &mut Env<'_>,
+    snapshot: &Arc<Snapshot>,
+    index: u32,
+    entry: &Entry,
+    repr: &Repr,
+    persist: Persist,
+    head_only: bool,
+    out: &mut Output,
+) -> (Status, u64) {
+    let validators = Validators {
+        etag: &repr.etag,
+        last_modified: entry.last_modified,
+    };
+    match conditional::evaluate(req, &validators) {
+        Precondition::Failed => {
+            return error(env, out, Status::PreconditionFailed, "precondition failed", b"", persist, head_only)
+        }
+        Precondition::NotModified => {
+            let buf = out.buf();
+            buf.extend_from_slice(Status::NotModified.line());
+            buf.extend_from_slice(env.server_line);
+            buf.extend_from_slice(env.date.line());
+            buf.extend_from_slice(&repr.common);
+            buf.extend_from_slice(persist.line());
+            buf.extend_from_slice(b"\r\n");
+            return (Status::NotModified, 0);
+        }
+        Precondition::Proceed => {}
+    }
+    if let Body::File(large) = &repr.body {
+        // The file changed on disk since the snapshot was built: its bytes
+        // no longer match the ETag and length we would announce.
+        let unchanged = large
+            .file
+            .metadata()
+            .is_ok_and(|m| FileStamp::of(&m) == large.stamp);
+        if !unchanged {
+            return error(
+                env,
+                out,
+                Status::ServiceUnavailable,
+                "file is changing on disk; retry",
+                b"Retry-After: 1\r\n",
+                Persist::Close,
+                head_only,
+            );
+        }
+    }
+    let range_applies = req.range.is_some()
+        && req
+            .if_range
+            .is_none_or(|v| conditional::if_range_matches(v, &validators));
+    if range_applies {
+        let header = req.range.unwrap_or_default();
+        match range::parse(header, repr.len, env.max_ranges, &mut env.scratch.ranges) {
+            RangeOutcome::Full => {}
+            RangeOutcome::Unsatisfiable => {
+                let mut extra = [0u8; 64];
+                let n = {
+                    let mut w = &mut extra[..];
+                    let _ = write!(w, "Content-Range: bytes */{}\r\n", repr.len);
+                    64 - w.len()
+                };
+                return error(
+                    env,
+                    out,
+                    Status::RangeNotSatisfiable,
+                    "range not satisfiable",
+                    &extra[..n],
+                    persist,
+                    head_only,
+                );
+            }
+            RangeOutcome::Partial => {
+                return partial(env, snapshot, index, entry, repr, persist, head_only, out);
+            }
+        }
+    }
+    let buf = out.buf();
+    buf.extend_from_slice(&repr.head_200);
+    buf.extend_from_slice(env.date.line());
+    buf.extend_from_slice(persist.line());
+    buf.extend_from_slice(b"\r\n");
+    if head_only {
+        return (Status::Ok, 0);
+    }
+    out.push_body(snapshot, index, &repr.body, 0, repr.len);
+    (Status::Ok, repr.len)
+}
+
+/// 206: one range as a plain body, several as `multipart/byteranges`.
+#[allow(clippy::too_many_arguments)]
+fn partial(
+    env: &mut Env<'_>,
+    snapshot: &Arc<Snapshot>,
+    index: u32,
+    entry: &Entry,
+    repr: &Repr,
+    persist: Persist,
+    head_only: bool,
+    out: &mut Output,
+) -> (Status, u64) {
+    let ranges = &env.scratch.ranges;
+    let buf = out.buf();
+    buf.extend_from_slice(Status::PartialContent.line());
+    buf.extend_from_slice(env.server_line);
+    buf.extend_from_slice(env.date.line());
+    buf.extend_from_slice(&repr.common);
+    buf.extend_from_slice(repr.encoding_line);
+    buf.extend_from_slice(persist.line());
+    if let [r] = ranges.as_slice() {
+        let len = r.end - r.start + 1;
+        buf.extend_from_slice(&entry.content_type_line);
+        let _ = write!(
+            buf,
+            "Content-Range: bytes {}-{}/{}\r\nContent-Length: {}\r\n\r\n",
+            r.start, r.end, repr.len, len
+        );
+        if !head_only {
+            out.push_body(snapshot, index, &repr.body, r.start, len);
+        }
+        return (Status::PartialContent, if head_only { 0 } else { len });
+    }
+    env.scratch.boundary_seq += 1;
+    let boundary = format_args!("{:016x}{:016x}", entry.last_modified, env.scratch.boundary_seq).to_string();
+    let content_type = entry
+        .content_type_line
+        .strip_prefix(b"Content-Type: ")
+        .and_then(|t| t.strip_suffix(b"\r\n"))
+        .unwrap_or(b"application/octet-stream");
+    let content_type = String::from_utf8_lossy(content_type);
+    let part_head = |r: &ByteRange| {
+        format!(
+            "\r\n--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
+            r.start, r.end, repr.len
+        )
+    };
+    let trailer = format!("\r\n--{boundary}--\r\n");
+    let total: u64 = ranges
+        .iter()
+        .map(|r| part_head(r).len() as u64 + (r.end - r.start + 1))
+        .sum::<u64>()
+        + trailer.len() as u64;
+    let _ = write!(
+        buf,
+        "Content-Type: multipart/byteranges; boundary={boundary}\r\nContent-Length: {total}\r\n\r\n"
+    );
+    if head_only {
+        return (Status::PartialContent, 0);
+    }
+    for r in ranges {
+        out.buf().extend_from_slice(part_head(r).as_bytes());
+        out.push_body(snapshot, index, &repr.body, r.start, r.end - r.start + 1);
+    }
+    out.buf().extend_from_slice(trailer.as_bytes());
+    (Status::PartialContent, total)
+}
+
+/// 301 from `/dir` to `/dir/`, keeping the query.
+fn redirect_slash(target: &[u8], env: &mut Env<'_>, out: &mut Output, persist: Persist, head_only: bool) -> (Status, u64) {
+    // Absolute-form targets redirect to their path only.
+    let target = match target.iter().position(|&b| b == b'/') {
+        Some(i) if target.first() != Some(&b'/') => {
+            let after_scheme = &target[i..];
+            let host_end = after_scheme
+                .iter()
+                .skip(2)
+                .position(|&b| b == b'/')
+                .map_or(after_scheme.len(), |p| p + 2);
+            &after_scheme[host_end..]
+        }
+        _ => target,
+    };
+    let split = target
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(target.len());
+    let (path, query) = target.split_at(split);
+    let query = query.split(|&b| b == b'#').next().unwrap_or(b"");
+    let mut location = Vec::with_capacity(target.len() + 16);
+    location.extend_from_slice(b"Location: ");
+    location.extend_from_slice(path);
+    location.push(b'/');
+    location.extend_from_slice(query);
+    location.extend_from_slice(b"\r\n");
+    error(env, out, Status::MovedPermanently, "moved permanently", &location, persist, head_only)
+}
+
+/// A response with a short `text/plain` body saying what happened.
+pub fn error(
+    env: &Env<'_>,
+    out: &mut Output,
+    status: Status,
+    message: &str,
+    extra: &[u8],
+    persist: Persist,
+    head_only: bool,
+) -> (Status, u64) {
+    error_with(out, env.server_line, env.date, status, message, extra, persist, head_only)
+}
+
+/// [`error`] without a full [`Env`], for errors before a request is parsed.
+#[allow(clippy::too_many_arguments)]
+pub fn error_with(
+    out: &mut Output,
+    server_line: &[u8],
+    date: &DateCache,
+    status: Status,
+    message: &str,
+    extra: &[u8],
+    persist: Persist,
+    head_only: bool,
+) -> (Status, u64) {
+    let body_len = message.len() + 1;
+    let buf = out.buf();
+    buf.extend_from_slice(status.line());
+    buf.extend_from_slice(server_line);
+    buf.extend_from_slice(date.line());
+    buf.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
+    let _ = write!(buf, "Content-Length: {body_len}\r\n");
+    buf.extend_from_slice(extra);
+    buf.extend_from_slice(persist.line());
+    buf.extend_from_slice(b"\r\n");
+    if head_only {
+        return (status, 0);
+    }
+    buf.extend_from_slice(message.as_bytes());
+    buf.push(b'\n');
+    (status, body_len as u64)
+}

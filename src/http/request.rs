@@ -1,0 +1,698 @@
+//! Request-head parsing: `&[u8]` in, a borrowed [`Request`] or a [`ParseError`]
+//! out. httparse does the tokenising; this module adds the limits and the
+//! framing rules (RFC 9112 §6.3) that decide whether the stream can be trusted.
+
+use std::mem::MaybeUninit;
+
+use super::Status;
+
+/// Most header fields accepted in one request head; one more is a 431.
+///
+/// This sizes an uninitialised array on the stack of every `parse` call
+/// (16 bytes of name and 16 of value per slot), so raising it costs stack,
+/// not heap.
+pub const MAX_HEADERS: usize = 100;
+
+/// Slack allowed on top of `Limits::max_uri` before an unfinished request line
+/// is declared a 414: room for the method, the two spaces and `HTTP/1.1\r\n`,
+/// so a target of exactly `max_uri` bytes is never refused before it is seen
+/// in full.
+const REQUEST_LINE_SLACK: usize = 32;
+
+/// Limits applied while parsing; validated once in `config`.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest request head (request line + fields + blank line), in bytes.
+    pub max_head: usize,
+    /// Longest request target, in bytes.
+    pub max_uri: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Options,
+    /// Any other syntactically valid method: answered with 405.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
+
+/// A parsed request head. Header values are raw bytes, trimmed.
+#[derive(Debug, Clone)]
+pub struct Request<'b> {
+    pub method: Method,
+    /// The raw request target, e.g. `/a%20b?x=1`, `*`, or `http://h/p`.
+    pub target: &'b [u8],
+    pub version: Version,
+    /// Bytes of the buffer taken by the head, blank line included.
+    pub head_len: usize,
+    pub host: Option<&'b [u8]>,
+    /// A `close` token appeared in a Connection field.
+    pub conn_close: bool,
+    /// A `keep-alive` token appeared in a Connection field.
+    pub conn_keep_alive: bool,
+    /// The request body length from Content-Length (0 if absent).
+    pub content_length: u64,
+    pub if_match: Option<&'b [u8]>,
+    pub if_none_match: Option<&'b [u8]>,
+    pub if_modified_since: Option<&'b [u8]>,
+    pub if_unmodified_since: Option<&'b [u8]>,
+    pub if_range: Option<&'b [u8]>,
+    pub range: Option<&'b [u8]>,
+    pub accept_encoding: Option<&'b [u8]>,
+}
+
+/// Why a head was rejected. Every variant closes the connection: once the
+/// head cannot be parsed, the framing of what follows cannot be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseError {
+    /// Head larger than `Limits::max_head` → 431.
+    HeadTooLarge,
+    /// More than [`MAX_HEADERS`] fields → 431.
+    TooManyHeaders,
+    /// Target longer than `Limits::max_uri` → 414.
+    UriTooLong,
+    /// `HTTP/x.y` other than 1.0 / 1.1 → 505.
+    VersionNotSupported,
+    /// Malformed request line or field, bare CR, obs-fold → 400.
+    Malformed,
+    /// HTTP/1.1 without Host → 400.
+    MissingHost,
+    /// Content-Length together with Transfer-Encoding → 400.
+    LengthAndEncoding,
+    /// Differing duplicate or unparsable Content-Length → 400.
+    BadContentLength,
+    /// Transfer-Encoding on a request: bodies are not accepted → 413.
+    TransferEncoding,
+}
+
+impl ParseError {
+    pub fn status(self) -> Status {
+        match self {
+            ParseError::HeadTooLarge | ParseError::TooManyHeaders => Status::HeaderFieldsTooLarge,
+            ParseError::UriTooLong => Status::UriTooLong,
+            ParseError::VersionNotSupported => Status::VersionNotSupported,
+            ParseError::TransferEncoding => Status::PayloadTooLarge,
+            ParseError::Malformed
+            | ParseError::MissingHost
+            | ParseError::LengthAndEncoding
+            | ParseError::BadContentLength => Status::BadRequest,
+        }
+    }
+
+    /// A short human-readable reason, used as the error response body.
+    pub fn message(self) -> &'static str {
+        match self {
+            ParseError::HeadTooLarge => "request head too large",
+            ParseError::TooManyHeaders => "too many header fields",
+            ParseError::UriTooLong => "request target too long",
+            ParseError::VersionNotSupported => "HTTP version not supported",
+            ParseError::Malformed => "malformed request",
+            ParseError::MissingHost => "missing Host header",
+            ParseError::LengthAndEncoding => "both Content-Length and Transfer-Encoding",
+            ParseError::BadContentLength => "invalid Content-Length",
+            ParseError::TransferEncoding => "request bodies are not accepted",
+        }
+    }
+}
+
+/// Parse one request head from the start of `buf`.
+///
+/// `Ok(None)` means the head is incomplete (and still within limits): read more.
+pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, ParseError> {
+    // Only the first `max_head` bytes can hold an acceptable head, so httparse
+    // never looks further: a peer streaming garbage costs at most one limit's
+    // worth of scanning per call, and pipelined bytes after the head are
+    // not our business here.
+    let window = &buf[..buf.len().min(limits.max_head)];
+
+    // Uninitialised slots: initialising 100 headers on every call would cost
+    // more than parsing a typical 5-field head.
+    let mut headers = [const { MaybeUninit::<httparse::Header<'b>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(window, &mut headers) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            // A request line this long can only be an oversized target; say
+            // 414 rather than 431 so the client learns which part to shorten.
+            if buf.len() > limits.max_uri.saturating_add(REQUEST_LINE_SLACK)
+                && !request_line_complete(window)
+            {
+                return Err(ParseError::UriTooLong);
+            }
+            if buf.len() > limits.max_head {
+                return Err(ParseError::HeadTooLarge);
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
+        Err(httparse::Error::Version) => {
+            // httparse only knows 1.0 and 1.1; a well-formed other version
+            // deserves 505, anything else is just a broken request line.
+            return Err(if version_token_is_wellformed(window) {
+                ParseError::VersionNotSupported
+            } else {
+                ParseError::Malformed
+            });
+        }
+        // Bare CR, obs-fold, bad tokens and stray whitespace all land here:
+        // RFC 9112 §2.2 and §5.2 let a server reject them with 400, and
+        // accepting them is how request smuggling starts.
+        Err(_) => return Err(ParseError::Malformed),
+    };
+
+    let target = req.path.ok_or(ParseError::Malformed)?.as_bytes();
+    if target.len() > limits.max_uri {
+        return Err(ParseError::UriTooLong);
+    }
+    let method = match req.method.ok_or(ParseError::Malformed)? {
+        "GET" => Method::Get,
+        "HEAD" => Method::Head,
+        "OPTIONS" => Method::Options,
+        _ => Method::Other,
+    };
+    let version = match req.version {
+        Some(0) => Version::Http10,
+        Some(1) => Version::Http11,
+        _ => return Err(ParseError::VersionNotSupported),
+    };
+
+    let mut out = Request {
+        method,
+        target,
+        version,
+        head_len,
+        host: None,
+        conn_close: false,
+        conn_keep_alive: false,
+        content_length: 0,
+        if_match: None,
+        if_none_match: None,
+        if_modified_since: None,
+        if_unmodified_since: None,
+        if_range: None,
+        range: None,
+        accept_encoding: None,
+    };
+    let mut content_length: Option<u64> = None;
+    let mut transfer_encoding = false;
+
+    for h in req.headers.iter() {
+        let value = trim(h.value);
+        match Field::from_name(h.name) {
+            Field::Host => {
+                // RFC 9112 §3.2: more than one Host is a 400; two hosts
+                // would let a proxy and this server disagree on the vhost.
+                if out.host.is_some() {
+                    return Err(ParseError::Malformed);
+                }
+                out.host = Some(value);
+            }
+            Field::Connection => {
+                for token in value.split(|&b| b == b',') {
+                    let token = trim(token);
+                    if token.eq_ignore_ascii_case(b"close") {
+                        out.conn_close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        out.conn_keep_alive = true;
+                    }
+                }
+            }
+            Field::ContentLength => {
+                // RFC 9110 §8.6: repeated or listed values are acceptable only
+                // when they all agree; anything else makes the framing
+                // ambiguous.
+                for item in value.split(|&b| b == b',') {
+                    let n = parse_decimal(trim(item)).ok_or(ParseError::BadContentLength)?;
+                    match content_length {
+                        Some(prev) if prev != n => return Err(ParseError::BadContentLength),
+                        _ => content_length = Some(n),
+                    }
+                }
+            }
+            Field::TransferEncoding => transfer_encoding = true,
+            Field::IfMatch => first(&mut out.if_match, value),
+            Field::IfNoneMatch => first(&mut out.if_none_match, value),
+            Field::IfModifiedSince => first(&mut out.if_modified_since, value),
+            Field::IfUnmodifiedSince => first(&mut out.if_unmodified_since, value),
+            Field::IfRange => first(&mut out.if_range, value),
+            Field::Range => first(&mut out.range, value),
+            Field::AcceptEncoding => first(&mut out.accept_encoding, value),
+            Field::Other => {}
+        }
+    }
+
+    // RFC 9112 §6.1: a message with both is a smuggling attempt until proven
+    // otherwise; a chunked body alone is simply something we never accept.
+    if transfer_encoding {
+        return Err(if content_length.is_some() {
+            ParseError::LengthAndEncoding
+        } else {
+            ParseError::TransferEncoding
+        });
+    }
+    out.content_length = content_length.unwrap_or(0);
+
+    if version == Version::Http11 && out.host.is_none() {
+        return Err(ParseError::MissingHost);
+    }
+    Ok(Some(out))
+}
+
+/// The header fields this server acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Host,
+    Connection,
+    ContentLength,
+    TransferEncoding,
+    IfMatch,
+    IfNoneMatch,
+    IfModifiedSince,
+    IfUnmodifiedSince,
+    IfRange,
+    Range,
+    AcceptEncoding,
+    Other,
+}
+
+impl Field {
+    fn from_name(name: &str) -> Field {
+        const FIELDS: [(&str, Field); 11] = [
+            ("host", Field::Host),
+            ("connection", Field::Connection),
+            ("content-length", Field::ContentLength),
+            ("transfer-encoding", Field::TransferEncoding),
+            ("if-match", Field::IfMatch),
+            ("if-none-match", Field::IfNoneMatch),
+            ("if-modified-since", Field::IfModifiedSince),
+            ("if-unmodified-since", Field::IfUnmodifiedSince),
+            ("if-range", Field::IfRange),
+            ("range", Field::Range),
+            ("accept-encoding", Field::AcceptEncoding),
+        ];
+        FIELDS
+            .iter()
+            .find(|(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+            .map_or(Field::Other, |&(_, f)| f)
+    }
+}
+
+/// Keep the first occurrence: later duplicates of these single-valued
+/// fields are either redundant or an attempt to confuse an intermediary.
+fn first<'b>(slot: &mut Option<&'b [u8]>, value: &'b [u8]) {
+    if slot.is_none() {
+        *slot = Some(value);
+    }
+}
+
+/// Strip optional whitespace (RFC 9110 §5.6.3: SP and HTAB only).
+pub(crate) fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// Whether a `\n` ends the request line, ignoring the blank lines httparse
+/// skips before it.
+fn request_line_complete(buf: &[u8]) -> bool {
+    buf.iter()
+        .skip_while(|&&b| b == b'\r' || b == b'\n')
+        .any(|&b| b == b'\n')
+}
+
+/// `1*DIGIT` as a u64; `None` when empty, non-digit or overflowing.
+fn parse_decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    s.iter().try_fold(0u64, |acc, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
+/// Whether the request line ends in `HTTP/<digit>.<digit>` (or `HTTP/<digit>`),
+/// i.e. a version we could name but do not speak. While the line is still
+/// arriving, a prefix of that shape counts too, since httparse reports a
+/// bad major version before the rest of it has been read.
+fn version_token_is_wellformed(buf: &[u8]) -> bool {
+    // httparse skips blank lines before the request line; so must we.
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let rest = &buf[start..];
+    let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
+        Some(i) => (&rest[..i], true),
+        None => (rest, false),
+    };
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let token = match line.iter().rposition(|&b| b == b' ') {
+        Some(i) => &line[i + 1..],
+        None => return false,
+    };
+    match token {
+        [b'H', b'T', b'T', b'P', b'/', major, minor @ ..] if major.is_ascii_digit() => {
+            match minor {
+                [] => true,
+                [b'.', d] => d.is_ascii_digit(),
+                [b'.'] => !complete,
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_head: 8192,
+        max_uri: 4096,
+    };
+
+    fn ok(buf: &[u8]) -> Request<'_> {
+        match parse(buf, &LIMITS) {
+            Ok(Some(r)) => r,
+            other => panic!(
+                "{:?}: expected a request, got {other:?}",
+                String::from_utf8_lossy(buf)
+            ),
+        }
+    }
+
+    #[test]
+    fn errors() {
+        let cases: &[(&str, &[u8], ParseError)] = &[
+            ("obs-fold", b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", ParseError::Malformed),
+            ("bare CR in value", b"GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n", ParseError::Malformed),
+            ("bare CR after request line", b"GET / HTTP/1.1\rHost: a\r\n\r\n", ParseError::Malformed),
+            ("space before colon", b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", ParseError::Malformed),
+            ("double space in request line", b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n", ParseError::Malformed),
+            ("no target", b"GET HTTP/1.1\r\nHost: a\r\n\r\n", ParseError::Malformed),
+            ("HTTP/0.9 style", b"GET /\r\n\r\n", ParseError::Malformed),
+            ("lowercase version", b"GET / http/1.1\r\nHost: a\r\n\r\n", ParseError::Malformed),
+            ("garbage version", b"GET / FOO/1.1\r\nHost: a\r\n\r\n", ParseError::Malformed),
+            ("two-digit major", b"GET / HTTP/10.1\r\nHost: a\r\n\r\n", ParseError::Malformed),
+            ("HTTP/2.0", b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", ParseError::VersionNotSupported),
+            ("HTTP/1.2", b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", ParseError::VersionNotSupported),
+            ("HTTP/3", b"GET / HTTP/3\r\nHost: a\r\n\r\n", ParseError::VersionNotSupported),
+            ("HTTP/2 still arriving", b"GET / HTTP/2", ParseError::VersionNotSupported),
+            ("HTTP/2. still arriving", b"GET / HTTP/2.", ParseError::VersionNotSupported),
+            ("missing host", b"GET / HTTP/1.1\r\n\r\n", ParseError::MissingHost),
+            ("two hosts", b"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", ParseError::Malformed),
+            ("CL and TE", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", ParseError::LengthAndEncoding),
+            ("TE and CL", b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", ParseError::LengthAndEncoding),
+            ("TE alone", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", ParseError::TransferEncoding),
+            ("TE on 1.0", b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n", ParseError::TransferEncoding),
+            ("CL differs", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", ParseError::BadContentLength),
+            ("CL list differs", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 4\r\n\r\n", ParseError::BadContentLength),
+            ("CL negative", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", ParseError::BadContentLength),
+            ("CL plus sign", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n", ParseError::BadContentLength),
+            ("CL hex", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x10\r\n\r\n", ParseError::BadContentLength),
+            ("CL empty", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n", ParseError::BadContentLength),
+            ("CL empty list item", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5,\r\n\r\n", ParseError::BadContentLength),
+            ("CL overflow", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551616\r\n\r\n", ParseError::BadContentLength),
+            ("CL inner space", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1 2\r\n\r\n", ParseError::BadContentLength),
+        ];
+        for (name, buf, want) in cases {
+            assert_eq!(parse(buf, &LIMITS).err(), Some(*want), "{name}");
+        }
+    }
+
+    #[test]
+    fn limits() {
+        let small = Limits {
+            max_head: 64,
+            max_uri: 16,
+        };
+        let long_target = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(16));
+        let long_line = format!("GET /{}", "a".repeat(60));
+        let long_fields = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}", "b".repeat(60));
+        let long_complete = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "b".repeat(60));
+        let exact = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(15));
+        let exact_head = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+            "b".repeat(64 - 32)
+        );
+        let cases: &[(&str, &[u8], Result<bool, ParseError>)] = &[
+            (
+                "target over max_uri",
+                long_target.as_bytes(),
+                Err(ParseError::UriTooLong),
+            ),
+            ("target of exactly max_uri", exact.as_bytes(), Ok(true)),
+            (
+                "unfinished long request line",
+                long_line.as_bytes(),
+                Err(ParseError::UriTooLong),
+            ),
+            ("unfinished short request line", b"GET /aaaa", Ok(false)),
+            (
+                "unfinished long fields",
+                long_fields.as_bytes(),
+                Err(ParseError::HeadTooLarge),
+            ),
+            (
+                "complete but long",
+                long_complete.as_bytes(),
+                Err(ParseError::HeadTooLarge),
+            ),
+            ("head of exactly max_head", exact_head.as_bytes(), Ok(true)),
+        ];
+        for (name, buf, want) in cases {
+            let got = parse(buf, &small).map(|r| r.is_some());
+            assert_eq!(&got, want, "{name}");
+        }
+        assert_eq!(exact_head.len(), 64);
+    }
+
+    #[test]
+    fn too_many_headers() {
+        let mut buf = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+        for i in 0..MAX_HEADERS - 1 {
+            buf.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        buf.extend_from_slice(b"\r\n");
+        assert!(ok(&buf).host.is_some(), "exactly MAX_HEADERS is fine");
+        let at = buf.len() - 2;
+        buf.splice(at..at, b"X-last: v\r\n".iter().copied());
+        assert_eq!(parse(&buf, &LIMITS).err(), Some(ParseError::TooManyHeaders));
+    }
+
+    #[test]
+    fn partial() {
+        let full = b"GET /index.html HTTP/1.1\r\nHost: example.com\r\nRange: bytes=0-1\r\n\r\n";
+        for cut in 0..full.len() {
+            assert_eq!(
+                parse(&full[..cut], &LIMITS).map(|r| r.is_some()),
+                Ok(false),
+                "cut at {cut}"
+            );
+        }
+        assert_eq!(ok(full).head_len, full.len());
+    }
+
+    #[test]
+    fn request_line() {
+        let cases: &[(&[u8], Method, &[u8], Version)] = &[
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+                Method::Get,
+                b"/",
+                Version::Http11,
+            ),
+            (
+                b"HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n",
+                Method::Head,
+                b"/x",
+                Version::Http11,
+            ),
+            (
+                b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+                Method::Options,
+                b"*",
+                Version::Http11,
+            ),
+            (
+                b"get / HTTP/1.1\r\nHost: a\r\n\r\n",
+                Method::Other,
+                b"/",
+                Version::Http11,
+            ),
+            (
+                b"POST /p?q=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+                Method::Other,
+                b"/p?q=1",
+                Version::Http11,
+            ),
+            (
+                b"GET http://h/p HTTP/1.0\r\n\r\n",
+                Method::Get,
+                b"http://h/p",
+                Version::Http10,
+            ),
+            (b"GET / HTTP/1.0\n\n", Method::Get, b"/", Version::Http10),
+            (
+                b"\r\nGET / HTTP/1.0\r\n\r\n",
+                Method::Get,
+                b"/",
+                Version::Http10,
+            ),
+        ];
+        for (buf, method, target, version) in cases {
+            let r = ok(buf);
+            assert_eq!(
+                (r.method, r.target, r.version),
+                (*method, *target, *version)
+            );
+            assert_eq!(r.head_len, buf.len());
+        }
+    }
+
+    #[test]
+    fn head_len_excludes_pipelined_bytes() {
+        let buf = b"GET /a HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\n";
+        assert_eq!(ok(buf).head_len, 28);
+        // The next request starting past max_head must not matter.
+        let tight = Limits {
+            max_head: 28,
+            max_uri: 16,
+        };
+        assert_eq!(
+            parse(buf, &tight).map(|r| r.map(|r| r.head_len)),
+            Ok(Some(28))
+        );
+    }
+
+    #[test]
+    fn fields() {
+        let r = ok(b"GET / HTTP/1.1\r\n\
+            HOST:  example.com \r\n\
+            If-Match: \"a\"\r\n\
+            if-none-match: W/\"b\", \"c\"\r\n\
+            If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+            If-Unmodified-Since: Sun, 06 Nov 1994 08:49:38 GMT\r\n\
+            If-Range: \"d\"\r\n\
+            RANGE: bytes=0-9\r\n\
+            Range: bytes=10-19\r\n\
+            Accept-Encoding: gzip, br\r\n\
+            Accept-Encoding: zstd\r\n\
+            Content-Length: 0\r\n\
+            \r\n");
+        // (name, what was parsed, what it should be)
+        type Case<'a> = (&'a str, Option<&'a [u8]>, &'a [u8]);
+        let cases: &[Case<'_>] = &[
+            ("host", r.host, b"example.com"),
+            ("if-match", r.if_match, b"\"a\""),
+            ("if-none-match", r.if_none_match, b"W/\"b\", \"c\""),
+            ("ims", r.if_modified_since, b"Sun, 06 Nov 1994 08:49:37 GMT"),
+            (
+                "ius",
+                r.if_unmodified_since,
+                b"Sun, 06 Nov 1994 08:49:38 GMT",
+            ),
+            ("if-range", r.if_range, b"\"d\""),
+            ("range keeps first", r.range, b"bytes=0-9"),
+            (
+                "accept-encoding keeps first",
+                r.accept_encoding,
+                b"gzip, br",
+            ),
+        ];
+        for (name, got, want) in cases {
+            assert_eq!(*got, Some(*want), "{name}");
+        }
+        assert_eq!(r.content_length, 0);
+
+        let bare = ok(b"GET / HTTP/1.0\r\n\r\n");
+        assert!(bare.host.is_none() && bare.range.is_none() && bare.accept_encoding.is_none());
+        assert!(!bare.conn_close && !bare.conn_keep_alive);
+    }
+
+    #[test]
+    fn connection_tokens() {
+        let cases: &[(&[u8], bool, bool)] = &[
+            (b"Connection: close\r\n", true, false),
+            (b"Connection: Keep-Alive\r\n", false, true),
+            (b"Connection: upgrade, CLOSE\r\n", true, false),
+            (
+                b"Connection: keep-alive\r\nConnection: close\r\n",
+                true,
+                true,
+            ),
+            (b"Connection: closed, keep-alive-ish\r\n", false, false),
+            (b"Connection:\r\n", false, false),
+        ];
+        for (field, close, keep) in cases {
+            let mut buf = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+            buf.extend_from_slice(field);
+            buf.extend_from_slice(b"\r\n");
+            let r = ok(&buf);
+            assert_eq!(
+                (r.conn_close, r.conn_keep_alive),
+                (*close, *keep),
+                "{:?}",
+                String::from_utf8_lossy(field)
+            );
+        }
+    }
+
+    #[test]
+    fn content_length() {
+        let cases: &[(&[u8], u64)] = &[
+            (b"", 0),
+            (b"Content-Length: 0\r\n", 0),
+            (b"Content-Length:  42 \r\n", 42),
+            (b"Content-Length: 5\r\ncontent-length: 5\r\n", 5),
+            (b"Content-Length: 5, 5\r\n", 5),
+            (b"Content-Length: 007\r\n", 7),
+            (b"Content-Length: 18446744073709551615\r\n", u64::MAX),
+        ];
+        for (field, want) in cases {
+            let mut buf = b"POST / HTTP/1.1\r\nHost: a\r\n".to_vec();
+            buf.extend_from_slice(field);
+            buf.extend_from_slice(b"\r\n");
+            assert_eq!(
+                ok(&buf).content_length,
+                *want,
+                "{:?}",
+                String::from_utf8_lossy(field)
+            );
+        }
+    }
+
+    #[test]
+    fn status_mapping() {
+        let cases = [
+            (ParseError::HeadTooLarge, 431),
+            (ParseError::TooManyHeaders, 431),
+            (ParseError::UriTooLong, 414),
+            (ParseError::VersionNotSupported, 505),
+            (ParseError::Malformed, 400),
+            (ParseError::MissingHost, 400),
+            (ParseError::LengthAndEncoding, 400),
+            (ParseError::BadContentLength, 400),
+            (ParseError::TransferEncoding, 413),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.status().code(), code, "{e:?}");
+            assert!(!e.message().is_empty() && !e.message().contains('\n'));
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! shardhttpd: a per-core sharded static-file HTTP/1.1 server.
+//!
+//! The request path through the crate:
+//!
+//! - [`config`]: CLI flags + TOML file → one validated [`config::Config`].
+//! - [`cache`]: the immutable [`cache::Snapshot`] of the document root (bodies,
+//!   pre-rendered heads, validators), rebuilt and swapped through `ArcSwap`.
+//! - [`shard`]: one pinned thread per CPU with its own `SO_REUSEPORT` listener,
+//!   epoll loop, timer wheel and Date cache.
+//! - [`conn`]: the per-connection state machine, buffers and output queue.
+//! - [`http`]: pure HTTP/1.x code: request parsing, path normalisation,
+//!   conditional and range evaluation, response heads.
+//! - [`sys`]: the only module allowed `unsafe`: thin wrappers over epoll,
+//!   eventfd, `sendfile`, `send(MSG_MORE)`.
+#![deny(unsafe_code)]
+
+pub mod cache;
+pub mod config;
+pub mod conn;
+pub mod http;
+pub mod metrics;
+pub mod server;
+pub mod shard;
+pub mod sys;

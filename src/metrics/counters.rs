@@ -1,0 +1,114 @@
+//! Per-shard counters: plain integers owned by one shard and written only by
+//! it, published to the shared registry on a tick. Nothing here is atomic,
+//! so the request path never writes a cache line another core reads.
+
+use crate::http::Status;
+
+/// Number of distinct [`Status`] values.
+pub const STATUSES: usize = Status::VersionNotSupported as usize + 1;
+
+/// Why a connection ended; the `reason` label of
+/// `shardhttpd_connections_closed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The client closed, or asked to close.
+    Client,
+    IdleTimeout,
+    HeaderTimeout,
+    WriteTimeout,
+    /// A protocol or I/O error.
+    Error,
+    MaxRequests,
+    Shutdown,
+}
+
+impl CloseReason {
+    pub const ALL: [CloseReason; 7] = [
+        CloseReason::Client,
+        CloseReason::IdleTimeout,
+        CloseReason::HeaderTimeout,
+        CloseReason::WriteTimeout,
+        CloseReason::Error,
+        CloseReason::MaxRequests,
+        CloseReason::Shutdown,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CloseReason::Client => "client",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::HeaderTimeout => "header_timeout",
+            CloseReason::WriteTimeout => "write_timeout",
+            CloseReason::Error => "error",
+            CloseReason::MaxRequests => "max_requests",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Latency histogram bucket upper bounds, in seconds. A snapshot hit is
+/// handed to the kernel within microseconds; sendfile bodies and stalled
+/// readers take milliseconds to seconds. So the buckets start at 10 µs and
+/// grow roughly ×2.5 per step up to 10 s: fine resolution where static
+/// serving lives, and still a bucket for the pathological tail.
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01,
+    0.05, 0.25, 1.0, 10.0,
+];
+
+/// Everything one shard counts. Monotonic totals; the publisher keeps what
+/// it already exported and adds the difference.
+#[derive(Debug, Clone)]
+pub struct ShardCounters {
+    pub requests: [u64; STATUSES],
+    pub response_bytes: u64,
+    pub accepted: u64,
+    pub closed: [u64; 7],
+    pub active: u64,
+    /// Counts per bucket of [`DURATION_BUCKETS`], plus one for +Inf.
+    pub duration_buckets: [u64; DURATION_BUCKETS.len() + 1],
+    pub duration_sum: f64,
+}
+
+impl Default for ShardCounters {
+    fn default() -> Self {
+        ShardCounters {
+            requests: [0; STATUSES],
+            response_bytes: 0,
+            accepted: 0,
+            closed: [0; 7],
+            active: 0,
+            duration_buckets: [0; DURATION_BUCKETS.len() + 1],
+            duration_sum: 0.0,
+        }
+    }
+}
+
+impl ShardCounters {
+    #[inline]
+    pub fn request(&mut self, status: Status, bytes: u64) {
+        self.requests[status as usize] += 1;
+        self.response_bytes += bytes;
+    }
+
+    /// `n` requests that took `secs` each from parse to hand-off.
+    #[inline]
+    pub fn durations(&mut self, n: u64, secs: f64) {
+        if n == 0 {
+            return;
+        }
+        let i = DURATION_BUCKETS.partition_point(|&b| b < secs);
+        self.duration_buckets[i] += n;
+        self.duration_sum += secs * n as f64;
+    }
+
+    pub fn accepted(&mut self) {
+        self.accepted += 1;
+        self.active += 1;
+    }
+
+    pub fn closed(&mut self, reason: CloseReason) {
+        self.closed[reason as usize] += 1;
+        self.active -= 1;
+    }
+}

@@ -1,0 +1,121 @@
+//! Start-up and lifecycle: build the first snapshot, bind one listener per
+//! shard and address, start the shards, then turn signals into actions
+//! (SIGHUP rebuilds, SIGTERM/SIGINT drain and exit).
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::cache::Store;
+use crate::config::Config;
+use crate::conn::ConnConfig;
+use crate::shard::{self, Shared, ShardSpec};
+use crate::sys::EventFd;
+
+/// A listening socket for one shard: `SO_REUSEPORT` lets every shard bind
+/// the same address and the kernel spreads connections across them.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        // Keep IPv4 and IPv6 separate: each is named by its own --listen.
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    Ok(socket.into())
+}
+
+/// Run the server until a shutdown signal has been handled.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let store = Store::open(config.build_options()).context("building the initial snapshot")?;
+    let shared = Arc::new(Shared {
+        snapshot: store.shared(),
+        draining: AtomicBool::new(false),
+        shutdown_grace: config.shutdown_grace,
+    });
+    // Register before any shard runs, so an early signal is not lost.
+    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing signal handlers")?;
+
+    // Bind every socket before starting any shard, so an address in use is a
+    // start-up error. Port 0: the first shard's socket picks the port and the
+    // others join it.
+    let mut addrs = config.listen.clone();
+    let mut per_shard = Vec::with_capacity(config.cpus.len());
+    for _ in &config.cpus {
+        let mut listeners = Vec::with_capacity(addrs.len());
+        for addr in &mut addrs {
+            let listener = bind(*addr, config.backlog).with_context(|| format!("binding {addr}"))?;
+            if addr.port() == 0 {
+                *addr = listener.local_addr()?;
+            }
+            listeners.push(listener);
+        }
+        per_shard.push(listeners);
+    }
+
+    let conn_cfg = ConnConfig::new(&config);
+    let mut wakers = Vec::new();
+    let mut threads = Vec::new();
+    for (index, (cpu, listeners)) in config.cpus.iter().copied().zip(per_shard).enumerate() {
+        let waker = Arc::new(EventFd::new()?);
+        wakers.push(Arc::clone(&waker));
+        let spec = ShardSpec {
+            index,
+            cpu,
+            listeners,
+            waker,
+            shared: Arc::clone(&shared),
+            conn_cfg: conn_cfg.clone(),
+        };
+        let shard_addrs = addrs.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("shard-{index}"))
+            .spawn(move || {
+                for addr in &shard_addrs {
+                    tracing::info!("shard started shard={index} cpu={cpu} addr={addr}");
+                }
+                if let Err(e) = shard::run(spec) {
+                    tracing::error!(shard = index, error = %e, "shard failed");
+                }
+            })
+            .context("spawning shard thread")?;
+        threads.push(thread);
+    }
+    for addr in &addrs {
+        tracing::info!(shards = threads.len(), "listening addr={addr}");
+    }
+
+    for signal in signals.forever() {
+        match signal {
+            SIGHUP => {
+                if let Err(e) = store.rebuild() {
+                    tracing::error!(error = format!("{e:#}"), "snapshot rebuild failed; serving the old one");
+                }
+            }
+            _ => {
+                tracing::info!(signal, "shutting down");
+                shared.draining.store(true, Ordering::Release);
+                for waker in &wakers {
+                    let _ = waker.notify();
+                }
+                break;
+            }
+        }
+    }
+    for thread in threads {
+        let _ = thread.join();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

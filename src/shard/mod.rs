@@ -1,0 +1,315 @@
+//! One shard per CPU: a pinned thread with its own `SO_REUSEPORT`
+//! listeners, edge-triggered epoll loop, connection slab, timer wheel, Date
+//! cache and counters. Shards share nothing on the request path except the
+//! snapshot pointer, read through a per-shard `arc_swap::Cache`.
+
+mod slab;
+mod timer;
+
+use std::io;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use arc_swap::{ArcSwap, Cache};
+
+use crate::cache::Snapshot;
+use crate::conn::respond::Scratch;
+use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step};
+use crate::http::date::DateCache;
+use crate::metrics::{CloseReason, ShardCounters};
+use crate::sys::{self, Epoll, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
+use slab::Slab;
+use timer::Wheel;
+
+/// Most connections accepted from one listener per loop turn, so a connect
+/// burst cannot starve established connections.
+const ACCEPT_BATCH: usize = 64;
+/// Events taken per `epoll_wait`.
+const EVENTS: usize = 1024;
+/// The token of the wake-up eventfd.
+const WAKE: u64 = u64::MAX;
+/// Listener `i` has token `LISTENER_BASE - i`; connection tokens never get
+/// there (their generation is below `u32::MAX`).
+const LISTENER_BASE: u64 = u64::MAX - 1;
+/// Longest sleep in `epoll_wait`: the Date header and counters refresh at
+/// least this often.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+/// State shared by all shards and the control thread.
+pub struct Shared {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// Set once on SIGTERM/SIGINT; shards read it when woken.
+    pub draining: AtomicBool,
+    pub shutdown_grace: Duration,
+}
+
+/// What a shard thread is started with.
+pub struct ShardSpec {
+    pub index: usize,
+    pub cpu: usize,
+    pub listeners: Vec<TcpListener>,
+    pub waker: Arc<EventFd>,
+    pub shared: Arc<Shared>,
+    pub conn_cfg: ConnConfig,
+}
+
+/// Run a shard until it has drained after shutdown.
+pub fn run(spec: ShardSpec) -> io::Result<()> {
+    if !core_affinity::set_for_current(core_affinity::CoreId { id: spec.cpu }) {
+        tracing::warn!(shard = spec.index, cpu = spec.cpu, "could not pin shard to its CPU");
+    }
+    let mut shard = Shard::new(spec)?;
+    shard.run()
+}
+
+struct Shard {
+    index: usize,
+    epoll: Epoll,
+    listeners: Vec<Option<TcpListener>>,
+    /// Listeners that hit [`ACCEPT_BATCH`] and still have connections queued.
+    accept_pending: Vec<bool>,
+    waker: Arc<EventFd>,
+    shared: Arc<Shared>,
+    cache: Cache<Arc<ArcSwap<Snapshot>>, Arc<Snapshot>>,
+    conns: Slab<Conn>,
+    wheel: Wheel,
+    date: DateCache,
+    cfg: ConnConfig,
+    scratch: Scratch,
+    pool: BufPool,
+    counters: ShardCounters,
+    draining: Option<Instant>,
+}
+
+impl Shard {
+    fn new(spec: ShardSpec) -> io::Result<Shard> {
+        let epoll = Epoll::new()?;
+        for (i, l) in spec.listeners.iter().enumerate() {
+            epoll.add(l, LISTENER_BASE - i as u64, EPOLLIN)?;
+        }
+        epoll.add(&*spec.waker, WAKE, EPOLLIN)?;
+        let now = Instant::now();
+        Ok(Shard {
+            index: spec.index,
+            epoll,
+            accept_pending: vec![false; spec.listeners.len()],
+            listeners: spec.listeners.into_iter().map(Some).collect(),
+            waker: spec.waker,
+            cache: Cache::new(Arc::clone(&spec.shared.snapshot)),
+            shared: spec.shared,
+            conns: Slab::new(),
+            wheel: Wheel::new(now),
+            date: DateCache::new(SystemTime::now()),
+            cfg: spec.conn_cfg,
+            scratch: Scratch::default(),
+            pool: BufPool::default(),
+            counters: ShardCounters::default(),
+            draining: None,
+        })
+    }
+
+    fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(EVENTS);
+        let mut expired = Vec::new();
+        loop {
+            let now = Instant::now();
+            let timeout = if self.accept_pending.iter().any(|&p| p) {
+                Duration::ZERO
+            } else {
+                self.wheel.until_next(now).min(MAX_SLEEP)
+            };
+            self.epoll.wait(&mut events, Some(timeout))?;
+            let now = Instant::now();
+            self.date.refresh(SystemTime::now());
+            for (token, ready) in events.iter() {
+                match token {
+                    WAKE => self.on_wake(now),
+                    t if t > LISTENER_BASE - self.listeners.len() as u64 => {
+                        self.accept_pending[(LISTENER_BASE - t) as usize] = true;
+                    }
+                    t => self.on_conn_event(t, ready, now),
+                }
+            }
+            for i in 0..self.listeners.len() {
+                if self.accept_pending[i] {
+                    self.accept(i, now);
+                }
+            }
+            expired.clear();
+            self.wheel.expire(now, &mut expired);
+            for &token in &expired {
+                self.on_timer(token, now);
+            }
+            if let Some(deadline) = self.draining {
+                if self.conns.is_empty() {
+                    return Ok(());
+                }
+                if now >= deadline {
+                    let tokens: Vec<u64> = self.conns.tokens().collect();
+                    for token in tokens {
+                        self.close(token, CloseReason::Shutdown);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn on_wake(&mut self, now: Instant) {
+        self.waker.drain();
+        if self.draining.is_some() || !self.shared.draining.load(Ordering::Acquire) {
+            return;
+        }
+        tracing::info!(shard = self.index, connections = self.conns.len(), "shard draining");
+        self.draining = Some(now + self.shared.shutdown_grace);
+        for l in &mut self.listeners {
+            if let Some(listener) = l.take() {
+                let _ = self.epoll.delete(&listener);
+            }
+        }
+        self.accept_pending.fill(false);
+        let tokens: Vec<u64> = self.conns.tokens().collect();
+        for token in tokens {
+            if let Some(conn) = self.conns.get_mut(token) {
+                if let Step::Close(reason) = conn.on_drain() {
+                    self.close(token, reason);
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self, i: usize, now: Instant) {
+        let Some(listener) = &self.listeners[i] else {
+            self.accept_pending[i] = false;
+            return;
+        };
+        for _ in 0..ACCEPT_BATCH {
+            match sys::accept4(listener) {
+                Ok((stream, peer)) => {
+                    // Nagle would hold back a response's tail waiting for an
+                    // ACK; responses are written whole, so send at once.
+                    let _ = stream.set_nodelay(true);
+                    let conn = Conn::new(stream, peer, now, &self.cfg);
+                    let deadline = conn.deadline;
+                    let token = self.conns.insert(conn);
+                    let conn = self.conns.get_mut(token).expect("just inserted");
+                    if let Err(e) = self
+                        .epoll
+                        .add(conn.stream(), token, EPOLLIN | EPOLLOUT | EPOLLRDHUP)
+                    {
+                        tracing::warn!(error = %e, "epoll_ctl on accepted socket failed");
+                        self.conns.remove(token);
+                        continue;
+                    }
+                    self.counters.accepted();
+                    self.wheel.insert(token, deadline);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.accept_pending[i] = false;
+                    return;
+                }
+                Err(e) => {
+                    // EMFILE/ENFILE/ENOBUFS: leave the connection queued and
+                    // retry next turn rather than spin.
+                    tracing::warn!(shard = self.index, error = %e, "accept failed");
+                    self.accept_pending[i] = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn env<'a>(
+        cfg: &'a ConnConfig,
+        snapshot: &'a Arc<Snapshot>,
+        date: &'a DateCache,
+        scratch: &'a mut Scratch,
+        pool: &'a mut BufPool,
+        counters: &'a mut ShardCounters,
+        now: Instant,
+        draining: bool,
+    ) -> ShardEnv<'a> {
+        ShardEnv {
+            cfg,
+            snapshot,
+            date,
+            scratch,
+            pool,
+            counters,
+            now,
+            draining,
+        }
+    }
+
+    fn on_conn_event(&mut self, token: u64, ready: u32, now: Instant) {
+        let draining = self.draining.is_some();
+        let snapshot = self.cache.load();
+        // The generation check: this fd may have been closed earlier in this
+        // batch and its slot (even its fd number) reused by a new connection.
+        let Some(conn) = self.conns.get_mut(token) else {
+            return;
+        };
+        let mut env = Self::env(
+            &self.cfg,
+            snapshot,
+            &self.date,
+            &mut self.scratch,
+            &mut self.pool,
+            &mut self.counters,
+            now,
+            draining,
+        );
+        match conn.on_ready(ready, &mut env) {
+            Step::Keep => {
+                if conn.deadline < conn.scheduled {
+                    conn.scheduled = conn.deadline;
+                    self.wheel.insert(token, conn.deadline);
+                }
+            }
+            Step::Close(reason) => self.close(token, reason),
+        }
+    }
+
+    fn on_timer(&mut self, token: u64, now: Instant) {
+        let draining = self.draining.is_some();
+        let snapshot = self.cache.load();
+        let Some(conn) = self.conns.get_mut(token) else {
+            return;
+        };
+        if conn.scheduled > now {
+            // A stale entry: the connection was re-inserted for an earlier
+            // deadline, which is the one that counts.
+            return;
+        }
+        if conn.deadline > now {
+            conn.scheduled = conn.deadline;
+            self.wheel.insert(token, conn.deadline);
+            return;
+        }
+        let mut env = Self::env(
+            &self.cfg,
+            snapshot,
+            &self.date,
+            &mut self.scratch,
+            &mut self.pool,
+            &mut self.counters,
+            now,
+            draining,
+        );
+        match conn.on_timeout(&mut env) {
+            Step::Keep => {
+                conn.scheduled = conn.deadline;
+                self.wheel.insert(token, conn.deadline);
+            }
+            Step::Close(reason) => self.close(token, reason),
+        }
+    }
+
+    fn close(&mut self, token: u64, reason: CloseReason) {
+        if self.conns.remove(token).is_some() {
+            self.counters.closed(reason);
+        }
+    }
+}

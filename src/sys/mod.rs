@@ -1,0 +1,35 @@
+//! The operating-system boundary: the only module allowed `unsafe`.
+//!
+//! Each syscall has a small safe wrapper returning `io::Result`. EINTR is
+//! retried inside the wrapper; EAGAIN surfaces as `ErrorKind::WouldBlock`.
+//! Every fd is an `OwnedFd` (or a std type owning one) created close-on-exec
+//! (and non-blocking where it is a socket) in the same call.
+#![allow(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod epoll;
+mod net;
+
+pub use epoll::{Epoll, Events, EventFd, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
+pub use net::{accept4, sendfile, sendmsg_more};
+
+/// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and
+/// retrying on EINTR.
+macro_rules! syscall {
+    ($name:ident ( $($arg:expr),* $(,)? )) => {{
+        loop {
+            // SAFETY: callers pass arguments that satisfy the syscall's
+            // contract; each call site states why.
+            let res = unsafe { libc::$name($($arg),*) };
+            if res == -1 {
+                let err = std::io::Error::last_os_error();
+                if err.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break Err(err);
+            }
+            break Ok(res);
+        }
+    }};
+}
+pub(crate) use syscall;

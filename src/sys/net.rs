@@ -1,0 +1,82 @@
+//! Socket calls that std does not offer in the form the hot path needs.
+
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use super::syscall;
+
+/// `accept4(SOCK_NONBLOCK | SOCK_CLOEXEC)`: the accepted socket needs no
+/// `fcntl` afterwards (std's `accept` would leave it blocking).
+pub fn accept4(listener: &TcpListener) -> io::Result<(TcpStream, Option<SocketAddr>)> {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let fd = syscall!(accept4(
+        listener.as_raw_fd(),
+        (&mut storage as *mut libc::sockaddr_storage).cast(),
+        &mut len,
+        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
+    ))?;
+    // SAFETY: accept4 returned a fresh connected socket that nothing else owns.
+    let stream = TcpStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok((stream, peer_addr(&storage)))
+}
+
+fn peer_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and
+            // sockaddr_storage is large and aligned enough for it.
+            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
+        }
+        _ => None,
+    }
+}
+
+/// `sendfile` up to `count` bytes of `file` from `*offset` (advanced by the
+/// kernel) to `socket`. Returns 0 when the file ended before `offset`.
+pub fn sendfile(
+    socket: &impl AsRawFd,
+    file: &impl AsRawFd,
+    offset: &mut u64,
+    count: usize,
+) -> io::Result<usize> {
+    let mut off = *offset as libc::off_t;
+    // SAFETY: both fds are live for the call and `off` is a valid off_t the
+    // kernel may update.
+    let n = syscall!(sendfile(
+        socket.as_raw_fd(),
+        file.as_raw_fd(),
+        &mut off,
+        count
+    ))?;
+    *offset = off as u64;
+    Ok(n as usize)
+}
+
+/// `sendmsg(MSG_MORE)`: queue a response head that a `sendfile` body will
+/// follow, so the kernel can put both in full segments.
+pub fn sendmsg_more(socket: &impl AsRawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is a valid (empty) header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is guaranteed ABI-compatible with iovec on Unix.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
+    // SAFETY: msg points at `bufs`, which outlives the call; the kernel only
+    // reads from it.
+    let n = syscall!(sendmsg(
+        socket.as_raw_fd(),
+        &msg,
+        libc::MSG_MORE | libc::MSG_NOSIGNAL
+    ))?;
+    Ok(n as usize)
+}
