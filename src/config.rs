@@ -40,7 +40,11 @@ pub const DEFAULT_SERVER_HEADER: &str = "shardhttpd";
 /// Every setting, as given by flags or by the file; `None` means "not given".
 /// Flag names are the kebab-case of the TOML keys.
 #[derive(Debug, Default, Clone, Parser, Deserialize)]
-#[command(name = "shardhttpd", version, about = "Per-core sharded static-file HTTP server")]
+#[command(
+    name = "shardhttpd",
+    version,
+    about = "Per-core sharded static-file HTTP server"
+)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     /// TOML config file; flags override its keys.
@@ -194,7 +198,9 @@ impl Config {
         if cpus.is_empty() {
             bail!("config key `cores`: no CPU available");
         }
-        let server = s.server_header.unwrap_or_else(|| DEFAULT_SERVER_HEADER.to_owned());
+        let server = s
+            .server_header
+            .unwrap_or_else(|| DEFAULT_SERVER_HEADER.to_owned());
         if server.bytes().any(|b| b < 0x20 || b == 0x7f) {
             bail!("config key `server_header`: control characters are not allowed");
         }
@@ -225,7 +231,9 @@ impl Config {
             root,
             listen,
             cpus,
-            admin: s.admin.unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("valid default")),
+            admin: s
+                .admin
+                .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("valid default")),
             backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
             server_line,
             max_requests_per_connection: max_requests,
@@ -241,7 +249,10 @@ impl Config {
             )?,
             write_timeout: seconds("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT_S)?,
             shutdown_grace: seconds("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE_S)?,
-            sendfile_threshold: s.sendfile_threshold.unwrap_or(DEFAULT_SENDFILE_THRESHOLD).max(1),
+            sendfile_threshold: s
+                .sendfile_threshold
+                .unwrap_or(DEFAULT_SENDFILE_THRESHOLD)
+                .max(1),
             cache_max_bytes: s.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES),
             serve_dotfiles: s.serve_dotfiles.unwrap_or(false),
         })
@@ -285,7 +296,10 @@ pub fn parse_cores(spec: &str, allowed: &[usize]) -> anyhow::Result<Vec<usize>> 
             .parse()
             .with_context(|| format!("`{spec}` is neither a count nor a CPU list"))?;
         if n == 0 || n > allowed.len() {
-            bail!("count {n} must be between 1 and {} (CPUs in the affinity mask)", allowed.len());
+            bail!(
+                "count {n} must be between 1 and {} (CPUs in the affinity mask)",
+                allowed.len()
+            );
         }
         return Ok(allowed[..n].to_vec());
     }
@@ -296,8 +310,12 @@ pub fn parse_cores(spec: &str, allowed: &[usize]) -> anyhow::Result<Vec<usize>> 
             Some((a, b)) => (a.trim(), b.trim()),
             None => (part, part),
         };
-        let lo: usize = lo.parse().with_context(|| format!("bad CPU number in `{part}`"))?;
-        let hi: usize = hi.parse().with_context(|| format!("bad CPU number in `{part}`"))?;
+        let lo: usize = lo
+            .parse()
+            .with_context(|| format!("bad CPU number in `{part}`"))?;
+        let hi: usize = hi
+            .parse()
+            .with_context(|| format!("bad CPU number in `{part}`"))?;
         if lo > hi {
             bail!("range `{part}` is backwards");
         }
@@ -332,7 +350,8 @@ mod tests {
 
     #[test]
     fn flags_win_over_file() {
-        let file: Settings = toml::from_str("backlog = 10\nmax_ranges = 3\nheader_timeout = 2").unwrap();
+        let file: Settings =
+            toml::from_str("backlog = 10\nmax_ranges = 3\nheader_timeout = 2").unwrap();
         let flags = Settings {
             backlog: Some(20),
             ..Settings::default()

@@ -26,7 +26,12 @@ fn main() -> ExitCode {
         }
     };
     if check {
-        println!("configuration ok: {} shard(s) on CPUs {:?}, root {}", config.cpus.len(), config.cpus, config.root.display());
+        println!(
+            "configuration ok: {} shard(s) on CPUs {:?}, root {}",
+            config.cpus.len(),
+            config.cpus,
+            config.root.display()
+        );
         return ExitCode::SUCCESS;
     }
     match shardhttpd::server::run(config) {

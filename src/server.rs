@@ -14,7 +14,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::cache::Store;
 use crate::config::Config;
 use crate::conn::ConnConfig;
-use crate::shard::{self, Shared, ShardSpec};
+use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 
 /// A listening socket for one shard: `SO_REUSEPORT` lets every shard bind
@@ -45,7 +45,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         shutdown_grace: config.shutdown_grace,
     });
     // Register before any shard runs, so an early signal is not lost.
-    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing signal handlers")?;
+    let mut signals =
+        Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing signal handlers")?;
 
     // Bind every socket before starting any shard, so an address in use is a
     // start-up error. Port 0: the first shard's socket picks the port and the
@@ -55,7 +56,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     for _ in &config.cpus {
         let mut listeners = Vec::with_capacity(addrs.len());
         for addr in &mut addrs {
-            let listener = bind(*addr, config.backlog).with_context(|| format!("binding {addr}"))?;
+            let listener =
+                bind(*addr, config.backlog).with_context(|| format!("binding {addr}"))?;
             if addr.port() == 0 {
                 *addr = listener.local_addr()?;
             }
@@ -100,7 +102,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         match signal {
             SIGHUP => {
                 if let Err(e) = store.rebuild() {
-                    tracing::error!(error = format!("{e:#}"), "snapshot rebuild failed; serving the old one");
+                    tracing::error!(
+                        error = format!("{e:#}"),
+                        "snapshot rebuild failed; serving the old one"
+                    );
                 }
             }
             _ => {

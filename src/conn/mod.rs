@@ -163,7 +163,12 @@ impl std::fmt::Debug for Conn {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, peer: Option<SocketAddr>, now: Instant, cfg: &ConnConfig) -> Conn {
+    pub fn new(
+        stream: TcpStream,
+        peer: Option<SocketAddr>,
+        now: Instant,
+        cfg: &ConnConfig,
+    ) -> Conn {
         // The first request gets the header timeout, as nginx's
         // client_header_timeout does.
         let deadline = now + cfg.header_timeout;
@@ -203,7 +208,9 @@ impl Conn {
     /// The deadline passed (the caller checked `now >= deadline`).
     pub fn on_timeout(&mut self, env: &mut ShardEnv<'_>) -> Step {
         match self.reading {
-            Reading::Lingering(reason) | Reading::Done(reason) if self.out.is_empty() => Step::Close(reason),
+            Reading::Lingering(reason) | Reading::Done(reason) if self.out.is_empty() => {
+                Step::Close(reason)
+            }
             _ if !self.out.is_empty() => Step::Close(CloseReason::WriteTimeout),
             Reading::Head | Reading::Discard { .. } => {
                 self.prepare_out(env.pool);
@@ -231,7 +238,9 @@ impl Conn {
     /// response in flight (responses from now on carry `Connection: close`).
     pub fn on_drain(&mut self) -> Step {
         match self.reading {
-            Reading::Idle if self.out.is_empty() && self.rstart == self.rend => Step::Close(CloseReason::Shutdown),
+            Reading::Idle if self.out.is_empty() && self.rstart == self.rend => {
+                Step::Close(CloseReason::Shutdown)
+            }
             Reading::Lingering(reason) => Step::Close(reason),
             _ => Step::Keep,
         }
@@ -435,7 +444,8 @@ impl Conn {
         self.served += 1;
         let head_len = req.head_len;
         let body = req.content_length;
-        let (persist, close_reason) = self.persistence(req.version, req.conn_close, req.conn_keep_alive, env);
+        let (persist, close_reason) =
+            self.persistence(req.version, req.conn_close, req.conn_keep_alive, env);
         let mut renv = Env {
             snapshot: env.snapshot,
             date: env.date,
@@ -484,7 +494,13 @@ impl Conn {
 
     /// Whether the connection persists after the request just parsed
     /// (RFC 9112 §9.3), and why not.
-    fn persistence(&self, version: Version, close: bool, keep_alive: bool, env: &ShardEnv<'_>) -> (Persist, CloseReason) {
+    fn persistence(
+        &self,
+        version: Version,
+        close: bool,
+        keep_alive: bool,
+        env: &ShardEnv<'_>,
+    ) -> (Persist, CloseReason) {
         let client_closes = match version {
             Version::Http11 => close,
             Version::Http10 => close || !keep_alive,

@@ -114,7 +114,14 @@ impl Output {
 
     /// Queue a body by reference. `snapshot` is the one `body` belongs to;
     /// it is pinned until the body has been sent.
-    pub fn push_body(&mut self, snapshot: &Arc<Snapshot>, entry: u32, body: &Body, off: u64, len: u64) {
+    pub fn push_body(
+        &mut self,
+        snapshot: &Arc<Snapshot>,
+        entry: u32,
+        body: &Body,
+        off: u64,
+        len: u64,
+    ) {
         if len == 0 {
             return;
         }
@@ -203,7 +210,10 @@ impl Output {
                     }
                 }
                 Chunk::Mem { off, len } => {
-                    let snap = self.pin.as_ref().expect("Mem chunk without pinned snapshot");
+                    let snap = self
+                        .pin
+                        .as_ref()
+                        .expect("Mem chunk without pinned snapshot");
                     iov[n_iov] = IoSlice::new(snap.mem(*off, *len));
                     n_iov += 1;
                 }
@@ -286,7 +296,10 @@ impl Output {
     /// updates its ctime before it changes any byte, so every byte sent is
     /// then known to be of the snapshot's version.
     fn send_file(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
-        let snap = self.pin.as_ref().expect("File chunk without pinned snapshot");
+        let snap = self
+            .pin
+            .as_ref()
+            .expect("File chunk without pinned snapshot");
         let Some(Chunk::File { entry, off, len }) = self.chunks.front_mut() else {
             unreachable!()
         };

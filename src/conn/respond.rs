@@ -57,7 +57,12 @@ pub struct Scratch {
 
 /// Answer `req`, appending to `out`. Returns the status sent and the number
 /// of body bytes queued.
-pub fn respond(req: &Request<'_>, env: &mut Env<'_>, persist: Persist, out: &mut Output) -> (Status, u64) {
+pub fn respond(
+    req: &Request<'_>,
+    env: &mut Env<'_>,
+    persist: Persist,
+    out: &mut Output,
+) -> (Status, u64) {
     match req.method {
         Method::Options => {
             let buf = out.buf();
@@ -70,24 +75,66 @@ pub fn respond(req: &Request<'_>, env: &mut Env<'_>, persist: Persist, out: &mut
             return (Status::NoContent, 0);
         }
         Method::Other => {
-            return error(env, out, Status::MethodNotAllowed, "method not allowed", ALLOW, persist, true);
+            return error(
+                env,
+                out,
+                Status::MethodNotAllowed,
+                "method not allowed",
+                ALLOW,
+                persist,
+                true,
+            );
         }
         Method::Get | Method::Head => {}
     }
     let head_only = req.method == Method::Head;
     if let Err(e) = path::normalize(req.target, &mut env.scratch.path) {
-        return error(env, out, Status::BadRequest, e.message(), b"", persist, head_only);
+        return error(
+            env,
+            out,
+            Status::BadRequest,
+            e.message(),
+            b"",
+            persist,
+            head_only,
+        );
     }
     let resource = env.snapshot.resolve(&env.scratch.path);
     match resource {
-        None => error(env, out, Status::NotFound, "not found", b"", persist, head_only),
-        Some(Resource::Forbidden) => error(env, out, Status::Forbidden, "forbidden", b"", persist, head_only),
+        None => error(
+            env,
+            out,
+            Status::NotFound,
+            "not found",
+            b"",
+            persist,
+            head_only,
+        ),
+        Some(Resource::Forbidden) => error(
+            env,
+            out,
+            Status::Forbidden,
+            "forbidden",
+            b"",
+            persist,
+            head_only,
+        ),
         Some(Resource::AddSlash) => redirect_slash(req.target, env, out, persist, head_only),
         Some(Resource::File(index)) => {
             // Copy the reference out of `env`: no refcount traffic per request.
             let snapshot = env.snapshot;
             let entry = snapshot.entry(index);
-            serve(req, env, snapshot, index, entry, &entry.identity, persist, head_only, out)
+            serve(
+                req,
+                env,
+                snapshot,
+                index,
+                entry,
+                &entry.identity,
+                persist,
+                head_only,
+                out,
+            )
         }
     }
 }
@@ -110,7 +157,15 @@ fn serve(
     };
     match conditional::evaluate(req, &validators) {
         Precondition::Failed => {
-            return error(env, out, Status::PreconditionFailed, "precondition failed", b"", persist, head_only)
+            return error(
+                env,
+                out,
+                Status::PreconditionFailed,
+                "precondition failed",
+                b"",
+                persist,
+                head_only,
+            )
         }
         Precondition::NotModified => {
             let buf = out.buf();
@@ -219,7 +274,11 @@ fn partial(
         return (Status::PartialContent, if head_only { 0 } else { len });
     }
     env.scratch.boundary_seq += 1;
-    let boundary = format_args!("{:016x}{:016x}", entry.last_modified, env.scratch.boundary_seq).to_string();
+    let boundary = format_args!(
+        "{:016x}{:016x}",
+        entry.last_modified, env.scratch.boundary_seq
+    )
+    .to_string();
     let content_type = entry
         .content_type_line
         .strip_prefix(b"Content-Type: ")
@@ -254,7 +313,13 @@ fn partial(
 }
 
 /// 301 from `/dir` to `/dir/`, keeping the query.
-fn redirect_slash(target: &[u8], env: &mut Env<'_>, out: &mut Output, persist: Persist, head_only: bool) -> (Status, u64) {
+fn redirect_slash(
+    target: &[u8],
+    env: &mut Env<'_>,
+    out: &mut Output,
+    persist: Persist,
+    head_only: bool,
+) -> (Status, u64) {
     // Absolute-form targets redirect to their path only.
     let target = match target.iter().position(|&b| b == b'/') {
         Some(i) if target.first() != Some(&b'/') => {
@@ -280,7 +345,15 @@ fn redirect_slash(target: &[u8], env: &mut Env<'_>, out: &mut Output, persist: P
     location.push(b'/');
     location.extend_from_slice(query);
     location.extend_from_slice(b"\r\n");
-    error(env, out, Status::MovedPermanently, "moved permanently", &location, persist, head_only)
+    error(
+        env,
+        out,
+        Status::MovedPermanently,
+        "moved permanently",
+        &location,
+        persist,
+        head_only,
+    )
 }
 
 /// A response with a short `text/plain` body saying what happened.
@@ -293,7 +366,16 @@ pub fn error(
     persist: Persist,
     head_only: bool,
 ) -> (Status, u64) {
-    error_with(out, env.server_line, env.date, status, message, extra, persist, head_only)
+    error_with(
+        out,
+        env.server_line,
+        env.date,
+        status,
+        message,
+        extra,
+        persist,
+        head_only,
+    )
 }
 
 /// [`error`] without a full [`Env`], for errors before a request is parsed.

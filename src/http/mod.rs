@@ -1,6 +1,7 @@
 //! Pure HTTP/1.x code: no sockets here, only bytes in and bytes out, so every
 //! rule can be tested from a table.
 
+pub mod accept;
 pub mod conditional;
 pub mod date;
 pub mod path;
@@ -71,9 +72,7 @@ impl Status {
             Status::PayloadTooLarge => b"HTTP/1.1 413 Content Too Large\r\n",
             Status::UriTooLong => b"HTTP/1.1 414 URI Too Long\r\n",
             Status::RangeNotSatisfiable => b"HTTP/1.1 416 Range Not Satisfiable\r\n",
-            Status::HeaderFieldsTooLarge => {
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            }
+            Status::HeaderFieldsTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
             Status::InternalServerError => b"HTTP/1.1 500 Internal Server Error\r\n",
             Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\n",
             Status::VersionNotSupported => b"HTTP/1.1 505 HTTP Version Not Supported\r\n",

@@ -52,8 +52,8 @@ impl CloseReason {
 /// grow roughly ×2.5 per step up to 10 s: fine resolution where static
 /// serving lives, and still a bucket for the pathological tail.
 pub const DURATION_BUCKETS: [f64; 14] = [
-    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01,
-    0.05, 0.25, 1.0, 10.0,
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.05,
+    0.25, 1.0, 10.0,
 ];
 
 /// Everything one shard counts. Monotonic totals; the publisher keeps what

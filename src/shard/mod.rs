@@ -58,7 +58,11 @@ pub struct ShardSpec {
 /// Run a shard until it has drained after shutdown.
 pub fn run(spec: ShardSpec) -> io::Result<()> {
     if !core_affinity::set_for_current(core_affinity::CoreId { id: spec.cpu }) {
-        tracing::warn!(shard = spec.index, cpu = spec.cpu, "could not pin shard to its CPU");
+        tracing::warn!(
+            shard = spec.index,
+            cpu = spec.cpu,
+            "could not pin shard to its CPU"
+        );
     }
     let mut shard = Shard::new(spec)?;
     shard.run()
@@ -162,7 +166,11 @@ impl Shard {
         if self.draining.is_some() || !self.shared.draining.load(Ordering::Acquire) {
             return;
         }
-        tracing::info!(shard = self.index, connections = self.conns.len(), "shard draining");
+        tracing::info!(
+            shard = self.index,
+            connections = self.conns.len(),
+            "shard draining"
+        );
         self.draining = Some(now + self.shared.shutdown_grace);
         for l in &mut self.listeners {
             if let Some(listener) = l.take() {
@@ -195,9 +203,9 @@ impl Shard {
                     let deadline = conn.deadline;
                     let token = self.conns.insert(conn);
                     let conn = self.conns.get_mut(token).expect("just inserted");
-                    if let Err(e) = self
-                        .epoll
-                        .add(conn.stream(), token, EPOLLIN | EPOLLOUT | EPOLLRDHUP)
+                    if let Err(e) =
+                        self.epoll
+                            .add(conn.stream(), token, EPOLLIN | EPOLLOUT | EPOLLRDHUP)
                     {
                         tracing::warn!(error = %e, "epoll_ctl on accepted socket failed");
                         self.conns.remove(token);
@@ -221,89 +229,55 @@ impl Shard {
         }
     }
 
-    fn env<'a>(
-        cfg: &'a ConnConfig,
-        snapshot: &'a Arc<Snapshot>,
-        date: &'a DateCache,
-        scratch: &'a mut Scratch,
-        pool: &'a mut BufPool,
-        counters: &'a mut ShardCounters,
-        now: Instant,
-        draining: bool,
-    ) -> ShardEnv<'a> {
-        ShardEnv {
-            cfg,
-            snapshot,
-            date,
-            scratch,
-            pool,
-            counters,
-            now,
-            draining,
-        }
+    fn on_conn_event(&mut self, token: u64, ready: u32, now: Instant) {
+        self.dispatch(token, now, |conn, env| Some(conn.on_ready(ready, env)));
     }
 
-    fn on_conn_event(&mut self, token: u64, ready: u32, now: Instant) {
-        let draining = self.draining.is_some();
+    fn on_timer(&mut self, token: u64, now: Instant) {
+        self.dispatch(token, now, |conn, env| {
+            if conn.scheduled > now {
+                // A stale entry: the connection was re-inserted for an
+                // earlier deadline, which is the one that counts.
+                None
+            } else if conn.deadline > now {
+                Some(Step::Keep)
+            } else {
+                Some(conn.on_timeout(env))
+            }
+        });
+    }
+
+    /// Run `f` on the connection behind `token`, then act on its step.
+    fn dispatch(
+        &mut self,
+        token: u64,
+        now: Instant,
+        f: impl FnOnce(&mut Conn, &mut ShardEnv<'_>) -> Option<Step>,
+    ) {
         let snapshot = self.cache.load();
         // The generation check: this fd may have been closed earlier in this
         // batch and its slot (even its fd number) reused by a new connection.
         let Some(conn) = self.conns.get_mut(token) else {
             return;
         };
-        let mut env = Self::env(
-            &self.cfg,
+        let mut env = ShardEnv {
+            cfg: &self.cfg,
             snapshot,
-            &self.date,
-            &mut self.scratch,
-            &mut self.pool,
-            &mut self.counters,
+            date: &self.date,
+            scratch: &mut self.scratch,
+            pool: &mut self.pool,
+            counters: &mut self.counters,
             now,
-            draining,
-        );
-        match conn.on_ready(ready, &mut env) {
-            Step::Keep => {
-                if conn.deadline < conn.scheduled {
-                    conn.scheduled = conn.deadline;
-                    self.wheel.insert(token, conn.deadline);
-                }
-            }
-            Step::Close(reason) => self.close(token, reason),
-        }
-    }
-
-    fn on_timer(&mut self, token: u64, now: Instant) {
-        let draining = self.draining.is_some();
-        let snapshot = self.cache.load();
-        let Some(conn) = self.conns.get_mut(token) else {
-            return;
+            draining: self.draining.is_some(),
         };
-        if conn.scheduled > now {
-            // A stale entry: the connection was re-inserted for an earlier
-            // deadline, which is the one that counts.
-            return;
-        }
-        if conn.deadline > now {
-            conn.scheduled = conn.deadline;
-            self.wheel.insert(token, conn.deadline);
-            return;
-        }
-        let mut env = Self::env(
-            &self.cfg,
-            snapshot,
-            &self.date,
-            &mut self.scratch,
-            &mut self.pool,
-            &mut self.counters,
-            now,
-            draining,
-        );
-        match conn.on_timeout(&mut env) {
-            Step::Keep => {
+        match f(conn, &mut env) {
+            // Keep a live wheel entry at or before the deadline.
+            Some(Step::Keep) if conn.deadline < conn.scheduled || conn.scheduled <= now => {
                 conn.scheduled = conn.deadline;
                 self.wheel.insert(token, conn.deadline);
             }
-            Step::Close(reason) => self.close(token, reason),
+            Some(Step::Close(reason)) => self.close(token, reason),
+            Some(Step::Keep) | None => {}
         }
     }
 

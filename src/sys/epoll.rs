@@ -24,9 +24,8 @@ impl Epoll {
     pub fn new() -> io::Result<Epoll> {
         let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         // SAFETY: epoll_create1 returned a fresh fd that nothing else owns.
-        Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll { fd })
     }
 
     /// Register `fd` edge-triggered for `interest` with `token` as event data.
@@ -57,7 +56,10 @@ impl Epoll {
 
     /// Wait for events; `None` blocks indefinitely.
     pub fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
-        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+        // Round up: a timeout that truncates to 0 ms would spin until it passes.
+        let ms = timeout.map_or(-1, |t| {
+            t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+        });
         events.len = 0;
         let n = syscall!(epoll_wait(
             self.fd.as_raw_fd(),
@@ -103,19 +105,14 @@ impl EventFd {
     pub fn new() -> io::Result<EventFd> {
         let fd = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?;
         // SAFETY: eventfd returned a fresh fd that nothing else owns.
-        Ok(EventFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(EventFd { fd })
     }
 
     pub fn notify(&self) -> io::Result<()> {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64, as eventfd requires.
-        match syscall!(write(
-            self.fd.as_raw_fd(),
-            (&one as *const u64).cast(),
-            8
-        )) {
+        match syscall!(write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8)) {
             // The counter is saturated: the shard is already due to wake.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
             r => r.map(drop),

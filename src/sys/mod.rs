@@ -10,7 +10,7 @@
 mod epoll;
 mod net;
 
-pub use epoll::{Epoll, Events, EventFd, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
+pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 pub use net::{accept4, sendfile, sendmsg_more};
 
 /// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and

@@ -28,13 +28,16 @@ fn peer_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
         libc::AF_INET => {
             // SAFETY: the family says the storage holds a sockaddr_in, and
             // sockaddr_storage is large and aligned enough for it.
-            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let sin =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
             let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
             Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
         }
         libc::AF_INET6 => {
             // SAFETY: as above, for sockaddr_in6.
-            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let sin6 = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
             let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
             Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
         }
