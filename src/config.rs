@@ -111,6 +111,15 @@ pub struct Settings {
     /// Serve files and directories whose names start with a dot.
     #[arg(long, value_name = "BOOL")]
     pub serve_dotfiles: Option<bool>,
+    /// Count requests into Prometheus metrics (on by default).
+    #[arg(long, value_name = "BOOL")]
+    pub metrics: Option<bool>,
+    /// Access log file; off when not given.
+    #[arg(long, value_name = "PATH")]
+    pub access_log: Option<PathBuf>,
+    /// Access log format: `combined` or `json`.
+    #[arg(long, value_name = "FORMAT")]
+    pub access_log_format: Option<String>,
 }
 
 /// Field-by-field "flag if given, else file".
@@ -133,6 +142,7 @@ impl Settings {
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, sendfile_threshold, cache_max_bytes, serve_dotfiles,
+            metrics, access_log, access_log_format,
         )
     }
 
@@ -167,6 +177,18 @@ pub struct Config {
     pub sendfile_threshold: u64,
     pub cache_max_bytes: u64,
     pub serve_dotfiles: bool,
+    pub metrics: bool,
+    pub access_log: Option<PathBuf>,
+    pub access_log_format: LogFormat,
+}
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// The NCSA combined format nginx and Apache write by default.
+    Combined,
+    /// One JSON object per line.
+    Json,
 }
 
 impl Config {
@@ -255,6 +277,15 @@ impl Config {
                 .max(1),
             cache_max_bytes: s.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES),
             serve_dotfiles: s.serve_dotfiles.unwrap_or(false),
+            metrics: s.metrics.unwrap_or(true),
+            access_log: s.access_log,
+            access_log_format: match s.access_log_format.as_deref() {
+                None | Some("combined") => LogFormat::Combined,
+                Some("json") => LogFormat::Json,
+                Some(other) => bail!(
+                    "config key `access_log_format`: `{other}` is not one of `combined`, `json`"
+                ),
+            },
         })
     }
 
