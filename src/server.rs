@@ -14,6 +14,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::cache::Store;
 use crate::config::Config;
 use crate::conn::ConnConfig;
+use crate::metrics::{admin, Metrics, SnapshotInfo};
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 
@@ -38,7 +39,11 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 
 /// Run the server until a shutdown signal has been handled.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    let store = Store::open(config.build_options()).context("building the initial snapshot")?;
+    let store =
+        Arc::new(Store::open(config.build_options()).context("building the initial snapshot")?);
+    let metrics = Metrics::new(&config.cpus, config.metrics);
+    let admin_listener = admin::bind(config.admin)
+        .with_context(|| format!("binding the admin address {}", config.admin))?;
     let shared = Arc::new(Shared {
         snapshot: store.shared(),
         draining: AtomicBool::new(false),
@@ -79,6 +84,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             waker,
             shared: Arc::clone(&shared),
             conn_cfg: conn_cfg.clone(),
+            metrics: Arc::clone(&metrics),
         };
         let shard_addrs = addrs.clone();
         let thread = std::thread::Builder::new()
@@ -97,6 +103,15 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     for addr in &addrs {
         tracing::info!(shards = threads.len(), "listening addr={addr}");
     }
+    {
+        let metrics = Arc::clone(&metrics);
+        let store = Arc::clone(&store);
+        let source: admin::SnapshotSource = Box::new(move || snapshot_info(&store));
+        std::thread::Builder::new()
+            .name("admin".into())
+            .spawn(move || admin::serve(admin_listener, metrics, source))
+            .context("spawning the admin thread")?;
+    }
 
     for signal in signals.forever() {
         match signal {
@@ -110,6 +125,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             }
             _ => {
                 tracing::info!(signal, "shutting down");
+                metrics.draining.store(true, Ordering::Release);
                 shared.draining.store(true, Ordering::Release);
                 for waker in &wakers {
                     let _ = waker.notify();
@@ -123,4 +139,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Snapshot figures for the metrics endpoint.
+fn snapshot_info(store: &Store) -> SnapshotInfo {
+    let snapshot = store.load();
+    SnapshotInfo {
+        generation: snapshot.generation,
+        files: snapshot.stats.files,
+        bytes: vec![(
+            "identity",
+            snapshot.stats.mem_bytes + snapshot.stats.file_bytes,
+        )],
+        rebuilds_ok: 0,
+        rebuilds_failed: 0,
+    }
 }

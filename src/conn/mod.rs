@@ -293,8 +293,10 @@ impl Conn {
     /// Everything queued has been handed to the kernel.
     fn flushed(&mut self, env: &mut ShardEnv<'_>) {
         if self.unflushed > 0 {
-            let secs = self.answered_at.elapsed().as_secs_f64();
-            env.counters.durations(self.unflushed, secs);
+            if env.counters.enabled {
+                let secs = self.answered_at.elapsed().as_secs_f64();
+                env.counters.durations(self.unflushed, secs);
+            }
             self.unflushed = 0;
         }
         if self.reading == Reading::Idle {

@@ -32,6 +32,28 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in declaration order (`Status::X as usize` indexes it).
+    pub const ALL: [Status; Status::VersionNotSupported as usize + 1] = [
+        Status::Ok,
+        Status::NoContent,
+        Status::PartialContent,
+        Status::MovedPermanently,
+        Status::NotModified,
+        Status::BadRequest,
+        Status::Forbidden,
+        Status::NotFound,
+        Status::MethodNotAllowed,
+        Status::RequestTimeout,
+        Status::PreconditionFailed,
+        Status::PayloadTooLarge,
+        Status::UriTooLong,
+        Status::RangeNotSatisfiable,
+        Status::HeaderFieldsTooLarge,
+        Status::InternalServerError,
+        Status::ServiceUnavailable,
+        Status::VersionNotSupported,
+    ];
+
     pub fn code(self) -> u16 {
         match self {
             Status::Ok => 200,

@@ -5,7 +5,7 @@
 use crate::http::Status;
 
 /// Number of distinct [`Status`] values.
-pub const STATUSES: usize = Status::VersionNotSupported as usize + 1;
+pub const STATUSES: usize = Status::ALL.len();
 
 /// Why a connection ended; the `reason` label of
 /// `shardhttpd_connections_closed_total`.
@@ -60,6 +60,8 @@ pub const DURATION_BUCKETS: [f64; 14] = [
 /// it already exported and adds the difference.
 #[derive(Debug, Clone)]
 pub struct ShardCounters {
+    /// Metrics switched off: count nothing, so the cost can be measured.
+    pub enabled: bool,
     pub requests: [u64; STATUSES],
     pub response_bytes: u64,
     pub accepted: u64,
@@ -70,9 +72,10 @@ pub struct ShardCounters {
     pub duration_sum: f64,
 }
 
-impl Default for ShardCounters {
-    fn default() -> Self {
+impl ShardCounters {
+    pub fn new(enabled: bool) -> Self {
         ShardCounters {
+            enabled,
             requests: [0; STATUSES],
             response_bytes: 0,
             accepted: 0,
@@ -82,11 +85,12 @@ impl Default for ShardCounters {
             duration_sum: 0.0,
         }
     }
-}
 
-impl ShardCounters {
     #[inline]
     pub fn request(&mut self, status: Status, bytes: u64) {
+        if !self.enabled {
+            return;
+        }
         self.requests[status as usize] += 1;
         self.response_bytes += bytes;
     }
@@ -94,7 +98,7 @@ impl ShardCounters {
     /// `n` requests that took `secs` each from parse to hand-off.
     #[inline]
     pub fn durations(&mut self, n: u64, secs: f64) {
-        if n == 0 {
+        if n == 0 || !self.enabled {
             return;
         }
         let i = DURATION_BUCKETS.partition_point(|&b| b < secs);

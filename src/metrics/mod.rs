@@ -1,5 +1,319 @@
 //! Every metric the server exports, and the per-shard counters behind them.
+//!
+//! Shards count into plain [`ShardCounters`] they own and publish a copy into
+//! their own cache-line-aligned [`ShardSlot`] at most every
+//! [`PUBLISH_INTERVAL`]; a scrape reads the slots. So the request path never
+//! writes memory another core reads, and a scrape sees every request within
+//! one interval. The metric names are a contract with `dashboards/`; README
+//! documents them.
 
+pub mod admin;
 mod counters;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+use prometheus::{Encoder, Registry, TextEncoder};
+
 pub use counters::{CloseReason, ShardCounters, DURATION_BUCKETS, STATUSES};
+
+use crate::http::Status;
+
+/// How often a shard copies its counters into its slot. Bounds how stale a
+/// scrape can be: the exactness test waits this long (and then some).
+pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// One shard's published counters, alone on its cache lines.
+#[repr(align(128))]
+pub struct ShardSlot {
+    /// Shard index: the `core` label.
+    pub core: usize,
+    /// The CPU the shard is pinned to: the `cpu` label of `shard_info`.
+    pub cpu: usize,
+    /// The shard is in its event loop.
+    pub running: AtomicBool,
+    published: Mutex<ShardCounters>,
+}
+
+impl ShardSlot {
+    pub fn read(&self) -> ShardCounters {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Snapshot figures, read at scrape time from the cache store.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotInfo {
+    pub generation: u64,
+    pub files: u64,
+    /// Body bytes by encoding label (`identity`, `br`, `gzip`, `zstd`).
+    pub bytes: Vec<(&'static str, u64)>,
+    pub rebuilds_ok: u64,
+    pub rebuilds_failed: u64,
+}
+
+/// The process-wide metrics: shard slots plus a registry for everything
+/// that is not per shard (process collector, rebuild histogram, build info).
+pub struct Metrics {
+    pub enabled: bool,
+    pub slots: Vec<ShardSlot>,
+    registry: Registry,
+    pub started: Instant,
+    /// Set while shutting down: `/readyz` fails.
+    pub draining: AtomicBool,
+}
+
+impl Metrics {
+    /// `cpus[i]` is the CPU of shard `i`.
+    pub fn new(cpus: &[usize], enabled: bool) -> Arc<Metrics> {
+        let registry = Registry::new();
+        #[cfg(target_os = "linux")]
+        {
+            let pc = prometheus::process_collector::ProcessCollector::for_self();
+            registry
+                .register(Box::new(pc))
+                .expect("fresh registry accepts the process collector");
+        }
+        let info = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new("shardhttpd_build_info", "Build information; always 1."),
+            &["version"],
+        )
+        .expect("valid metric");
+        info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        registry
+            .register(Box::new(info))
+            .expect("fresh registry accepts build_info");
+        Arc::new(Metrics {
+            enabled,
+            slots: cpus
+                .iter()
+                .enumerate()
+                .map(|(core, &cpu)| ShardSlot {
+                    core,
+                    cpu,
+                    running: AtomicBool::new(false),
+                    published: Mutex::new(ShardCounters::new(enabled)),
+                })
+                .collect(),
+            registry,
+            started: Instant::now(),
+            draining: AtomicBool::new(false),
+        })
+    }
+
+    /// Register a collector owned elsewhere (e.g. the rebuild histogram).
+    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) {
+        if let Err(e) = self.registry.register(c) {
+            tracing::warn!(error = %e, "metric registration failed");
+        }
+    }
+
+    /// Called by shard `core` on its tick.
+    pub fn publish(&self, core: usize, counters: &ShardCounters) {
+        if let Some(slot) = self.slots.get(core) {
+            slot.published
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone_from(counters);
+        }
+    }
+
+    /// Every shard is in its loop and the server is not draining.
+    pub fn ready(&self) -> bool {
+        !self.draining.load(Ordering::Acquire)
+            && self.slots.iter().all(|s| s.running.load(Ordering::Acquire))
+    }
+
+    /// The text exposition format.
+    pub fn render(&self, snap: &SnapshotInfo) -> Vec<u8> {
+        let mut families = self.registry.gather();
+        families.extend(self.shard_families());
+        families.extend(snapshot_families(snap));
+        families.sort_by(|a, b| a.get_name().cmp(b.get_name()));
+        let mut out = Vec::with_capacity(16 * 1024);
+        if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+
+    fn shard_families(&self) -> Vec<MetricFamily> {
+        let shards: Vec<(String, String, ShardCounters)> = self
+            .slots
+            .iter()
+            .map(|s| (s.core.to_string(), s.cpu.to_string(), s.read()))
+            .collect();
+        let mut requests = family(
+            "shardhttpd_http_requests_total",
+            "HTTP responses sent, by shard and status code.",
+            MetricType::COUNTER,
+        );
+        let mut duration = family(
+            "shardhttpd_http_request_duration_seconds",
+            "Time from a request parsed to its response handed to the kernel.",
+            MetricType::HISTOGRAM,
+        );
+        let mut bytes = family(
+            "shardhttpd_http_response_bytes_total",
+            "Response body bytes queued for sending.",
+            MetricType::COUNTER,
+        );
+        let mut accepted = family(
+            "shardhttpd_connections_accepted_total",
+            "Connections accepted.",
+            MetricType::COUNTER,
+        );
+        let mut active = family(
+            "shardhttpd_connections_active",
+            "Connections open now.",
+            MetricType::GAUGE,
+        );
+        let mut closed = family(
+            "shardhttpd_connections_closed_total",
+            "Connections closed, by reason.",
+            MetricType::COUNTER,
+        );
+        let mut info = family(
+            "shardhttpd_shard_info",
+            "One series per shard: its core label and the CPU it is pinned to.",
+            MetricType::GAUGE,
+        );
+        for (core, cpu, c) in &shards {
+            for (i, &n) in c.requests.iter().enumerate() {
+                let status = Status::ALL[i];
+                // 200 always, so every shard has a series from the start.
+                if n > 0 || status == Status::Ok {
+                    let code = status.code().to_string();
+                    requests
+                        .mut_metric()
+                        .push(counter(&[("core", core), ("code", &code)], n as f64));
+                }
+            }
+            duration.mut_metric().push(histogram(&[("core", core)], c));
+            bytes
+                .mut_metric()
+                .push(counter(&[("core", core)], c.response_bytes as f64));
+            accepted
+                .mut_metric()
+                .push(counter(&[("core", core)], c.accepted as f64));
+            active
+                .mut_metric()
+                .push(gauge(&[("core", core)], c.active as f64));
+            for reason in CloseReason::ALL {
+                closed.mut_metric().push(counter(
+                    &[("core", core), ("reason", reason.label())],
+                    c.closed[reason as usize] as f64,
+                ));
+            }
+            info.mut_metric()
+                .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
+        }
+        vec![requests, duration, bytes, accepted, active, closed, info]
+    }
+}
+
+fn snapshot_families(snap: &SnapshotInfo) -> Vec<MetricFamily> {
+    let mut generation = family(
+        "shardhttpd_snapshot_generation",
+        "Generation of the snapshot being served; grows by one per swap.",
+        MetricType::GAUGE,
+    );
+    generation
+        .mut_metric()
+        .push(gauge(&[], snap.generation as f64));
+    let mut files = family(
+        "shardhttpd_snapshot_files",
+        "Files in the snapshot being served.",
+        MetricType::GAUGE,
+    );
+    files.mut_metric().push(gauge(&[], snap.files as f64));
+    let mut bytes = family(
+        "shardhttpd_snapshot_bytes",
+        "Body bytes in the snapshot, by encoding.",
+        MetricType::GAUGE,
+    );
+    for (encoding, n) in &snap.bytes {
+        bytes
+            .mut_metric()
+            .push(gauge(&[("encoding", encoding)], *n as f64));
+    }
+    let mut rebuilds = family(
+        "shardhttpd_snapshot_rebuilds_total",
+        "Snapshot rebuilds, by result.",
+        MetricType::COUNTER,
+    );
+    rebuilds
+        .mut_metric()
+        .push(counter(&[("result", "success")], snap.rebuilds_ok as f64));
+    rebuilds.mut_metric().push(counter(
+        &[("result", "failure")],
+        snap.rebuilds_failed as f64,
+    ));
+    vec![generation, files, bytes, rebuilds]
+}
+
+fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_owned());
+    f.set_help(help.to_owned());
+    f.set_field_type(kind);
+    f
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let mut l = LabelPair::default();
+            l.set_name((*k).to_owned());
+            l.set_value((*v).to_owned());
+            l
+        })
+        .collect()
+}
+
+fn counter(pairs: &[(&str, &str)], v: f64) -> Metric {
+    let mut m = Metric::default();
+    m.set_label(labels(pairs));
+    let mut c = Counter::default();
+    c.set_value(v);
+    m.set_counter(c);
+    m
+}
+
+fn gauge(pairs: &[(&str, &str)], v: f64) -> Metric {
+    let mut m = Metric::default();
+    m.set_label(labels(pairs));
+    let mut g = Gauge::default();
+    g.set_value(v);
+    m.set_gauge(g);
+    m
+}
+
+fn histogram(pairs: &[(&str, &str)], c: &ShardCounters) -> Metric {
+    let mut m = Metric::default();
+    m.set_label(labels(pairs));
+    let mut h = Histogram::default();
+    let mut cumulative = 0;
+    let mut buckets = Vec::with_capacity(DURATION_BUCKETS.len());
+    for (i, &bound) in DURATION_BUCKETS.iter().enumerate() {
+        cumulative += c.duration_buckets[i];
+        let mut b = Bucket::default();
+        b.set_upper_bound(bound);
+        b.set_cumulative_count(cumulative);
+        buckets.push(b);
+    }
+    cumulative += c.duration_buckets[DURATION_BUCKETS.len()];
+    h.set_bucket(buckets);
+    h.set_sample_count(cumulative);
+    h.set_sample_sum(c.duration_sum);
+    m.set_histogram(h);
+    m
+}

@@ -18,7 +18,7 @@ use crate::cache::Snapshot;
 use crate::conn::respond::Scratch;
 use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step};
 use crate::http::date::DateCache;
-use crate::metrics::{CloseReason, ShardCounters};
+use crate::metrics::{CloseReason, Metrics, ShardCounters, PUBLISH_INTERVAL};
 use crate::sys::{self, Epoll, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use slab::Slab;
 use timer::Wheel;
@@ -53,6 +53,7 @@ pub struct ShardSpec {
     pub waker: Arc<EventFd>,
     pub shared: Arc<Shared>,
     pub conn_cfg: ConnConfig,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Run a shard until it has drained after shutdown.
@@ -84,6 +85,8 @@ struct Shard {
     scratch: Scratch,
     pool: BufPool,
     counters: ShardCounters,
+    metrics: Arc<Metrics>,
+    next_publish: Instant,
     draining: Option<Instant>,
 }
 
@@ -109,12 +112,25 @@ impl Shard {
             cfg: spec.conn_cfg,
             scratch: Scratch::default(),
             pool: BufPool::default(),
-            counters: ShardCounters::default(),
+            counters: ShardCounters::new(spec.metrics.enabled),
+            metrics: spec.metrics,
+            next_publish: now,
             draining: None,
         })
     }
 
     fn run(&mut self) -> io::Result<()> {
+        let slot = &self.metrics.slots[self.index];
+        slot.running.store(true, Ordering::Release);
+        let result = self.event_loop();
+        self.metrics.publish(self.index, &self.counters);
+        self.metrics.slots[self.index]
+            .running
+            .store(false, Ordering::Release);
+        result
+    }
+
+    fn event_loop(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(EVENTS);
         let mut expired = Vec::new();
         loop {
@@ -122,7 +138,10 @@ impl Shard {
             let timeout = if self.accept_pending.iter().any(|&p| p) {
                 Duration::ZERO
             } else {
-                self.wheel.until_next(now).min(MAX_SLEEP)
+                self.wheel
+                    .until_next(now)
+                    .min(self.next_publish.saturating_duration_since(now))
+                    .min(MAX_SLEEP)
             };
             self.epoll.wait(&mut events, Some(timeout))?;
             let now = Instant::now();
@@ -145,6 +164,10 @@ impl Shard {
             self.wheel.expire(now, &mut expired);
             for &token in &expired {
                 self.on_timer(token, now);
+            }
+            if now >= self.next_publish {
+                self.metrics.publish(self.index, &self.counters);
+                self.next_publish = now + PUBLISH_INTERVAL;
             }
             if let Some(deadline) = self.draining {
                 if self.conns.is_empty() {
