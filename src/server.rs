@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use signal_hook::iterator::Signals;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::cache::Store;
 use crate::config::Config;
 use crate::conn::ConnConfig;
+use crate::metrics::access_log::AccessLog;
 use crate::metrics::{admin, Metrics, SnapshotInfo};
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
@@ -51,7 +52,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     });
     // Register before any shard runs, so an early signal is not lost.
     let mut signals =
-        Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing signal handlers")?;
+        Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1]).context("installing signal handlers")?;
 
     // Bind every socket before starting any shard, so an address in use is a
     // start-up error. Port 0: the first shard's socket picks the port and the
@@ -71,6 +72,13 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         per_shard.push(listeners);
     }
 
+    let access_log = match &config.access_log {
+        Some(path) => Some(
+            AccessLog::open(path, config.access_log_format)
+                .with_context(|| format!("opening access log {}", path.display()))?,
+        ),
+        None => None,
+    };
     let conn_cfg = ConnConfig::new(&config);
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
@@ -85,6 +93,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             shared: Arc::clone(&shared),
             conn_cfg: conn_cfg.clone(),
             metrics: Arc::clone(&metrics),
+            access_log: access_log.as_ref().map(AccessLog::for_shard),
         };
         let shard_addrs = addrs.clone();
         let thread = std::thread::Builder::new()
@@ -115,6 +124,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
     for signal in signals.forever() {
         match signal {
+            SIGUSR1 => {
+                if let Some(log) = &access_log {
+                    log.reopen();
+                }
+            }
             SIGHUP => {
                 if let Err(e) = store.rebuild() {
                     tracing::error!(

@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::http::date::DateCache;
 use crate::http::request::{self, Limits, Version};
 use crate::http::Status;
+use crate::metrics::access_log::ShardLog;
 use crate::metrics::{CloseReason, ShardCounters};
 use crate::sys::{EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use output::Output;
@@ -88,6 +89,7 @@ pub struct ShardEnv<'a> {
     pub scratch: &'a mut Scratch,
     pub pool: &'a mut BufPool,
     pub counters: &'a mut ShardCounters,
+    pub log: Option<&'a mut ShardLog>,
     pub now: Instant,
     /// The server is shutting down: answer what is in flight, then close.
     pub draining: bool,
@@ -225,6 +227,9 @@ impl Conn {
                     false,
                 );
                 env.counters.request(status, bytes);
+                if let Some(log) = env.log.as_deref_mut() {
+                    log.line(env.date.secs(), self.peer, None, status, bytes);
+                }
                 // Best effort: the client has been silent, don't wait for it.
                 let _ = self.out.flush(&self.stream);
                 Step::Close(CloseReason::HeaderTimeout)
@@ -438,6 +443,9 @@ impl Conn {
                     false,
                 );
                 env.counters.request(status, bytes);
+                if let Some(log) = env.log.as_deref_mut() {
+                    log.line(env.date.secs(), self.peer, None, status, bytes);
+                }
                 self.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -466,6 +474,9 @@ impl Conn {
                 false,
             );
             env.counters.request(status, bytes);
+            if let Some(log) = env.log.as_deref_mut() {
+                log.line(env.date.secs(), self.peer, Some(&req), status, bytes);
+            }
             self.queued(env.now);
             self.rstart += head_len;
             self.reading = Reading::Done(CloseReason::Error);
@@ -473,6 +484,9 @@ impl Conn {
         }
         let (status, bytes) = respond::respond(&req, &mut renv, persist, &mut self.out);
         env.counters.request(status, bytes);
+        if let Some(log) = env.log.as_deref_mut() {
+            log.line(env.date.secs(), self.peer, Some(&req), status, bytes);
+        }
         self.queued(env.now);
         self.rstart += head_len;
         if persist == Persist::Close {

@@ -160,6 +160,7 @@ mod tests {
     fn request(c: &Conds) -> Request<'static> {
         Request {
             method: Method::Get,
+            method_name: "GET",
             target: b"/",
             version: Version::Http11,
             head_len: 0,
@@ -174,6 +175,8 @@ mod tests {
             if_range: None,
             range: None,
             accept_encoding: None,
+            referer: None,
+            user_agent: None,
         }
     }
 

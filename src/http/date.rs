@@ -34,6 +34,11 @@ impl DateCache {
         self.line[35..].copy_from_slice(b"\r\n");
     }
 
+    /// The second currently rendered, as Unix seconds.
+    pub fn secs(&self) -> u64 {
+        self.secs
+    }
+
     /// The whole header line, CRLF included.
     pub fn line(&self) -> &[u8] {
         &self.line

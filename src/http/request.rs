@@ -47,6 +47,8 @@ pub enum Version {
 #[derive(Debug, Clone)]
 pub struct Request<'b> {
     pub method: Method,
+    /// The method as sent, for the access log.
+    pub method_name: &'b str,
     /// The raw request target, e.g. `/a%20b?x=1`, `*`, or `http://h/p`.
     pub target: &'b [u8],
     pub version: Version,
@@ -66,6 +68,9 @@ pub struct Request<'b> {
     pub if_range: Option<&'b [u8]>,
     pub range: Option<&'b [u8]>,
     pub accept_encoding: Option<&'b [u8]>,
+    /// For the access log.
+    pub referer: Option<&'b [u8]>,
+    pub user_agent: Option<&'b [u8]>,
 }
 
 /// Why a head was rejected. Every variant closes the connection: once the
@@ -171,7 +176,8 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
     if target.len() > limits.max_uri {
         return Err(ParseError::UriTooLong);
     }
-    let method = match req.method.ok_or(ParseError::Malformed)? {
+    let method_name = req.method.ok_or(ParseError::Malformed)?;
+    let method = match method_name {
         "GET" => Method::Get,
         "HEAD" => Method::Head,
         "OPTIONS" => Method::Options,
@@ -185,6 +191,7 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
 
     let mut out = Request {
         method,
+        method_name,
         target,
         version,
         head_len,
@@ -199,6 +206,8 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
         if_range: None,
         range: None,
         accept_encoding: None,
+        referer: None,
+        user_agent: None,
     };
     let mut content_length: Option<u64> = None;
     let mut transfer_encoding = false;
@@ -244,6 +253,8 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
             Field::IfRange => first(&mut out.if_range, value),
             Field::Range => first(&mut out.range, value),
             Field::AcceptEncoding => first(&mut out.accept_encoding, value),
+            Field::Referer => first(&mut out.referer, value),
+            Field::UserAgent => first(&mut out.user_agent, value),
             Field::Other => {}
         }
     }
@@ -279,12 +290,14 @@ enum Field {
     IfRange,
     Range,
     AcceptEncoding,
+    Referer,
+    UserAgent,
     Other,
 }
 
 impl Field {
     fn from_name(name: &str) -> Field {
-        const FIELDS: [(&str, Field); 11] = [
+        const FIELDS: [(&str, Field); 13] = [
             ("host", Field::Host),
             ("connection", Field::Connection),
             ("content-length", Field::ContentLength),
@@ -296,6 +309,8 @@ impl Field {
             ("if-range", Field::IfRange),
             ("range", Field::Range),
             ("accept-encoding", Field::AcceptEncoding),
+            ("referer", Field::Referer),
+            ("user-agent", Field::UserAgent),
         ];
         FIELDS
             .iter()

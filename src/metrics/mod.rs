@@ -7,6 +7,7 @@
 //! one interval. The metric names are a contract with `dashboards/`; README
 //! documents them.
 
+pub mod access_log;
 pub mod admin;
 mod counters;
 

@@ -18,6 +18,7 @@ use crate::cache::Snapshot;
 use crate::conn::respond::Scratch;
 use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step};
 use crate::http::date::DateCache;
+use crate::metrics::access_log::ShardLog;
 use crate::metrics::{CloseReason, Metrics, ShardCounters, PUBLISH_INTERVAL};
 use crate::sys::{self, Epoll, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use slab::Slab;
@@ -54,6 +55,7 @@ pub struct ShardSpec {
     pub shared: Arc<Shared>,
     pub conn_cfg: ConnConfig,
     pub metrics: Arc<Metrics>,
+    pub access_log: Option<ShardLog>,
 }
 
 /// Run a shard until it has drained after shutdown.
@@ -86,6 +88,7 @@ struct Shard {
     pool: BufPool,
     counters: ShardCounters,
     metrics: Arc<Metrics>,
+    log: Option<ShardLog>,
     next_publish: Instant,
     draining: Option<Instant>,
 }
@@ -114,6 +117,7 @@ impl Shard {
             pool: BufPool::default(),
             counters: ShardCounters::new(spec.metrics.enabled),
             metrics: spec.metrics,
+            log: spec.access_log,
             next_publish: now,
             draining: None,
         })
@@ -124,6 +128,9 @@ impl Shard {
         slot.running.store(true, Ordering::Release);
         let result = self.event_loop();
         self.metrics.publish(self.index, &self.counters);
+        if let Some(log) = &mut self.log {
+            log.flush();
+        }
         self.metrics.slots[self.index]
             .running
             .store(false, Ordering::Release);
@@ -167,6 +174,9 @@ impl Shard {
             }
             if now >= self.next_publish {
                 self.metrics.publish(self.index, &self.counters);
+                if let Some(log) = &mut self.log {
+                    log.flush();
+                }
                 self.next_publish = now + PUBLISH_INTERVAL;
             }
             if let Some(deadline) = self.draining {
@@ -290,6 +300,7 @@ impl Shard {
             scratch: &mut self.scratch,
             pool: &mut self.pool,
             counters: &mut self.counters,
+            log: self.log.as_mut(),
             now,
             draining: self.draining.is_some(),
         };
