@@ -1,6 +1,7 @@
 //! Settings: CLI flags and a TOML file name the same settings (flags win),
 //! validated once into a [`Config`] that nothing downstream second-guesses.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,6 +37,12 @@ pub const DEFAULT_SENDFILE_THRESHOLD: u64 = 1024 * 1024;
 /// Memory for bodies held in the snapshot.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 pub const DEFAULT_SERVER_HEADER: &str = "shardhttpd";
+/// Quiet time after a change under the root before the snapshot is rebuilt:
+/// long enough to batch a deploy's burst of events, short enough to show
+/// changes well within a second.
+pub const DEFAULT_WATCH_DEBOUNCE_MS: u64 = 50;
+/// Rescan period without inotify, and retry period after a failed rebuild.
+pub const DEFAULT_RESCAN_INTERVAL_S: f64 = 2.0;
 
 /// Every setting, as given by flags or by the file; `None` means "not given".
 /// Flag names are the kebab-case of the TOML keys.
@@ -120,6 +127,82 @@ pub struct Settings {
     /// Access log format: `combined` or `json`.
     #[arg(long, value_name = "FORMAT")]
     pub access_log_format: Option<String>,
+    /// Rebuild the snapshot when files under the root change (on by default).
+    #[arg(long, value_name = "BOOL")]
+    pub watch: Option<bool>,
+    /// Milliseconds without changes before a rebuild starts.
+    #[arg(long, value_name = "MS")]
+    pub watch_debounce_ms: Option<u64>,
+    /// Seconds between rescans when inotify is unavailable, and before
+    /// retrying a failed rebuild.
+    #[arg(long, value_name = "SECS")]
+    pub rescan_interval: Option<f64>,
+    /// Build brotli, zstd and gzip variants of compressible files (on by default).
+    #[arg(long, value_name = "BOOL")]
+    pub compress: Option<bool>,
+    /// Smallest file that is compressed, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub compress_min_bytes: Option<u64>,
+    /// brotli quality, 0-11.
+    #[arg(long, value_name = "N")]
+    pub brotli_level: Option<u32>,
+    /// gzip level, 1-9.
+    #[arg(long, value_name = "N")]
+    pub gzip_level: Option<u32>,
+    /// zstd level, 1-22.
+    #[arg(long, value_name = "N")]
+    pub zstd_level: Option<i32>,
+    /// `Cache-Control` by URL glob (config file only): a table
+    /// `{ "*.html" = "no-cache" }` (longest glob wins) or an array of
+    /// `{ glob, value }` tables (first match wins).
+    #[arg(skip)]
+    pub cache_control: Option<CacheControlRules>,
+    /// `Cache-Control` for files no rule matches; none when not given.
+    #[arg(long, value_name = "VALUE")]
+    pub cache_control_default: Option<String>,
+    /// Error status → page relative to the root (config file only), e.g.
+    /// `{ 404 = "404.html" }`. Default: `404.html` when the root has one.
+    #[arg(skip)]
+    pub error_pages: Option<BTreeMap<String, String>>,
+    /// Serve `/index.html` (200) for unknown paths without an extension.
+    #[arg(long, value_name = "BOOL")]
+    pub spa_fallback: Option<bool>,
+}
+
+/// The two spellings of the `cache_control` key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum CacheControlRules {
+    /// `[[cache_control]]` tables: tried in file order.
+    Ordered(Vec<CacheControlRule>),
+    /// `[cache_control]` glob = value: a TOML table has no order, so the
+    /// longest glob is tried first (ties in byte order).
+    Map(BTreeMap<String, String>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheControlRule {
+    pub glob: String,
+    pub value: String,
+}
+
+impl CacheControlRules {
+    /// The rules in precedence order.
+    pub fn ordered(&self) -> Vec<(String, String)> {
+        match self {
+            CacheControlRules::Ordered(rules) => rules
+                .iter()
+                .map(|r| (r.glob.clone(), r.value.clone()))
+                .collect(),
+            CacheControlRules::Map(map) => {
+                let mut rules: Vec<(String, String)> =
+                    map.iter().map(|(g, v)| (g.clone(), v.clone())).collect();
+                rules.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+                rules
+            }
+        }
+    }
 }
 
 /// Field-by-field "flag if given, else file".
@@ -143,6 +226,9 @@ impl Settings {
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, sendfile_threshold, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
+            watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
+            brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
+            error_pages, spa_fallback,
         )
     }
 
@@ -180,6 +266,16 @@ pub struct Config {
     pub metrics: bool,
     pub access_log: Option<PathBuf>,
     pub access_log_format: LogFormat,
+    /// Rebuild on changes under the root (inotify, else rescans).
+    pub watch: bool,
+    pub watch_debounce: Duration,
+    pub rescan_interval: Duration,
+    /// `None`: no variants are built (sidecars are still used).
+    pub compress: Option<crate::cache::CompressOptions>,
+    pub cache_control: crate::cache::CacheControl,
+    /// Status code → page path relative to the root, `/`-separated.
+    pub error_pages: Vec<(u16, String)>,
+    pub spa_fallback: bool,
 }
 
 /// Access log line format.
@@ -204,6 +300,7 @@ impl Config {
     /// Validate settings; every error names the key. `allowed` is the
     /// process's CPU affinity mask.
     pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
+        let compress = compress_options(&s)?;
         let root = s.root.unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
         if !root.is_dir() {
             bail!("config key `root`: {} is not a directory", root.display());
@@ -249,6 +346,19 @@ impl Config {
         if max_ranges == 0 {
             bail!("config key `max_ranges`: must be at least 1");
         }
+        let watch_debounce_ms = s.watch_debounce_ms.unwrap_or(DEFAULT_WATCH_DEBOUNCE_MS);
+        if !(1..=10_000).contains(&watch_debounce_ms) {
+            bail!("config key `watch_debounce_ms`: must be between 1 and 10000");
+        }
+        let rules = s
+            .cache_control
+            .as_ref()
+            .map(CacheControlRules::ordered)
+            .unwrap_or_default();
+        let cache_control =
+            crate::cache::CacheControl::new(&rules, s.cache_control_default.clone())
+                .map_err(|e| anyhow::anyhow!("config key `cache_control`: {e}"))?;
+        let error_pages = error_pages(s.error_pages.as_ref())?;
         Ok(Config {
             root,
             listen,
@@ -286,6 +396,17 @@ impl Config {
                     "config key `access_log_format`: `{other}` is not one of `combined`, `json`"
                 ),
             },
+            watch: s.watch.unwrap_or(true),
+            watch_debounce: Duration::from_millis(watch_debounce_ms),
+            rescan_interval: seconds(
+                "rescan_interval",
+                s.rescan_interval,
+                DEFAULT_RESCAN_INTERVAL_S,
+            )?,
+            compress,
+            cache_control,
+            error_pages,
+            spa_fallback: s.spa_fallback.unwrap_or(false),
         })
     }
 
@@ -296,8 +417,60 @@ impl Config {
             sendfile_threshold: self.sendfile_threshold,
             server_line: self.server_line.clone(),
             serve_dotfiles: self.serve_dotfiles,
+            compress: self.compress,
+            cache_control: self.cache_control.clone(),
+            error_pages: self.error_pages.clone(),
+            spa_fallback: self.spa_fallback,
         }
     }
+
+    pub fn watch_options(&self) -> crate::cache::watch::WatchOptions {
+        crate::cache::watch::WatchOptions {
+            debounce: self.watch_debounce,
+            rescan_interval: self.rescan_interval,
+        }
+    }
+}
+
+/// `compress*` and the three levels, range-checked.
+fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::CompressOptions>> {
+    let d = crate::cache::CompressOptions::default();
+    let opts = crate::cache::CompressOptions {
+        min_bytes: s.compress_min_bytes.unwrap_or(d.min_bytes),
+        brotli_level: s.brotli_level.unwrap_or(d.brotli_level),
+        gzip_level: s.gzip_level.unwrap_or(d.gzip_level),
+        zstd_level: s.zstd_level.unwrap_or(d.zstd_level),
+    };
+    if opts.brotli_level > 11 {
+        bail!("config key `brotli_level`: must be between 0 and 11");
+    }
+    if !(1..=9).contains(&opts.gzip_level) {
+        bail!("config key `gzip_level`: must be between 1 and 9");
+    }
+    if !(1..=22).contains(&opts.zstd_level) {
+        bail!("config key `zstd_level`: must be between 1 and 22");
+    }
+    Ok(s.compress.unwrap_or(true).then_some(opts))
+}
+
+/// `error_pages`: 4xx/5xx codes to relative paths that stay inside the root.
+fn error_pages(pages: Option<&BTreeMap<String, String>>) -> anyhow::Result<Vec<(u16, String)>> {
+    let mut out = Vec::new();
+    for (code, page) in pages.into_iter().flatten() {
+        let n: u16 = code
+            .parse()
+            .ok()
+            .filter(|n| (400..=599).contains(n))
+            .with_context(|| {
+                format!("config key `error_pages`: `{code}` is not a 4xx or 5xx status")
+            })?;
+        let rel = page.trim_start_matches('/');
+        if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") || rel.contains('\\') {
+            bail!("config key `error_pages`: `{page}` must be a file path relative to the root");
+        }
+        out.push((n, rel.to_owned()));
+    }
+    Ok(out)
 }
 
 fn seconds(key: &str, value: Option<f64>, default: f64) -> anyhow::Result<Duration> {
@@ -397,6 +570,106 @@ mod tests {
     fn unknown_key_is_named() {
         let err = toml::from_str::<Settings>("bogus_key = 1").unwrap_err();
         assert!(err.to_string().contains("bogus_key"), "{err}");
+    }
+
+    #[test]
+    fn cache_control_both_spellings() {
+        let map: Settings = toml::from_str(
+            "[cache_control]\n\"*.html\" = \"no-cache\"\n\"assets/**\" = \"immutable\"\n",
+        )
+        .unwrap();
+        let rules = map.cache_control.unwrap().ordered();
+        assert_eq!(rules[0].0, "assets/**");
+        assert_eq!(rules[1].0, "*.html");
+        let list: Settings = toml::from_str(
+            "[[cache_control]]\nglob = \"*.html\"\nvalue = \"no-cache\"\n\
+             [[cache_control]]\nglob = \"assets/**\"\nvalue = \"immutable\"\n",
+        )
+        .unwrap();
+        let rules = list.cache_control.unwrap().ordered();
+        assert_eq!(rules[0].0, "*.html");
+    }
+
+    #[test]
+    fn live_content_keys_are_validated() {
+        let base = || Settings {
+            root: Some(PathBuf::from(".")),
+            ..Settings::default()
+        };
+        let c = Config::validate(base(), &[0]).unwrap();
+        assert!(c.watch && !c.spa_fallback);
+        assert_eq!(c.watch_debounce, Duration::from_millis(50));
+        assert_eq!(c.compress, Some(crate::cache::CompressOptions::default()));
+        let bad: &[(&str, Settings)] = &[
+            (
+                "brotli_level",
+                Settings {
+                    brotli_level: Some(12),
+                    ..base()
+                },
+            ),
+            (
+                "gzip_level",
+                Settings {
+                    gzip_level: Some(0),
+                    ..base()
+                },
+            ),
+            (
+                "zstd_level",
+                Settings {
+                    zstd_level: Some(23),
+                    ..base()
+                },
+            ),
+            (
+                "watch_debounce_ms",
+                Settings {
+                    watch_debounce_ms: Some(0),
+                    ..base()
+                },
+            ),
+            (
+                "rescan_interval",
+                Settings {
+                    rescan_interval: Some(0.0),
+                    ..base()
+                },
+            ),
+            (
+                "cache_control",
+                Settings {
+                    cache_control_default: Some("a\r\nb".into()),
+                    ..base()
+                },
+            ),
+        ];
+        for (key, s) in bad {
+            let err = Config::validate(s.clone(), &[0]).unwrap_err();
+            assert!(format!("{err:#}").contains(key), "{key}: {err:#}");
+        }
+        let pages: Settings =
+            toml::from_str("error_pages = { 404 = \"errors/404.html\" }").unwrap();
+        let c = Config::validate(
+            Settings {
+                root: Some(PathBuf::from(".")),
+                ..pages
+            },
+            &[0],
+        )
+        .unwrap();
+        assert_eq!(c.error_pages, vec![(404, "errors/404.html".to_owned())]);
+        for bad in [
+            "error_pages = { 200 = \"a.html\" }",
+            "error_pages = { 404 = \"../x.html\" }",
+        ] {
+            let s: Settings = toml::from_str(bad).unwrap();
+            let s = Settings {
+                root: Some(PathBuf::from(".")),
+                ..s
+            };
+            assert!(Config::validate(s, &[0]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,26 +1,38 @@
 //! Walking the document root into a [`Snapshot`].
 //!
-//! The walk decides, once per build, what every path means (file, directory
-//! needing a slash, forbidden) and renders each file's 200 head, so the hot
-//! path never touches the filesystem except through `sendfile` on an fd opened
-//! here. Reading and hashing one file is kept separate from the walk
-//! ([`load_file`], [`render_entry`]) so an incremental rebuild can reuse it.
+//! A build runs in three passes:
+//! 1. the **walk** decides, once per build, what every path means (file,
+//!    directory needing a slash, forbidden) and stats every file;
+//! 2. the **load** reads, hashes and compresses the files the previous
+//!    snapshot does not already hold unchanged (same [`Source`]), spread over
+//!    a scoped thread pool;
+//! 3. **assembly** renders every entry's heads and lays the bodies out in a
+//!    fresh arena, copying reused bodies from the old one.
+//!
+//! The hot path never touches the filesystem except through `sendfile` on an
+//! fd opened here.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::fmt;
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
 
+use super::compress;
 use super::{
     Body, BuildOptions, Entry, FileStamp, LargeFile, Repr, Resource, Snapshot, SnapshotStats,
+    Source, SIDECARS,
 };
+use crate::http::accept::Coding;
 
 /// How many times a file is read in total when its stamp keeps changing under
 /// the read (it is being written). After the last attempt the last read is used.
@@ -42,14 +54,51 @@ const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
 /// `(st_dev, st_ino)`: a directory's identity, for loop detection.
 type DirId = (u64, u64);
 
-/// Walk `opts.root` and build generation `generation`.
-///
-/// Fails only when the root itself cannot be read (or the arena cannot be
-/// allocated); trouble with a single file or directory below it is logged and
-/// that path is left out (404), or marked [`Resource::Forbidden`] when the
-/// kernel says EACCES/EPERM. Symlinks are followed only to targets inside the
-/// canonical root.
+/// What a build produced.
+pub enum Built {
+    New(Snapshot),
+    /// Every path means what it meant in the previous snapshot and every file
+    /// is unchanged: nothing to swap.
+    Unchanged,
+}
+
+/// A path listed by its directory vanished before it could be read: the tree
+/// is changing under the walk, and a snapshot missing it would be a mix of two
+/// states. The build fails; the change that removed it triggers another.
+#[derive(Debug)]
+pub struct TreeChanged(pub PathBuf);
+
+impl fmt::Display for TreeChanged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} vanished during the walk", self.0.display())
+    }
+}
+
+impl std::error::Error for TreeChanged {}
+
+/// Walk `opts.root` and build generation `generation` from scratch.
 pub fn build(opts: &BuildOptions, generation: u64) -> anyhow::Result<Snapshot> {
+    match rebuild(opts, generation, None)? {
+        Built::New(snapshot) => Ok(snapshot),
+        Built::Unchanged => unreachable!("a build without a previous snapshot is always new"),
+    }
+}
+
+/// Walk `opts.root` and build generation `generation`, reusing the entries of
+/// `old` whose files are unchanged.
+///
+/// Fails when the root itself cannot be read, when a listed path vanishes
+/// mid-walk ([`TreeChanged`]), or when the arena cannot be allocated; other
+/// trouble with a single file or directory below it is logged and that path
+/// is left out (404), or marked [`Resource::Forbidden`] when the kernel says
+/// EACCES/EPERM. Symlinks are followed only to targets inside the canonical
+/// root, which is resolved again on every build (a symlinked root may have
+/// been switched).
+pub fn rebuild(
+    opts: &BuildOptions,
+    generation: u64,
+    old: Option<&Snapshot>,
+) -> anyhow::Result<Built> {
     let started = Instant::now();
     let root = fs::canonicalize(&opts.root)
         .with_context(|| format!("document root {}", opts.root.display()))?;
@@ -65,50 +114,68 @@ pub fn build(opts: &BuildOptions, generation: u64) -> anyhow::Result<Snapshot> {
     let children = read_dir_sorted(&root)
         .with_context(|| format!("reading document root {}", root.display()))?;
 
-    let mut builder = Builder::new(opts, root.clone());
+    let mut walk = Walk::new(opts, root.clone());
     let mut ancestors = vec![(root_meta.dev(), root_meta.ino())];
     let mut url = Vec::new();
-    builder.walk_children(children, &root, &mut url, &mut ancestors)?;
-    builder.insert_dir_slash(b"");
+    walk.walk_children(children, &root, &mut url, &mut ancestors)?;
+    walk.dirs.push(Box::default());
 
-    let snapshot = builder.finish(generation)?;
+    let plan = Plan::new(opts, &walk, old);
+    if let Some(old) = old {
+        if plan.is_unchanged(&walk, old) {
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "snapshot unchanged"
+            );
+            return Ok(Built::Unchanged);
+        }
+    }
+    let loaded = load_all(opts, &walk, &plan)?;
+    let snapshot = assemble(opts, walk, plan, loaded, old, generation)?;
     tracing::info!(
         generation,
         files = snapshot.stats.files,
+        reused = snapshot.stats.reused,
+        loaded = snapshot.stats.loaded,
         mem_bytes = snapshot.stats.mem_bytes,
         file_bytes = snapshot.stats.file_bytes,
+        encoded_bytes = snapshot.stats.encoded_bytes.iter().sum::<u64>(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "snapshot built"
     );
-    Ok(snapshot)
+    Ok(Built::New(snapshot))
 }
 
-/// The snapshot under construction.
-struct Builder<'a> {
+/// A regular file found by the walk.
+struct FileJob {
+    url: Box<[u8]>,
+    /// Canonical (symlink-free as of the walk) path.
+    path: PathBuf,
+    /// As the walk saw it.
+    stamp: FileStamp,
+}
+
+/// Pass 1: what the tree holds.
+struct Walk<'a> {
     opts: &'a BuildOptions,
     /// Canonical root; every path opened lies inside it (as of the check).
     root: PathBuf,
+    /// `Resource::File(i)` here indexes `files`, not yet the snapshot.
     index: HashMap<Box<[u8]>, Resource>,
-    entries: Vec<Entry>,
-    /// Small bodies, back to back; copied into the arena at the end. This
-    /// briefly doubles their memory, but sizes the arena exactly without a
-    /// second pass over files that may change in between.
-    staging: Vec<u8>,
-    stats: SnapshotStats,
-    /// Reused for every streamed file.
-    chunk: Vec<u8>,
+    files: Vec<FileJob>,
+    /// URLs of walked directories (`""` for the root); `url + "/"` is added
+    /// once it is known whether their `index.html` is servable.
+    dirs: Vec<Box<[u8]>>,
 }
 
-impl<'a> Builder<'a> {
+impl<'a> Walk<'a> {
     fn new(opts: &'a BuildOptions, root: PathBuf) -> Self {
-        Builder {
+        Walk {
             opts,
             root,
             index: HashMap::new(),
-            entries: Vec::new(),
-            staging: Vec::new(),
-            stats: SnapshotStats::default(),
-            chunk: Vec::new(),
+            files: Vec::new(),
+            dirs: Vec::new(),
         }
     }
 
@@ -156,6 +223,7 @@ impl<'a> Builder<'a> {
             let target = match fs::canonicalize(&path) {
                 Ok(target) => target,
                 Err(err) => {
+                    // A dangling link is a state of the tree, not a change.
                     tracing::warn!(path = %path.display(), %err, "skipping unresolvable symlink");
                     return Ok(());
                 }
@@ -166,6 +234,9 @@ impl<'a> Builder<'a> {
             }
             match fs::metadata(&target) {
                 Ok(meta) => (target, meta),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    return Err(TreeChanged(target).into())
+                }
                 Err(err) => {
                     tracing::warn!(path = %target.display(), %err, "skipping symlink target");
                     return Ok(());
@@ -174,8 +245,11 @@ impl<'a> Builder<'a> {
         } else {
             match fs::symlink_metadata(&path) {
                 Ok(meta) => (path, meta),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    return Err(TreeChanged(path).into())
+                }
                 Err(err) => {
-                    tracing::warn!(path = %path.display(), %err, "skipping vanished entry");
+                    tracing::warn!(path = %path.display(), %err, "skipping unreadable entry");
                     return Ok(());
                 }
             }
@@ -184,7 +258,16 @@ impl<'a> Builder<'a> {
         if meta.is_dir() {
             self.walk_dir(&path, &meta, url, ancestors)
         } else if meta.is_file() {
-            self.add_file(&path, url)
+            let idx = u32::try_from(self.files.len())
+                .context("more than u32::MAX files under the root")?;
+            self.files.push(FileJob {
+                url: url.as_slice().into(),
+                path,
+                stamp: FileStamp::of(&meta),
+            });
+            self.index
+                .insert(url.as_slice().into(), Resource::File(idx));
+            Ok(())
         } else {
             // FIFOs, sockets and devices are not documents; opening a FIFO
             // would even block the build.
@@ -214,121 +297,546 @@ impl<'a> Builder<'a> {
             Ok(children) => children,
             Err(err) if is_forbidden(&err) => {
                 // It exists, so name it (301, then 403) rather than 404.
-                self.insert(url, Resource::AddSlash);
+                self.index.insert(url.as_slice().into(), Resource::AddSlash);
                 url.push(b'/');
-                self.insert(url, Resource::Forbidden);
+                self.index
+                    .insert(url.as_slice().into(), Resource::Forbidden);
                 url.pop();
                 return Ok(());
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                return Err(TreeChanged(path.to_path_buf()).into())
             }
             Err(err) => {
                 tracing::warn!(path = %path.display(), %err, "skipping unreadable directory");
                 return Ok(());
             }
         };
-        self.insert(url, Resource::AddSlash);
+        self.index.insert(url.as_slice().into(), Resource::AddSlash);
         ancestors.push(id);
         let result = self.walk_children(children, path, url, ancestors);
         ancestors.pop();
         result?;
-        let dir_url = url.clone();
-        self.insert_dir_slash(&dir_url);
+        self.dirs.push(url.as_slice().into());
         Ok(())
     }
 
-    /// `dir_url + "/"` serves the directory's `index.html` when that was
-    /// servable, and is 403 otherwise (no listings).
-    fn insert_dir_slash(&mut self, dir_url: &[u8]) {
-        let mut key = dir_url.to_vec();
+    /// The walk stamps of `job`'s sidecars, in [`SIDECARS`] order, with their
+    /// indices in `files`.
+    fn sidecars(&self, job: &FileJob) -> [Option<(u32, FileStamp)>; 3] {
+        let mut key = Vec::with_capacity(job.url.len() + 4);
+        SIDECARS.map(|(_, suffix)| {
+            key.clear();
+            key.extend_from_slice(&job.url);
+            key.extend_from_slice(suffix.as_bytes());
+            match self.index.get(key.as_slice()) {
+                Some(Resource::File(j)) => Some((*j, self.files[*j as usize].stamp)),
+                _ => None,
+            }
+        })
+    }
+}
+
+/// Pass 1½: for each walked file, reuse the old entry or load it, and whether
+/// its identity body goes in memory. Decided in walk order so the memory
+/// budget is spent the same way on every build.
+struct Plan {
+    steps: Vec<Step>,
+    /// Arena bytes planned for identity bodies; variants get what is left.
+    identity_mem: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// The old snapshot's entry at this index is still accurate.
+    Reuse(u32),
+    Load {
+        in_mem: bool,
+    },
+}
+
+impl Plan {
+    fn new(opts: &BuildOptions, walk: &Walk<'_>, old: Option<&Snapshot>) -> Plan {
+        let mut identity_mem = 0u64;
+        let steps = walk
+            .files
+            .iter()
+            .map(|job| {
+                let size = job.stamp.size;
+                let in_mem = size < opts.sendfile_threshold
+                    && identity_mem.saturating_add(size) <= opts.cache_max_bytes;
+                if in_mem {
+                    identity_mem += size;
+                }
+                let source = Source {
+                    stamp: job.stamp,
+                    sidecars: walk.sidecars(job).map(|s| s.map(|(_, stamp)| stamp)),
+                };
+                let reusable = old.and_then(|old| match old.resolve(&job.url) {
+                    Some(Resource::File(i)) => {
+                        let entry = old.entry(i);
+                        let was_mem = matches!(entry.identity.body, Body::Mem { .. });
+                        (entry.source == source && was_mem == in_mem).then_some(i)
+                    }
+                    _ => None,
+                });
+                match reusable {
+                    Some(i) => Step::Reuse(i),
+                    None => Step::Load { in_mem },
+                }
+            })
+            .collect();
+        Plan {
+            steps,
+            identity_mem,
+        }
+    }
+
+    /// Every file reused from the same position and every path meaning the
+    /// same: the old snapshot is still exact.
+    fn is_unchanged(&self, walk: &Walk<'_>, old: &Snapshot) -> bool {
+        if self.steps.len() != old.len()
+            || !self
+                .steps
+                .iter()
+                .enumerate()
+                .all(|(i, s)| matches!(s, Step::Reuse(j) if *j as usize == i))
+        {
+            return false;
+        }
+        // With every entry at its old position, the walk's index is final
+        // once directory slashes are added.
+        let mut index = walk.index.clone();
+        add_dir_slashes(&mut index, &walk.dirs);
+        index == old.index
+    }
+}
+
+/// `dir + "/"` serves the directory's `index.html` when that is servable, and
+/// is 403 otherwise (no listings).
+fn add_dir_slashes(index: &mut HashMap<Box<[u8]>, Resource>, dirs: &[Box<[u8]>]) {
+    let mut key = Vec::new();
+    for dir in dirs {
+        key.clear();
+        key.extend_from_slice(dir);
         key.extend_from_slice(b"/index.html");
-        let resource = match self.index.get(key.as_slice()) {
+        let resource = match index.get(key.as_slice()) {
             Some(Resource::File(idx)) => Resource::File(*idx),
             _ => Resource::Forbidden,
         };
-        key.truncate(dir_url.len() + 1);
-        self.insert(&key, resource);
+        key.truncate(dir.len() + 1);
+        index.insert(key.as_slice().into(), resource);
     }
+}
 
-    fn add_file(&mut self, path: &Path, url: &[u8]) -> anyhow::Result<()> {
-        let policy = MemPolicy {
-            below: self.opts.sendfile_threshold,
-            budget: self
-                .opts
-                .cache_max_bytes
-                .saturating_sub(self.staging.len() as u64),
-        };
-        let loaded = match open_regular(path)
-            .and_then(|file| load_file(path, file, policy, &mut self.chunk))
-        {
-            Ok(Some(loaded)) => loaded,
-            Ok(None) => {
-                tracing::debug!(path = %path.display(), "skipping file replaced by a non-file");
-                return Ok(());
-            }
-            Err(err) if is_forbidden(&err) => {
-                self.insert(url, Resource::Forbidden);
-                return Ok(());
-            }
-            Err(err) => {
-                tracing::warn!(path = %path.display(), %err, "skipping file");
-                return Ok(());
-            }
-        };
-        let body = match loaded.body {
-            LoadedBody::Mem(bytes) => {
-                let off = self.staging.len();
-                self.staging.extend_from_slice(&bytes);
-                self.stats.mem_bytes += bytes.len() as u64;
-                Body::Mem {
-                    off,
-                    len: bytes.len(),
+/// Pass 2's result for one file.
+// Nearly every result is `Ok`: boxing it would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+enum Loaded {
+    Ok {
+        file: LoadedFile,
+        /// Variants in [`SIDECARS`] order (br, zstd, gzip), already judged
+        /// worth keeping.
+        variants: Vec<(Coding, Vec<u8>)>,
+        /// Stamps of the sidecars used.
+        sidecars: [Option<FileStamp>; 3],
+    },
+    Forbidden,
+    Skip,
+}
+
+/// Pass 2: load every `Step::Load` on `available_parallelism` scoped
+/// threads. Compression dominates (brotli 11 runs at about 1 MB/s per core),
+/// so the work is spread file by file through a shared cursor.
+fn load_all(
+    opts: &BuildOptions,
+    walk: &Walk<'_>,
+    plan: &Plan,
+) -> anyhow::Result<Vec<Option<Loaded>>> {
+    let todo: Vec<usize> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| matches!(s, Step::Load { .. }).then_some(i))
+        .collect();
+    let mut results: Vec<Option<Loaded>> = Vec::new();
+    results.resize_with(walk.files.len(), || None);
+    if todo.is_empty() {
+        return Ok(results);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(todo.len());
+    let cursor = AtomicUsize::new(0);
+    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let done: Vec<Vec<(usize, Loaded)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut chunk = Vec::new();
+                    let mut out = Vec::new();
+                    loop {
+                        let n = cursor.fetch_add(1, Ordering::Relaxed);
+                        let Some(&i) = todo.get(n) else { break };
+                        let Step::Load { in_mem } = plan.steps[i] else {
+                            unreachable!()
+                        };
+                        match load_one(opts, walk, i, in_mem, &mut chunk) {
+                            Ok(loaded) => out.push((i, loaded)),
+                            Err(err) => {
+                                // Stop every worker: the build has failed.
+                                cursor.store(todo.len(), Ordering::Relaxed);
+                                let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
+                                slot.get_or_insert(err);
+                                break;
+                            }
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    if let Some(err) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(err);
+    }
+    for (i, loaded) in done.into_iter().flatten() {
+        results[i] = Some(loaded);
+    }
+    Ok(results)
+}
+
+/// Read, hash and compress one file; use its sidecars where present.
+fn load_one(
+    opts: &BuildOptions,
+    walk: &Walk<'_>,
+    i: usize,
+    in_mem: bool,
+    chunk: &mut Vec<u8>,
+) -> anyhow::Result<Loaded> {
+    let job = &walk.files[i];
+    let policy = MemPolicy {
+        below: opts.sendfile_threshold,
+        budget: if in_mem { job.stamp.size } else { 0 },
+    };
+    let file = match open_regular(&job.path).and_then(|f| load_file(&job.path, f, policy, chunk)) {
+        Ok(Some(file)) => file,
+        Ok(None) => {
+            tracing::debug!(path = %job.path.display(), "skipping file replaced by a non-file");
+            return Ok(Loaded::Skip);
+        }
+        Err(err) if is_forbidden(&err) => return Ok(Loaded::Forbidden),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            return Err(TreeChanged(job.path.clone()).into())
+        }
+        Err(err) => {
+            tracing::warn!(path = %job.path.display(), %err, "skipping file");
+            return Ok(Loaded::Skip);
+        }
+    };
+    let (_, compressible) = content_type(&job.path);
+    let mut variants = Vec::new();
+    let mut used = [None; 3];
+    for (slot, sidecar) in walk.sidecars(job).into_iter().enumerate() {
+        let coding = SIDECARS[slot].0;
+        if let Some((j, _)) = sidecar {
+            match read_sidecar(&walk.files[j as usize].path, opts.sendfile_threshold) {
+                Ok(Some((bytes, stamp))) => {
+                    used[slot] = Some(stamp);
+                    variants.push((coding, bytes));
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(path = %walk.files[j as usize].path.display(), %err, "skipping sidecar")
                 }
             }
-            LoadedBody::File(file) => {
-                self.stats.file_bytes += loaded.len;
-                Body::File(LargeFile {
-                    file,
-                    stamp: loaded.stamp,
-                })
+            continue;
+        }
+        let (Some(copts), LoadedBody::Mem(bytes)) = (&opts.compress, &file.body) else {
+            continue;
+        };
+        if !compressible || (bytes.len() as u64) < copts.min_bytes {
+            continue;
+        }
+        match compress::encode(coding, bytes, copts) {
+            Ok(enc) if compress::worth_keeping(bytes.len() as u64, enc.len() as u64) => {
+                variants.push((coding, enc));
             }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(path = %job.path.display(), ?coding, %err, "compression failed")
+            }
+        }
+    }
+    Ok(Loaded::Ok {
+        file,
+        variants,
+        sidecars: used,
+    })
+}
+
+/// A sidecar's bytes and stamp; `None` when it is too large to hold in memory
+/// (variants are never sent from a file).
+fn read_sidecar(path: &Path, below: u64) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
+    let file = open_regular(path)?;
+    for _ in 0..MAX_READ_ATTEMPTS {
+        let before = FileStamp::of(&file.metadata()?);
+        if before.size >= below {
+            return Ok(None);
+        }
+        let bytes = read_prefix(&file, before.size)?;
+        if FileStamp::of(&file.metadata()?) == before {
+            return Ok(Some((bytes, before)));
+        }
+    }
+    Err(io::Error::other("sidecar kept changing while read"))
+}
+
+/// Where an arena body's bytes come from at assembly.
+enum Bytes {
+    /// A range of the old snapshot's arena.
+    Old {
+        off: usize,
+        len: usize,
+    },
+    New(Vec<u8>),
+}
+
+/// The inputs [`render_entry`] needs for one representation.
+struct ReprParts {
+    len: u64,
+    hash: u128,
+    body: Body,
+}
+
+/// Pass 3: entries in walk order, the final index, and the arena.
+fn assemble(
+    opts: &BuildOptions,
+    walk: Walk<'_>,
+    plan: Plan,
+    loaded: Vec<Option<Loaded>>,
+    old: Option<&Snapshot>,
+    generation: u64,
+) -> anyhow::Result<Snapshot> {
+    let mut stats = SnapshotStats::default();
+    let mut arena = ArenaPlan::default();
+    let mut variant_budget = opts.cache_max_bytes.saturating_sub(plan.identity_mem);
+    let mut entries = Vec::with_capacity(walk.files.len());
+    let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
+
+    for ((i, job), (step, loaded)) in walk
+        .files
+        .iter()
+        .enumerate()
+        .zip(plan.steps.iter().zip(loaded))
+    {
+        let (identity, variants, source) = match (*step, loaded) {
+            (Step::Reuse(o), _) => {
+                let old = old.expect("reuse needs an old snapshot");
+                let entry = old.entry(o);
+                stats.reused += 1;
+                let identity = arena.carry(old, &entry.identity);
+                let variants: Vec<_> = entry
+                    .encoded
+                    .iter()
+                    .map(|(c, r)| (*c, r.len, r.hash, Bytes::from_old(&r.body)))
+                    .collect();
+                (identity, variants, entry.source)
+            }
+            (
+                Step::Load { .. },
+                Some(Loaded::Ok {
+                    file,
+                    variants,
+                    sidecars,
+                }),
+            ) => {
+                stats.loaded += 1;
+                let body = match file.body {
+                    LoadedBody::Mem(bytes) => arena.push(Bytes::New(bytes)),
+                    LoadedBody::File(f) => Body::File(LargeFile {
+                        file: Arc::new(f),
+                        stamp: file.stamp,
+                    }),
+                };
+                let identity = ReprParts {
+                    len: file.len,
+                    hash: file.hash,
+                    body,
+                };
+                let variants: Vec<_> = variants
+                    .into_iter()
+                    .map(|(c, bytes)| (c, bytes.len() as u64, xxh3_128(&bytes), Bytes::New(bytes)))
+                    .collect();
+                let source = Source {
+                    stamp: file.stamp,
+                    sidecars,
+                };
+                (identity, variants, source)
+            }
+            (Step::Load { .. }, Some(Loaded::Forbidden)) => {
+                remap[i] = Some(Resource::Forbidden);
+                continue;
+            }
+            (Step::Load { .. }, Some(Loaded::Skip) | None) => continue,
         };
-        let entry = render_entry(
-            self.opts,
-            path,
-            &loaded.stamp,
-            loaded.len,
-            loaded.hash,
+        match identity.body {
+            Body::Mem { len, .. } => stats.mem_bytes += len as u64,
+            Body::File(_) => stats.file_bytes += identity.len,
+        }
+        let mut kept = Vec::with_capacity(variants.len());
+        for (coding, len, hash, bytes) in variants {
+            // Variants are a luxury: they get what the identity bodies left of
+            // the budget, in walk order.
+            if len > variant_budget {
+                continue;
+            }
+            variant_budget -= len;
+            let slot = SIDECARS.iter().position(|(c, _)| *c == coding).unwrap_or(0);
+            stats.encoded_bytes[slot] += len;
+            kept.push((
+                coding,
+                ReprParts {
+                    len,
+                    hash,
+                    body: arena.push(bytes),
+                },
+            ));
+        }
+        let idx = u32::try_from(entries.len()).context("more than u32::MAX files")?;
+        let cache_control = opts.cache_control.value_for(&job.url);
+        entries.push(render_entry(
+            opts,
+            &job.path,
+            cache_control,
+            source,
+            identity,
+            kept,
+        ));
+        remap[i] = Some(Resource::File(idx));
+    }
+    stats.files = entries.len() as u64;
+
+    let mut index = walk.index;
+    index.retain(|_, r| match *r {
+        Resource::File(j) => match remap[j as usize] {
+            Some(new) => {
+                *r = new;
+                true
+            }
+            None => false,
+        },
+        _ => true,
+    });
+    add_dir_slashes(&mut index, &walk.dirs);
+
+    let mut error_pages = Vec::new();
+    let mut has_404 = false;
+    for (code, rel) in &opts.error_pages {
+        has_404 |= *code == 404;
+        let url = format!("/{}", rel.trim_start_matches('/'));
+        match index.get(url.as_bytes()) {
+            Some(Resource::File(idx)) => error_pages.push((*code, *idx)),
+            _ => {
+                tracing::warn!(code, page = %url, "error page not in the snapshot; using plain text")
+            }
+        }
+    }
+    if !has_404 {
+        if let Some(Resource::File(idx)) = index.get(&b"/404.html"[..]) {
+            error_pages.push((404, *idx));
+        }
+    }
+    let spa_index = match index.get(&b"/index.html"[..]) {
+        Some(Resource::File(idx)) if opts.spa_fallback => Some(*idx),
+        _ => None,
+    };
+
+    Ok(Snapshot {
+        generation,
+        stats,
+        index,
+        entries,
+        arena: arena.finish(old)?,
+        error_pages,
+        spa_index,
+    })
+}
+
+impl Bytes {
+    fn from_old(body: &Body) -> Bytes {
+        match body {
+            Body::Mem { off, len } => Bytes::Old {
+                off: *off,
+                len: *len,
+            },
+            Body::File(_) => unreachable!("variants are always in memory"),
+        }
+    }
+}
+
+/// The new arena's layout: every body's source, back to back. The arena is
+/// allocated once at the end, at its exact size.
+#[derive(Default)]
+struct ArenaPlan {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl ArenaPlan {
+    fn push(&mut self, bytes: Bytes) -> Body {
+        let len = match &bytes {
+            Bytes::Old { len, .. } => *len,
+            Bytes::New(v) => v.len(),
+        };
+        let off = self.len;
+        self.len += len;
+        if len > 0 {
+            self.parts.push(bytes);
+        }
+        Body::Mem { off, len }
+    }
+
+    /// Carry an old representation over: its arena bytes are copied (cheap,
+    /// and the new snapshot owns all of its memory), its fd is shared.
+    fn carry(&mut self, _old: &Snapshot, repr: &Repr) -> ReprParts {
+        let body = match &repr.body {
+            Body::Mem { .. } => self.push(Bytes::from_old(&repr.body)),
+            Body::File(large) => Body::File(large.clone()),
+        };
+        ReprParts {
+            len: repr.len,
+            hash: repr.hash,
             body,
-        );
-        let idx =
-            u32::try_from(self.entries.len()).context("more than u32::MAX files under the root")?;
-        self.entries.push(entry);
-        self.stats.files += 1;
-        self.insert(url, Resource::File(idx));
-        Ok(())
+        }
     }
 
-    fn insert(&mut self, key: &[u8], resource: Resource) {
-        self.index.insert(key.into(), resource);
-    }
-
-    fn finish(self, generation: u64) -> anyhow::Result<Snapshot> {
-        let arena = if self.staging.is_empty() {
-            None
-        } else {
-            let mut map = memmap2::MmapOptions::new()
-                .len(self.staging.len())
-                .map_anon()
-                .context("allocating the snapshot arena")?;
-            map.copy_from_slice(&self.staging);
-            Some(map.make_read_only().context("sealing the snapshot arena")?)
-        };
-        Ok(Snapshot {
-            generation,
-            stats: self.stats,
-            index: self.index,
-            entries: self.entries,
-            arena,
-        })
+    /// Copy every part into fresh anonymous memory and seal it read-only.
+    fn finish(self, old: Option<&Snapshot>) -> anyhow::Result<Option<memmap2::Mmap>> {
+        if self.len == 0 {
+            return Ok(None);
+        }
+        let mut map = memmap2::MmapOptions::new()
+            .len(self.len)
+            .map_anon()
+            .context("allocating the snapshot arena")?;
+        let mut at = 0;
+        for part in &self.parts {
+            let bytes = match part {
+                Bytes::Old { off, len } => old.map_or(&[][..], |o| o.mem(*off, *len)),
+                Bytes::New(v) => v.as_slice(),
+            };
+            map[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        }
+        debug_assert_eq!(at, self.len);
+        Ok(Some(
+            map.make_read_only().context("sealing the snapshot arena")?,
+        ))
     }
 }
 
@@ -491,56 +999,110 @@ fn hash_stream(file: &File, chunk: &mut Vec<u8>) -> io::Result<(u64, u128)> {
 }
 
 /// Render the heads of one file. Everything here derives from the path name,
-/// the stamp and the content hash, so an entry is a pure function of a loaded
-/// file.
+/// the URL's Cache-Control rule, the stamp and the content hashes, so an entry
+/// is a pure function of its inputs and reused entries are simply rendered
+/// again.
 fn render_entry(
     opts: &BuildOptions,
     path: &Path,
-    stamp: &FileStamp,
-    len: u64,
-    hash: u128,
-    body: Body,
+    cache_control: Option<&str>,
+    source: Source,
+    identity: ReprParts,
+    variants: Vec<(Coding, ReprParts)>,
 ) -> Entry {
-    let content_type_line = format!("Content-Type: {}\r\n", content_type(path)).into_bytes();
-    let last_modified = last_modified_secs(stamp.mtime_ns, SystemTime::now());
+    let (content_type, _) = content_type(path);
+    let content_type_line = format!("Content-Type: {content_type}\r\n").into_bytes();
+    let last_modified = last_modified_secs(source.stamp.mtime_ns, SystemTime::now());
     let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(last_modified));
-    // The ETag covers the content only, so it is the same on every rebuild
-    // and every host serving the same bytes.
-    let etag = format!("\"{hash:032x}\"").into_bytes();
+    let vary = !variants.is_empty();
+    // Fields after the ETag, the same for every representation.
+    let mut tail = Vec::with_capacity(64);
+    tail.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+    if let Some(value) = cache_control {
+        tail.extend_from_slice(b"Cache-Control: ");
+        tail.extend_from_slice(value.as_bytes());
+        tail.extend_from_slice(b"\r\n");
+    }
+    if vary {
+        tail.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    }
 
-    let mut common = Vec::with_capacity(96);
-    common.extend_from_slice(b"Last-Modified: ");
-    common.extend_from_slice(date.as_bytes());
-    common.extend_from_slice(b"\r\nETag: ");
-    common.extend_from_slice(&etag);
-    common.extend_from_slice(b"\r\nAccept-Ranges: bytes\r\n");
+    let render = |coding: Coding, parts: ReprParts| -> Repr {
+        // The ETag covers the bytes sent only, so it is the same on every
+        // rebuild and every host serving the same bytes; the suffix keeps the
+        // variants' tags apart from the identity's at a glance.
+        let hash = parts.hash;
+        let etag = match coding_token(coding) {
+            None => format!("\"{hash:032x}\""),
+            Some(token) => format!("\"{hash:032x}-{token}\""),
+        }
+        .into_bytes();
+        let mut common = Vec::with_capacity(96 + tail.len());
+        common.extend_from_slice(b"Last-Modified: ");
+        common.extend_from_slice(date.as_bytes());
+        common.extend_from_slice(b"\r\nETag: ");
+        common.extend_from_slice(&etag);
+        common.extend_from_slice(b"\r\n");
+        common.extend_from_slice(&tail);
 
-    let encoding_line: &'static [u8] = b"";
-    let mut head_200 = Vec::with_capacity(160 + opts.server_line.len());
-    head_200.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-    head_200.extend_from_slice(&opts.server_line);
-    head_200.extend_from_slice(&content_type_line);
-    head_200.extend_from_slice(format!("Content-Length: {len}\r\n").as_bytes());
-    head_200.extend_from_slice(encoding_line);
-    head_200.extend_from_slice(&common);
-
-    Entry {
-        content_type_line: content_type_line.into(),
-        last_modified,
-        identity: Repr {
-            len,
+        let encoding_line = encoding_line(coding);
+        let mut head_200 = Vec::with_capacity(160 + opts.server_line.len() + common.len());
+        head_200.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        head_200.extend_from_slice(&opts.server_line);
+        head_200.extend_from_slice(&content_type_line);
+        head_200.extend_from_slice(format!("Content-Length: {}\r\n", parts.len).as_bytes());
+        head_200.extend_from_slice(encoding_line);
+        head_200.extend_from_slice(&common);
+        Repr {
+            len: parts.len,
+            hash,
             etag: etag.into(),
             encoding_line,
             common: common.into(),
             head_200: head_200.into(),
-            body,
-        },
+            body: parts.body,
+        }
+    };
+    let codings: Box<[Coding]> = variants.iter().map(|(c, _)| *c).collect();
+    let encoded = variants
+        .into_iter()
+        .map(|(c, p)| (c, render(c, p)))
+        .collect();
+    let identity = render(Coding::Identity, identity);
+    Entry {
+        content_type_line: content_type_line.into(),
+        last_modified,
+        identity,
+        encoded,
+        codings,
+        vary,
+        source,
     }
 }
 
-/// The media type for `path`, with `; charset=utf-8` on textual types: the
-/// site's text is assumed UTF-8, and without a charset browsers guess.
-fn content_type(path: &Path) -> String {
+/// The ETag suffix of a coding; `None` for identity.
+fn coding_token(coding: Coding) -> Option<&'static str> {
+    match coding {
+        Coding::Identity => None,
+        Coding::Brotli => Some("br"),
+        Coding::Zstd => Some("zstd"),
+        Coding::Gzip => Some("gzip"),
+    }
+}
+
+fn encoding_line(coding: Coding) -> &'static [u8] {
+    match coding {
+        Coding::Identity => b"",
+        Coding::Brotli => b"Content-Encoding: br\r\n",
+        Coding::Zstd => b"Content-Encoding: zstd\r\n",
+        Coding::Gzip => b"Content-Encoding: gzip\r\n",
+    }
+}
+
+/// The media type for `path`, with `; charset=utf-8` on textual types (the
+/// site's text is assumed UTF-8, and without a charset browsers guess), and
+/// whether the type is worth compressing.
+fn content_type(path: &Path) -> (String, bool) {
     let mime = mime_guess::from_path(path).first_or_octet_stream();
     let essence = mime.essence_str();
     let textual = mime.type_().as_str() == "text"
@@ -548,10 +1110,11 @@ fn content_type(path: &Path) -> String {
             essence,
             "application/javascript" | "application/json" | "application/xml" | "image/svg+xml"
         );
+    let compressible = compress::compressible(essence);
     if textual {
-        format!("{essence}; charset=utf-8")
+        (format!("{essence}; charset=utf-8"), compressible)
     } else {
-        essence.to_owned()
+        (essence.to_owned(), compressible)
     }
 }
 
@@ -568,6 +1131,7 @@ fn last_modified_secs(mtime_ns: i128, now: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::{CacheControl, CompressOptions};
     use std::os::unix::fs::{symlink, PermissionsExt};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -612,6 +1176,10 @@ mod tests {
             sendfile_threshold: 64 * 1024,
             server_line: b"Server: shardhttpd\r\n".to_vec(),
             serve_dotfiles: false,
+            compress: None,
+            cache_control: CacheControl::default(),
+            error_pages: Vec::new(),
+            spa_fallback: false,
         }
     }
 
@@ -913,8 +1481,208 @@ mod tests {
             ("noext", "application/octet-stream"),
         ];
         for (name, want) in table {
-            assert_eq!(content_type(Path::new(name)), *want, "{name}");
+            assert_eq!(content_type(Path::new(name)).0, *want, "{name}");
         }
+    }
+
+    fn body<'s>(snap: &'s Snapshot, repr: &Repr) -> &'s [u8] {
+        match repr.body {
+            Body::Mem { off, len } => snap.mem(off, len),
+            Body::File(_) => panic!("expected Mem"),
+        }
+    }
+
+    fn fast_compress() -> Option<CompressOptions> {
+        Some(CompressOptions {
+            min_bytes: 256,
+            brotli_level: 5,
+            gzip_level: 6,
+            zstd_level: 3,
+        })
+    }
+
+    fn page(n: usize) -> Vec<u8> {
+        format!(
+            "<html><body>{}</body></html>\n",
+            "<p>compressible text</p>".repeat(n)
+        )
+        .into_bytes()
+    }
+
+    fn rebuilt(o: &BuildOptions, generation: u64, old: &Snapshot) -> Option<Snapshot> {
+        match rebuild(o, generation, Some(old)).unwrap() {
+            Built::New(s) => Some(s),
+            Built::Unchanged => None,
+        }
+    }
+
+    #[test]
+    fn rebuild_reuses_unchanged_files() {
+        let dir = TempDir::new("incr");
+        dir.write("a.html", &page(50));
+        dir.write("b.txt", b"bee");
+        dir.write("sub/c.css", b"body{}");
+        let mut o = opts(&dir.0);
+        o.compress = fast_compress();
+        let first = build(&o, 1).unwrap();
+        assert_eq!((first.stats.loaded, first.stats.reused), (3, 0));
+        assert!(rebuilt(&o, 2, &first).is_none(), "nothing changed");
+
+        dir.write("b.txt", b"bee, changed");
+        let second = rebuilt(&o, 2, &first).expect("b.txt changed");
+        assert_eq!((second.stats.loaded, second.stats.reused), (1, 2));
+        let b = second.entry(file_idx(&second, b"/b.txt"));
+        assert_eq!(body(&second, &b.identity), b"bee, changed");
+        let a_old = first.entry(file_idx(&first, b"/a.html"));
+        let a = second.entry(file_idx(&second, b"/a.html"));
+        assert_eq!(body(&second, &a.identity), page(50));
+        assert_eq!(a.identity.etag, a_old.identity.etag);
+        assert_eq!(a.codings, a_old.codings);
+        for ((c, r), (_, r_old)) in a.encoded.iter().zip(&a_old.encoded) {
+            assert_eq!(body(&second, r), body(&first, r_old), "{c:?}");
+            assert_eq!(r.etag, r_old.etag);
+        }
+
+        // Deleting, adding and renaming change the index even when no file
+        // needs reading.
+        fs::rename(dir.0.join("sub/c.css"), dir.0.join("sub/d.css")).unwrap();
+        let third = rebuilt(&o, 3, &second).expect("renamed");
+        assert_eq!(third.resolve(b"/sub/c.css"), None);
+        file_idx(&third, b"/sub/d.css");
+        // Entries are matched by URL, so only the renamed file is read again.
+        assert_eq!((third.stats.loaded, third.stats.reused), (1, 2));
+        fs::remove_dir_all(dir.0.join("sub")).unwrap();
+        let fourth = rebuilt(&o, 4, &third).expect("removed");
+        assert_eq!(fourth.stats.loaded, 0);
+        assert_eq!(fourth.resolve(b"/sub"), None);
+        assert_eq!(fourth.stats.files, 2);
+    }
+
+    #[test]
+    fn variants_decode_to_the_original() {
+        use std::io::Read;
+        let dir = TempDir::new("variants");
+        let html = page(100);
+        dir.write("big.html", &html);
+        dir.write("tiny.html", b"<p>hi</p>");
+        dir.write("logo.png", &page(100));
+        let mut o = opts(&dir.0);
+        o.compress = fast_compress();
+        let snap = build(&o, 1).unwrap();
+
+        let e = snap.entry(file_idx(&snap, b"/big.html"));
+        assert!(e.vary);
+        assert_eq!(&*e.codings, &[Coding::Brotli, Coding::Zstd, Coding::Gzip]);
+        let mut etags = vec![e.identity.etag.clone()];
+        for (coding, r) in &e.encoded {
+            let bytes = body(&snap, r);
+            let mut out = Vec::new();
+            match coding {
+                Coding::Brotli => {
+                    brotli::Decompressor::new(bytes, 4096)
+                        .read_to_end(&mut out)
+                        .unwrap();
+                }
+                Coding::Gzip => {
+                    flate2::read::GzDecoder::new(bytes)
+                        .read_to_end(&mut out)
+                        .unwrap();
+                }
+                Coding::Zstd => out = zstd::stream::decode_all(bytes).unwrap(),
+                Coding::Identity => unreachable!(),
+            }
+            assert_eq!(out, html, "{coding:?}");
+            assert_eq!(r.len, bytes.len() as u64);
+            let head = String::from_utf8_lossy(&r.head_200);
+            assert!(
+                head.contains(&format!("Content-Length: {}\r\n", r.len)),
+                "{head}"
+            );
+            assert!(head.contains("Content-Encoding: "), "{head}");
+            assert!(head.contains("Vary: Accept-Encoding\r\n"), "{head}");
+            etags.push(r.etag.clone());
+        }
+        let ident = String::from_utf8_lossy(&e.identity.common);
+        assert!(ident.contains("Vary: Accept-Encoding\r\n"), "{ident}");
+        etags.sort();
+        etags.dedup();
+        assert_eq!(etags.len(), 4, "an ETag per representation");
+        let sum: u64 = snap.stats.encoded_bytes.iter().sum();
+        assert_eq!(sum, e.encoded.iter().map(|(_, r)| r.len).sum::<u64>());
+
+        for path in [&b"/tiny.html"[..], b"/logo.png"] {
+            let e = snap.entry(file_idx(&snap, path));
+            assert!(!e.vary && e.encoded.is_empty());
+            assert!(!String::from_utf8_lossy(&e.identity.common).contains("Vary"));
+        }
+    }
+
+    #[test]
+    fn sidecars_win_and_are_tracked() {
+        let dir = TempDir::new("sidecar");
+        dir.write("app.js", &page(40));
+        dir.write("app.js.gz", b"precompressed gzip bytes");
+        let mut o = opts(&dir.0);
+        o.compress = fast_compress();
+        let snap = build(&o, 1).unwrap();
+        let e = snap.entry(file_idx(&snap, b"/app.js"));
+        let gz = e.repr(Coding::Gzip);
+        assert_eq!(body(&snap, gz), b"precompressed gzip bytes");
+        assert!(e.source.sidecars[2].is_some());
+        assert!(e.codings.contains(&Coding::Brotli), "others still computed");
+        // The sidecar is served at its own URL too.
+        file_idx(&snap, b"/app.js.gz");
+
+        // Without compression the sidecar is still used.
+        o.compress = None;
+        let plain = build(&o, 2).unwrap();
+        let e = plain.entry(file_idx(&plain, b"/app.js"));
+        assert_eq!(&*e.codings, &[Coding::Gzip]);
+
+        // Changing only the sidecar reloads the entry.
+        dir.write("app.js.gz", b"new gzip bytes");
+        let next = rebuilt(&o, 3, &plain).expect("sidecar changed");
+        let e = next.entry(file_idx(&next, b"/app.js"));
+        assert_eq!(body(&next, e.repr(Coding::Gzip)), b"new gzip bytes");
+    }
+
+    #[test]
+    fn cache_control_error_pages_and_spa() {
+        let dir = TempDir::new("pages");
+        dir.write("index.html", b"<app>");
+        dir.write("404.html", b"<h1>lost</h1>");
+        dir.write("errors/403.html", b"<h1>no</h1>");
+        dir.write("assets/app.js", b"js");
+        let mut o = opts(&dir.0);
+        o.cache_control = CacheControl::new(
+            &[
+                ("assets/**".into(), "immutable".into()),
+                ("*.html".into(), "no-cache".into()),
+            ],
+            Some("max-age=60".into()),
+        )
+        .unwrap();
+        o.error_pages = vec![
+            (403, "errors/403.html".into()),
+            (500, "missing.html".into()),
+        ];
+        let snap = build(&o, 1).unwrap();
+        let cc = |path: &[u8]| {
+            String::from_utf8_lossy(&snap.entry(file_idx(&snap, path)).identity.common).into_owned()
+        };
+        assert!(cc(b"/index.html").contains("Cache-Control: no-cache\r\n"));
+        assert!(cc(b"/assets/app.js").contains("Cache-Control: immutable\r\n"));
+        assert!(cc(b"/errors/403.html").contains("Cache-Control: no-cache\r\n"));
+        assert_eq!(snap.error_page(404), Some(file_idx(&snap, b"/404.html")));
+        assert_eq!(
+            snap.error_page(403),
+            Some(file_idx(&snap, b"/errors/403.html"))
+        );
+        assert_eq!(snap.error_page(500), None);
+        assert_eq!(snap.spa_index(), None);
+        o.spa_fallback = true;
+        let snap = build(&o, 2).unwrap();
+        assert_eq!(snap.spa_index(), Some(file_idx(&snap, b"/index.html")));
     }
 
     #[test]

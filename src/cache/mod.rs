@@ -6,16 +6,28 @@
 //! file rewritten or truncated on disk can never reach a response (no shared
 //! file mapping, no SIGBUS); large ones are sent with `sendfile` from an fd
 //! opened at build time (see [`LargeFile`]).
+//!
+//! A rebuild reuses every unchanged file of the previous snapshot (same
+//! [`FileStamp`]) and only reads and compresses what changed; the
+//! [`watch`]er triggers it when the root changes on disk.
 
 mod build;
+mod compress;
+mod rules;
 mod store;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::http::accept::Coding;
 
 pub use build::build;
-pub use store::Store;
+pub use compress::CompressOptions;
+pub use rules::CacheControl;
+pub use store::{Store, StoreStats};
 
 /// How a snapshot is built; derived once from `config::Config`.
 #[derive(Debug, Clone)]
@@ -30,6 +42,15 @@ pub struct BuildOptions {
     pub server_line: Vec<u8>,
     /// Serve files and directories whose name starts with `.`.
     pub serve_dotfiles: bool,
+    /// Precompressed variants; `None` builds identity only.
+    pub compress: Option<CompressOptions>,
+    /// `Cache-Control` by URL glob, baked into every head.
+    pub cache_control: CacheControl,
+    /// Status code → page path relative to the root (`/` separated). A 404
+    /// page not named here defaults to `404.html` when the root has one.
+    pub error_pages: Vec<(u16, String)>,
+    /// Unknown extension-less paths get `/index.html` with 200.
+    pub spa_fallback: bool,
 }
 
 /// What a normalised request path names.
@@ -44,26 +65,67 @@ pub enum Resource {
 }
 
 /// One file of the snapshot.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Entry {
     /// `Content-Type: …\r\n`, with `; charset=utf-8` for text types.
     pub content_type_line: Box<[u8]>,
     /// Last-Modified as Unix seconds.
     pub last_modified: u64,
-    /// The uncompressed representation.
+    /// The uncompressed representation. The only one whose body may be a
+    /// [`Body::File`]: `conn::output` finds a file chunk's fd through it.
     pub identity: Repr,
+    /// Compressed representations, always in memory, in server preference
+    /// order (br, zstd, gzip): ties in `Accept-Encoding` go to the first.
+    pub encoded: Vec<(Coding, Repr)>,
+    /// The codings of `encoded`, same order, for `http::accept::negotiate`.
+    pub codings: Box<[Coding]>,
+    /// Responses depend on `Accept-Encoding` (there is at least one
+    /// variant), so every head carries `Vary: Accept-Encoding`.
+    pub vary: bool,
+    /// What the files looked like when read; a rebuild reuses the entry
+    /// while they still look the same.
+    pub source: Source,
 }
 
-/// One representation of an entry (identity, or later a compressed variant).
-#[derive(Debug)]
+impl Entry {
+    /// The representation for a negotiated coding (identity when the entry
+    /// has no such variant).
+    pub fn repr(&self, coding: Coding) -> &Repr {
+        self.encoded
+            .iter()
+            .find(|(c, _)| *c == coding)
+            .map_or(&self.identity, |(_, r)| r)
+    }
+}
+
+/// The on-disk inputs of an entry: the file and the sidecars used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    pub stamp: FileStamp,
+    /// `name.br`, `name.zst`, `name.gz` (in [`SIDECARS`] order), when present.
+    pub sidecars: [Option<FileStamp>; 3],
+}
+
+/// Precompressed sidecar suffixes, in the order of [`Source::sidecars`].
+pub const SIDECARS: [(Coding, &str); 3] = [
+    (Coding::Brotli, ".br"),
+    (Coding::Zstd, ".zst"),
+    (Coding::Gzip, ".gz"),
+];
+
+/// One representation of an entry: identity or a compressed variant.
+#[derive(Debug, Clone)]
 pub struct Repr {
     pub len: u64,
+    /// xxh3-128 of the bytes sent; the ETag is rendered from it.
+    pub hash: u128,
     /// Strong ETag derived from the content, quotes included.
     pub etag: Box<[u8]>,
     /// `Content-Encoding: …\r\n`, empty for identity.
     pub encoding_line: &'static [u8],
-    /// Fields shared by 200, 206 and 304:
-    /// `Last-Modified`, `ETag`, `Accept-Ranges: bytes` (each with CRLF).
+    /// Fields shared by 200, 206 and 304: `Last-Modified`, `ETag`,
+    /// `Accept-Ranges: bytes`, then `Cache-Control` and
+    /// `Vary: Accept-Encoding` where they apply (each with CRLF).
     pub common: Box<[u8]>,
     /// The complete 200 head except `Date`, `Connection` and the final CRLF:
     /// status line, Server, Content-Type, Content-Length, encoding, common.
@@ -72,7 +134,7 @@ pub struct Repr {
 }
 
 /// Where a representation's bytes are.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Body {
     /// `len` bytes at `off` in the snapshot's arena.
     Mem { off: usize, len: usize },
@@ -82,10 +144,11 @@ pub enum Body {
 
 /// A body served from its file. `stamp` is what the file looked like when its
 /// ETag was computed; the connection re-checks it around `sendfile` and closes
-/// instead of sending bytes of a different version.
-#[derive(Debug)]
+/// instead of sending bytes of a different version. The fd is shared by the
+/// snapshots that reuse the entry.
+#[derive(Debug, Clone)]
 pub struct LargeFile {
-    pub file: File,
+    pub file: Arc<File>,
     pub stamp: FileStamp,
 }
 
@@ -117,10 +180,17 @@ impl FileStamp {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SnapshotStats {
     pub files: u64,
-    /// Body bytes held in the arena.
+    /// Identity body bytes held in the arena.
     pub mem_bytes: u64,
     /// Body bytes served from fds.
     pub file_bytes: u64,
+    /// Compressed variant bytes in the arena: br, zstd, gzip
+    /// ([`SIDECARS`] order).
+    pub encoded_bytes: [u64; 3],
+    /// Entries carried over unchanged from the previous snapshot.
+    pub reused: u64,
+    /// Entries read (and compressed) by this build.
+    pub loaded: u64,
 }
 
 /// An immutable view of the document root.
@@ -131,6 +201,10 @@ pub struct Snapshot {
     entries: Vec<Entry>,
     /// Read-only anonymous memory holding every `Body::Mem`.
     arena: Option<memmap2::Mmap>,
+    /// Status code → entry served as that error's body.
+    error_pages: Vec<(u16, u32)>,
+    /// The entry of `/index.html` when the SPA fallback is on.
+    spa_index: Option<u32>,
 }
 
 impl Snapshot {
@@ -151,6 +225,27 @@ impl Snapshot {
         }
     }
 
+    /// The page configured for an error status, if the snapshot has it.
+    pub fn error_page(&self, code: u16) -> Option<u32> {
+        self.error_pages
+            .iter()
+            .find_map(|&(c, idx)| (c == code).then_some(idx))
+    }
+
+    /// The entry unknown extension-less paths fall back to.
+    pub fn spa_index(&self) -> Option<u32> {
+        self.spa_index
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// An empty snapshot, generation 0.
     pub fn empty() -> Self {
         Snapshot {
@@ -159,6 +254,8 @@ impl Snapshot {
             index: HashMap::new(),
             entries: Vec::new(),
             arena: None,
+            error_pages: Vec::new(),
+            spa_index: None,
         }
     }
 }

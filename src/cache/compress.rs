@@ -1,0 +1,168 @@
+//! Building compressed variants: which media types are worth it, and the
+//! three encoders. Runs only on the builder's threads, never on a shard.
+
+use std::io::{self, Write};
+
+use crate::http::accept::Coding;
+
+/// A variant is kept only when it is at most this fraction of the original
+/// (in percent): a few saved bytes do not pay for a `Vary` split in caches.
+pub const KEEP_PERCENT: u64 = 90;
+
+/// brotli's window (log2 bytes). 22 is the encoder's default and decoders'
+/// common limit.
+const BROTLI_LGWIN: u32 = 22;
+
+/// How variants are built; derived once from the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompressOptions {
+    /// Files smaller than this are not compressed (sidecars still count).
+    pub min_bytes: u64,
+    /// 0..=11.
+    pub brotli_level: u32,
+    /// 1..=9.
+    pub gzip_level: u32,
+    /// 1..=22.
+    pub zstd_level: i32,
+}
+
+impl Default for CompressOptions {
+    fn default() -> Self {
+        CompressOptions {
+            min_bytes: 256,
+            brotli_level: 11,
+            gzip_level: 9,
+            zstd_level: 19,
+        }
+    }
+}
+
+/// Whether a media type (essence, e.g. `text/html`) is worth compressing:
+/// text and structured text, wasm, and font formats without their own
+/// compression (woff/woff2 already have it; images other than SVG, ICO and
+/// BMP are compressed already).
+pub fn compressible(essence: &str) -> bool {
+    essence.starts_with("text/")
+        || essence.ends_with("+json")
+        || essence.ends_with("+xml")
+        || matches!(
+            essence,
+            "application/javascript"
+                | "application/x-javascript"
+                | "application/ecmascript"
+                | "application/json"
+                | "application/xml"
+                | "application/wasm"
+                | "application/x-ndjson"
+                | "application/vnd.ms-fontobject"
+                | "application/x-font-ttf"
+                | "application/x-font-otf"
+                | "application/font-sfnt"
+                | "font/ttf"
+                | "font/otf"
+                | "font/collection"
+                | "image/svg+xml"
+                | "image/x-icon"
+                | "image/vnd.microsoft.icon"
+                | "image/bmp"
+        )
+}
+
+/// Whether a variant of `encoded` bytes is worth keeping for an original of
+/// `original` bytes.
+pub fn worth_keeping(original: u64, encoded: u64) -> bool {
+    encoded.saturating_mul(100) <= original.saturating_mul(KEEP_PERCENT)
+}
+
+/// Compress `data` with `coding` at the configured level.
+pub fn encode(coding: Coding, data: &[u8], opts: &CompressOptions) -> io::Result<Vec<u8>> {
+    match coding {
+        Coding::Identity => Ok(data.to_vec()),
+        Coding::Gzip => {
+            let mut enc = flate2::write::GzEncoder::new(
+                Vec::with_capacity(data.len() / 2),
+                flate2::Compression::new(opts.gzip_level),
+            );
+            enc.write_all(data)?;
+            enc.finish()
+        }
+        Coding::Brotli => {
+            let mut out = Vec::with_capacity(data.len() / 2);
+            {
+                let mut enc =
+                    brotli::CompressorWriter::new(&mut out, 4096, opts.brotli_level, BROTLI_LGWIN);
+                enc.write_all(data)?;
+                enc.flush()?;
+            }
+            Ok(out)
+        }
+        Coding::Zstd => zstd::bulk::compress(data, opts.zstd_level),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn decode(coding: Coding, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        match coding {
+            Coding::Identity => out.extend_from_slice(data),
+            Coding::Gzip => {
+                flate2::read::GzDecoder::new(data)
+                    .read_to_end(&mut out)
+                    .unwrap();
+            }
+            Coding::Brotli => {
+                brotli::Decompressor::new(data, 4096)
+                    .read_to_end(&mut out)
+                    .unwrap();
+            }
+            Coding::Zstd => out = zstd::stream::decode_all(data).unwrap(),
+        }
+        out
+    }
+
+    #[test]
+    fn every_coding_round_trips() {
+        let text: Vec<u8> = b"<p>hello, compressible world</p>\n".repeat(200);
+        let opts = CompressOptions::default();
+        for coding in [Coding::Brotli, Coding::Zstd, Coding::Gzip] {
+            let enc = encode(coding, &text, &opts).unwrap();
+            assert!(
+                worth_keeping(text.len() as u64, enc.len() as u64),
+                "{coding:?}"
+            );
+            assert_eq!(decode(coding, &enc), text, "{coding:?}");
+        }
+        let empty = encode(Coding::Gzip, b"", &opts).unwrap();
+        assert_eq!(decode(Coding::Gzip, &empty), b"");
+    }
+
+    #[test]
+    fn compressible_types() {
+        for t in [
+            "text/html",
+            "text/css",
+            "application/javascript",
+            "application/json",
+            "image/svg+xml",
+            "application/wasm",
+            "application/manifest+json",
+            "font/ttf",
+        ] {
+            assert!(compressible(t), "{t}");
+        }
+        for t in ["image/png", "font/woff2", "application/gzip", "video/mp4"] {
+            assert!(!compressible(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn keep_threshold() {
+        assert!(worth_keeping(1000, 900));
+        assert!(!worth_keeping(1000, 901));
+        assert!(!worth_keeping(0, 0) || worth_keeping(0, 0));
+    }
+}
