@@ -2,12 +2,16 @@
 //! [`Output`]. A snapshot hit is the pre-rendered head plus `Date`,
 //! `Connection` and the body; everything else (304, 206, errors) is rendered
 //! here from the entry's pre-rendered pieces.
+//!
+//! The representation is chosen first (`Accept-Encoding`), and everything
+//! after applies to it: validators, ranges, Content-Length.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use super::output::Output;
 use crate::cache::{Body, Entry, FileStamp, Repr, Resource, Snapshot};
+use crate::http::accept;
 use crate::http::conditional::{self, Precondition, Validators};
 use crate::http::date::DateCache;
 use crate::http::range::{self, ByteRange, RangeOutcome};
@@ -101,6 +105,10 @@ pub fn respond(
     }
     let resource = env.snapshot.resolve(&env.scratch.path);
     match resource {
+        None if env.snapshot.spa_index().is_some() && !has_extension(&env.scratch.path) => {
+            let index = env.snapshot.spa_index().unwrap_or_default();
+            serve_file(req, env, index, persist, head_only, out)
+        }
         None => error(
             env,
             out,
@@ -120,23 +128,54 @@ pub fn respond(
             head_only,
         ),
         Some(Resource::AddSlash) => redirect_slash(req.target, env, out, persist, head_only),
-        Some(Resource::File(index)) => {
-            // Copy the reference out of `env`: no refcount traffic per request.
-            let snapshot = env.snapshot;
-            let entry = snapshot.entry(index);
-            serve(
-                req,
-                env,
-                snapshot,
-                index,
-                entry,
-                &entry.identity,
-                persist,
-                head_only,
-                out,
-            )
-        }
+        Some(Resource::File(index)) => serve_file(req, env, index, persist, head_only, out),
     }
+}
+
+/// Whether the last segment of a normalised path has an extension.
+fn has_extension(path: &[u8]) -> bool {
+    let last = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    last.contains(&b'.')
+}
+
+const VARY: &[u8] = b"Vary: Accept-Encoding\r\n";
+
+fn vary_line(entry: &Entry) -> &'static [u8] {
+    if entry.vary {
+        VARY
+    } else {
+        b""
+    }
+}
+
+/// Pick the representation `Accept-Encoding` asks for and serve it; 406 when
+/// the client refuses identity and accepts no variant the entry has.
+fn serve_file(
+    req: &Request<'_>,
+    env: &mut Env<'_>,
+    index: u32,
+    persist: Persist,
+    head_only: bool,
+    out: &mut Output,
+) -> (Status, u64) {
+    // Copy the reference out of `env`: no refcount traffic per request.
+    let snapshot = env.snapshot;
+    let entry = snapshot.entry(index);
+    let Some(coding) = accept::negotiate(req.accept_encoding, &entry.codings) else {
+        return error(
+            env,
+            out,
+            Status::NotAcceptable,
+            "no acceptable content coding",
+            vary_line(entry),
+            persist,
+            head_only,
+        );
+    };
+    let repr = entry.repr(coding);
+    serve(
+        req, env, snapshot, index, entry, repr, persist, head_only, out,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -162,7 +201,7 @@ fn serve(
                 out,
                 Status::PreconditionFailed,
                 "precondition failed",
-                b"",
+                vary_line(entry),
                 persist,
                 head_only,
             )
@@ -207,11 +246,12 @@ fn serve(
         match range::parse(header, repr.len, env.max_ranges, &mut env.scratch.ranges) {
             RangeOutcome::Full => {}
             RangeOutcome::Unsatisfiable => {
-                let mut extra = [0u8; 64];
+                let mut extra = [0u8; 96];
                 let n = {
                     let mut w = &mut extra[..];
                     let _ = write!(w, "Content-Range: bytes */{}\r\n", repr.len);
-                    64 - w.len()
+                    let _ = w.write_all(vary_line(entry));
+                    96 - w.len()
                 };
                 return error(
                     env,
@@ -356,7 +396,8 @@ fn redirect_slash(
     )
 }
 
-/// A response with a short `text/plain` body saying what happened.
+/// A response with the snapshot's page for `status`, or else a short
+/// `text/plain` body saying what happened.
 pub fn error(
     env: &Env<'_>,
     out: &mut Output,
@@ -366,6 +407,9 @@ pub fn error(
     persist: Persist,
     head_only: bool,
 ) -> (Status, u64) {
+    if let Some(index) = env.snapshot.error_page(status.code()) {
+        return error_page(env, out, status, index, extra, persist, head_only);
+    }
     error_with(
         out,
         env.server_line,
@@ -376,6 +420,36 @@ pub fn error(
         persist,
         head_only,
     )
+}
+
+/// `status` with a page of the snapshot as its body (identity only: error
+/// pages are small, and not worth a `Vary`). No validators: the page stands
+/// in for a resource that has none.
+fn error_page(
+    env: &Env<'_>,
+    out: &mut Output,
+    status: Status,
+    index: u32,
+    extra: &[u8],
+    persist: Persist,
+    head_only: bool,
+) -> (Status, u64) {
+    let snapshot = env.snapshot;
+    let repr = &snapshot.entry(index).identity;
+    let buf = out.buf();
+    buf.extend_from_slice(status.line());
+    buf.extend_from_slice(env.server_line);
+    buf.extend_from_slice(env.date.line());
+    buf.extend_from_slice(&snapshot.entry(index).content_type_line);
+    let _ = write!(buf, "Content-Length: {}\r\n", repr.len);
+    buf.extend_from_slice(extra);
+    buf.extend_from_slice(persist.line());
+    buf.extend_from_slice(b"\r\n");
+    if head_only {
+        return (status, 0);
+    }
+    out.push_body(snapshot, index, &repr.body, 0, repr.len);
+    (status, repr.len)
 }
 
 /// [`error`] without a full [`Env`], for errors before a request is parsed.
