@@ -42,6 +42,10 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 pub fn run(config: Config) -> anyhow::Result<()> {
     let store =
         Arc::new(Store::open(config.build_options()).context("building the initial snapshot")?);
+    if config.watch {
+        crate::cache::watch::spawn(Arc::clone(&store), config.watch_options())
+            .context("spawning the watcher thread")?;
+    }
     let metrics = Metrics::new(&config.cpus, config.metrics);
     let admin_listener = admin::bind(config.admin)
         .with_context(|| format!("binding the admin address {}", config.admin))?;
