@@ -8,6 +8,9 @@ use support::*;
 
 #[test]
 fn get_200_carries_the_standard_headers() {
+    // The harness's own date code agrees with the fixture constant.
+    assert_eq!(fmt_http_date(fixed_mtime()), FIXED_MTIME_HTTP);
+    assert_eq!(parse_http_date(FIXED_MTIME_HTTP), Some(fixed_mtime()));
     let site = Site::new("std-headers");
     let server = Server::start(&site.root, &[]);
     for (path, body, ctype) in [
@@ -319,6 +322,13 @@ fn range_count_limit() {
         "over 16 ranges → full body: {seventeen:?}"
     );
     assert_eq!(seventeen.body, DIGITS);
+
+    let server = Server::start(&site.root, &["--max-ranges", "2"]);
+    let two = range(&server, &[("Range", spec(2).as_str())]);
+    assert_eq!(two.status, 206, "2 ranges with --max-ranges 2: {two:?}");
+    let three = range(&server, &[("Range", spec(3).as_str())]);
+    assert_eq!(three.status, 200, "3 ranges with --max-ranges 2: {three:?}");
+    assert_eq!(three.body, DIGITS);
 }
 
 #[test]
@@ -419,4 +429,51 @@ fn missing_file_is_404_with_body() {
     // A 404 is not a reason to drop the connection.
     let r = c.roundtrip(&get("/index.html"));
     assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[test]
+fn preconditions_are_evaluated_before_range() {
+    // RFC 9110 §13.2.2: If-Match, If-Unmodified-Since, If-None-Match and
+    // If-Modified-Since come before Range.
+    let site = Site::new("precedence");
+    let server = Server::start(&site.root, &[]);
+    let (etag, _lm) = validators(&server);
+    let r = conditional(
+        &server,
+        &[("Range", "bytes=0-4"), ("If-None-Match", etag.as_str())],
+    );
+    assert_eq!(r.status, 304, "Range + matching If-None-Match: {r:?}");
+    let r = conditional(&server, &[("Range", "bytes=0-4"), ("If-Match", "\"nope\"")]);
+    assert_eq!(r.status, 412, "Range + failing If-Match: {r:?}");
+    let r = conditional(
+        &server,
+        &[("Range", "bytes=999999-"), ("If-None-Match", etag.as_str())],
+    );
+    assert_eq!(
+        r.status, 304,
+        "unsatisfiable Range + matching If-None-Match: {r:?}"
+    );
+}
+
+#[test]
+fn head_of_errors_and_conditionals_has_no_body() {
+    let site = Site::new("head-misc");
+    let server = Server::start(&site.root, &[]);
+    let (etag, _lm) = validators(&server);
+    let mut c = server.connect();
+    let raw = format!(
+        "{}{}{}",
+        request("HEAD", "/missing.txt", &[]),
+        request("HEAD", "/digits.txt", &[("If-None-Match", etag.as_str())]),
+        get("/style.css")
+    );
+    c.send(raw.as_bytes());
+    let missing = c.read_response_to("HEAD").expect("HEAD 404");
+    assert_eq!(missing.status, 404, "{missing:?}");
+    assert_common_headers(&missing, "HEAD");
+    let not_modified = c.read_response_to("HEAD").expect("HEAD 304");
+    assert_eq!(not_modified.status, 304, "{not_modified:?}");
+    let css = c.read_response().expect("GET after HEADs");
+    assert_eq!(css.status, 200, "{css:?}");
+    assert_eq!(css.body, STYLE_CSS);
 }

@@ -329,3 +329,42 @@ fn sigterm_with_no_connections_exits_0_promptly() {
         "still accepting after exit"
     );
 }
+
+#[test]
+fn shutdown_grace_bounds_the_drain() {
+    // A client that never reads a large response cannot hold the process
+    // past the grace period.
+    const SIZE: usize = 64 * 1024 * 1024;
+    let site = Site::new("grace");
+    site.write("big.bin", &vec![7u8; SIZE]);
+    let mut server = Server::start(
+        &site.root,
+        &["--shutdown-grace", "1", "--write-timeout", "60"],
+    );
+    let mut stalled = server.connect();
+    stalled.send(get("/big.bin").as_bytes());
+    let head = stalled.read_head().expect("response head");
+    assert_eq!(head.status, 200, "{head:?}");
+    let start = Instant::now();
+    server.signal("TERM");
+    let status = server
+        .wait_exit(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM with a 1 s grace"));
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(800),
+        "exited after {took:?}, before the grace period, with a response in flight"
+    );
+    eprintln!("exit after grace: {status} in {took:?}");
+    // The stalled response must not look complete.
+    let mut got = stalled.take_buffered().len();
+    let mut buf = vec![0u8; 1 << 20];
+    stalled.set_read_timeout(Duration::from_secs(2));
+    while let Ok(n) = stalled.stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert!(got < SIZE, "the whole body arrived although it was cut off");
+}

@@ -70,8 +70,12 @@ fn socket_fd_inodes(pid: u32) -> BTreeSet<u64> {
     out
 }
 
-/// Waits for `n` threads named `shard-0` .. `shard-<n-1>`; returns their tids.
+/// Waits for `n` `shard started` log lines (a shard pins itself before
+/// logging it) and `n` threads named `shard-0` .. `shard-<n-1>`; returns their
+/// tids.
 fn shard_threads(server: &Server, n: usize) -> Vec<u32> {
+    let logged = poll_until(Duration::from_secs(5), || shard_log_cpus(server).len() >= n);
+    assert!(logged, "expected {n} `shard started` lines");
     let mut tids = Vec::new();
     let ok = poll_until(Duration::from_secs(5), || {
         let t = threads(server.pid());

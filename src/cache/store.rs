@@ -142,7 +142,6 @@ impl Store {
                 self.current.store(Arc::new(snapshot));
                 self.generation.store(generation, Ordering::Relaxed);
                 tracing::info!(
-                    generation,
                     elapsed_ms = elapsed.as_millis() as u64,
                     "snapshot swapped generation={generation}"
                 );

@@ -86,7 +86,7 @@ pub fn respond(
                 "method not allowed",
                 ALLOW,
                 persist,
-                true,
+                false,
             );
         }
         Method::Get | Method::Head => {}

@@ -164,8 +164,12 @@ impl Site {
 // The server process
 // ---------------------------------------------------------------------------
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_shardhttpd")
+/// The binary under test: `$SHARDHTTPD_BIN` if set (to run the suite
+/// against a release build or a saved copy), else the one cargo built.
+pub fn bin() -> PathBuf {
+    std::env::var_os("SHARDHTTPD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_shardhttpd")))
 }
 
 /// A command for the binary with the environment the harness relies on:
@@ -222,6 +226,7 @@ pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 pub struct Server {
     child: Child,
     logs: Arc<Mutex<Vec<String>>>,
+    reader: Option<thread::JoinHandle<()>>,
     addrs: Vec<SocketAddr>,
     exit: Option<ExitStatus>,
 }
@@ -254,7 +259,7 @@ impl Server {
         let stderr = child.stderr.take().expect("piped stderr");
         let logs = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&logs);
-        thread::spawn(move || {
+        let reader = thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 match line {
                     Ok(l) => sink.lock().unwrap().push(strip_ansi(&l)),
@@ -265,6 +270,7 @@ impl Server {
         let mut server = Server {
             child,
             logs,
+            reader: Some(reader),
             addrs: Vec::new(),
             exit: None,
         };
@@ -281,20 +287,26 @@ impl Server {
                 return server;
             }
             if let Some(status) = server.try_wait() {
-                panic!(
-                    "shardhttpd exited with {status} before listening; args {args:?}\n{}",
-                    server.log_text()
-                );
+                // Let the reader drain the pipe so the panic shows the log.
+                server.join_reader();
+                panic!("shardhttpd exited with {status} before listening; args {args:?}");
             }
             if Instant::now() >= end {
                 panic!(
-                    "shardhttpd printed {} of {listens} `listening addr=` lines within {:?}; args {args:?}\n{}",
+                    "shardhttpd printed {} of {listens} `listening addr=` lines within {:?}; args {args:?}",
                     addrs.len(),
                     READY_DEADLINE,
-                    server.log_text()
                 );
             }
             thread::sleep(POLL_STEP);
+        }
+    }
+
+    /// Waits for the stderr reader to reach EOF; only once the process has
+    /// exited.
+    fn join_reader(&mut self) {
+        if let Some(h) = self.reader.take() {
+            let _ = h.join();
         }
     }
 
@@ -360,6 +372,7 @@ impl Server {
         let end = Instant::now() + deadline;
         loop {
             if let Some(s) = self.try_wait() {
+                self.join_reader();
                 return Some(s);
             }
             if Instant::now() >= end {
@@ -394,6 +407,7 @@ impl Drop for Server {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        self.join_reader();
         if thread::panicking() {
             eprintln!("{}", self.log_text());
         }
@@ -507,9 +521,12 @@ pub enum ReadError {
         got: usize,
         want: Option<usize>,
     },
-    /// No progress within the read timeout.
+    /// No progress within the read timeout; `status` and `want` are known
+    /// once the head has been read.
     Timeout {
         buffered: usize,
+        status: Option<u16>,
+        want: Option<usize>,
     },
     Malformed(String),
     Io(io::Error),
@@ -627,6 +644,8 @@ impl Conn {
             Err(e) if is_reset(&e) => Ok(0),
             Err(e) if is_timeout(&e) => Err(ReadError::Timeout {
                 buffered: self.buf.len(),
+                status: None,
+                want: None,
             }),
             Err(e) => Err(ReadError::Io(e)),
         }
@@ -678,7 +697,15 @@ impl Conn {
                     .parse()
                     .map_err(|_| ReadError::Malformed(format!("bad Content-Length {v:?}")))?;
                 while self.buf.len() < want {
-                    if self.fill()? == 0 {
+                    let n = self.fill().map_err(|e| match e {
+                        ReadError::Timeout { buffered, .. } => ReadError::Timeout {
+                            buffered,
+                            status: Some(resp.status),
+                            want: Some(want),
+                        },
+                        e => e,
+                    })?;
+                    if n == 0 {
                         return Err(ReadError::Incomplete {
                             status: Some(resp.status),
                             got: self.buf.len(),
@@ -893,8 +920,9 @@ pub fn parse_http_date(s: &str) -> Option<SystemTime> {
 // Assertions shared by several suites
 // ---------------------------------------------------------------------------
 
-/// Headers every response must carry: a valid, current Date, and a
-/// Content-Length equal to the body unless the status has no body.
+/// Headers every response must carry (with the default flags): a valid,
+/// current Date, `Server: shardhttpd`, and a Content-Length equal to the
+/// body unless the status has no body.
 #[track_caller]
 pub fn assert_common_headers(r: &Response, method: &str) {
     let date = r.must("date");
@@ -903,6 +931,11 @@ pub fn assert_common_headers(r: &Response, method: &str) {
     let skew = now.duration_since(t).unwrap_or_else(|e| e.duration());
     assert!(skew < Duration::from_secs(5), "Date {date:?} is not now");
     assert_eq!(r.header_count("date"), 1, "one Date header: {r:?}");
+    assert_eq!(
+        r.header("server"),
+        Some("shardhttpd"),
+        "Server header: {r:?}"
+    );
     if r.status != 304 && r.status != 204 {
         let cl = r
             .content_length()
@@ -914,7 +947,7 @@ pub fn assert_common_headers(r: &Response, method: &str) {
     }
     if r.status == 204 {
         assert!(
-            r.header("content-length").map_or(true, |v| v.trim() == "0"),
+            !matches!(r.header("content-length"), Some(v) if v.trim() != "0"),
             "204 must not announce a body: {r:?}"
         );
     }
