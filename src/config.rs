@@ -109,9 +109,14 @@ pub struct Settings {
     /// Seconds to finish in-flight responses on SIGTERM/SIGINT.
     #[arg(long, value_name = "SECS")]
     pub shutdown_grace: Option<f64>,
-    /// Files of at least this many bytes are sent with sendfile.
+    /// Files of at least this many bytes are sent from their fd, not memory.
     #[arg(long, value_name = "BYTES")]
     pub sendfile_threshold: Option<u64>,
+    /// Send those files zero-copy with sendfile. Safe only when files are
+    /// replaced by rename, never rewritten in place; off by default, when
+    /// they go through a verified copy instead.
+    #[arg(long, value_name = "BOOL")]
+    pub sendfile: Option<bool>,
     /// Memory for bodies held in the snapshot.
     #[arg(long, value_name = "BYTES")]
     pub cache_max_bytes: Option<u64>,
@@ -224,7 +229,7 @@ impl Settings {
             root, listen, cores, admin, backlog, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
-            shutdown_grace, sendfile_threshold, cache_max_bytes, serve_dotfiles,
+            shutdown_grace, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
             watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
@@ -261,6 +266,7 @@ pub struct Config {
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,
     pub sendfile_threshold: u64,
+    pub sendfile: bool,
     pub cache_max_bytes: u64,
     pub serve_dotfiles: bool,
     pub metrics: bool,
@@ -385,6 +391,7 @@ impl Config {
                 .sendfile_threshold
                 .unwrap_or(DEFAULT_SENDFILE_THRESHOLD)
                 .max(1),
+            sendfile: s.sendfile.unwrap_or(false),
             cache_max_bytes: s.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES),
             serve_dotfiles: s.serve_dotfiles.unwrap_or(false),
             metrics: s.metrics.unwrap_or(true),

@@ -51,6 +51,8 @@ pub struct ConnConfig {
     pub keepalive_timeout: Duration,
     pub write_timeout: Duration,
     pub server_line: Vec<u8>,
+    /// Large files by `sendfile` (zero-copy) instead of a verified copy.
+    pub zero_copy: bool,
 }
 
 impl ConnConfig {
@@ -69,6 +71,7 @@ impl ConnConfig {
             keepalive_timeout: cfg.keepalive_timeout,
             write_timeout: cfg.write_timeout,
             server_line: cfg.server_line.clone(),
+            zero_copy: cfg.sendfile,
         }
     }
 }
@@ -181,7 +184,7 @@ impl Conn {
             rbuf: Vec::new(),
             rstart: 0,
             rend: 0,
-            out: Output::default(),
+            out: Output::new(cfg.zero_copy),
             served: 0,
             readable: false,
             write_blocked: false,

@@ -30,6 +30,10 @@ const MAX_IOVECS: usize = 64;
 /// the shard from its other connections for long.
 const SENDFILE_CHUNK: usize = 1 << 20;
 
+/// Piece size of the verified copy of large files: big enough to amortise
+/// the `pread` + `fstat` per piece, small enough not to matter per connection.
+const COPY_CHUNK: usize = 128 * 1024;
+
 /// A piece of the queue that is not in the owned buffer's tail.
 #[derive(Debug)]
 enum Chunk {
@@ -65,6 +69,11 @@ pub struct Output {
     chunks: VecDeque<Chunk>,
     /// The snapshot that `Mem` and `File` chunks point into.
     pin: Option<Arc<Snapshot>>,
+    /// Send large files with `sendfile` instead of a verified copy.
+    zero_copy: bool,
+    /// Verified bytes of the front file chunk not yet written (copy mode).
+    stage: Vec<u8>,
+    staged: usize,
 }
 
 impl std::fmt::Debug for Output {
@@ -78,8 +87,15 @@ impl std::fmt::Debug for Output {
 }
 
 impl Output {
+    pub fn new(zero_copy: bool) -> Output {
+        Output {
+            zero_copy,
+            ..Output::default()
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && self.sent == self.buf.len()
+        self.chunks.is_empty() && self.sent == self.buf.len() && self.staged == self.stage.len()
     }
 
     /// Owned bytes not yet written; a rough measure of backlog.
@@ -290,12 +306,77 @@ impl Output {
         }
     }
 
-    /// Send the front file chunk. All but its last byte go by `sendfile`;
-    /// the last byte is read with `pread` and sent only after `fstat` shows
-    /// the file unchanged since the snapshot was built. A write to the file
-    /// updates its ctime before it changes any byte, so every byte sent is
-    /// then known to be of the snapshot's version.
+    /// Send the front file chunk, in the mode the server runs in.
     fn send_file(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+        if self.zero_copy {
+            self.sendfile(stream)
+        } else {
+            self.copy_file(stream)
+        }
+    }
+
+    /// Verified copy: `pread` a piece into the staging buffer, check with
+    /// `fstat` that the file is still the snapshot's version, then write it.
+    /// A write to the file updates ctime (and a truncate the size) before it
+    /// changes any byte, so every byte sent was read from the snapshot's
+    /// version. Unlike `sendfile`, the bytes are ours once read: a later
+    /// rewrite cannot reach into data already queued on the socket.
+    fn copy_file(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+        if self.staged < self.stage.len() {
+            return match (&*stream).write(&self.stage[self.staged..]) {
+                Ok(0) => Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+                Ok(n) => {
+                    self.staged += n;
+                    if self.staged == self.stage.len() {
+                        self.staged = 0;
+                        self.stage.clear();
+                        if let Some(Chunk::File { len: 0, .. }) = self.chunks.front() {
+                            self.chunks.pop_front();
+                            // Don't hold a large buffer on an idle connection.
+                            self.stage = Vec::new();
+                        }
+                    }
+                    Ok(true)
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+                Err(e) => Err(e.into()),
+            };
+        }
+        let snap = self
+            .pin
+            .as_ref()
+            .expect("File chunk without pinned snapshot");
+        let Some(Chunk::File { entry, off, len }) = self.chunks.front_mut() else {
+            unreachable!()
+        };
+        let Body::File(large) = &snap.entry(*entry).identity.body else {
+            unreachable!("File chunk for a memory body")
+        };
+        let n = (*len as usize).min(COPY_CHUNK);
+        self.stage.resize(n, 0);
+        match large.file.read_exact_at(&mut self.stage, *off) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(WriteError::FileChanged)
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if FileStamp::of(&large.file.metadata()?) != large.stamp {
+            return Err(WriteError::FileChanged);
+        }
+        *off += n as u64;
+        *len -= n as u64;
+        self.staged = 0;
+        Ok(true)
+    }
+
+    /// Zero-copy: all but the last byte go by `sendfile`; the last byte is
+    /// read with `pread` and sent only after `fstat` shows the file
+    /// unchanged. This catches a file changed before the end of the send,
+    /// but TCP keeps referencing the page cache until the peer has read the
+    /// data, so a rewrite in place can still reach bytes already queued:
+    /// only for roots that change by rename (`sendfile = true`).
+    fn sendfile(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
         let snap = self
             .pin
             .as_ref()
@@ -308,7 +389,7 @@ impl Output {
         };
         if *len > 1 {
             let count = ((*len - 1) as usize).min(SENDFILE_CHUNK);
-            match sys::sendfile(stream, &large.file, off, count) {
+            match sys::sendfile(stream, &*large.file, off, count) {
                 Ok(0) => return Err(WriteError::FileChanged),
                 Ok(n) => {
                     *len -= n as u64;
