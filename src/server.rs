@@ -84,6 +84,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         None => None,
     };
     let conn_cfg = ConnConfig::new(&config);
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
     for (index, (cpu, listeners)) in config.cpus.iter().copied().zip(per_shard).enumerate() {
@@ -98,20 +99,24 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             conn_cfg: conn_cfg.clone(),
             metrics: Arc::clone(&metrics),
             access_log: access_log.as_ref().map(AccessLog::for_shard),
+            started: started_tx.clone(),
         };
-        let shard_addrs = addrs.clone();
         let thread = std::thread::Builder::new()
             .name(format!("shard-{index}"))
             .spawn(move || {
-                for addr in &shard_addrs {
-                    tracing::info!("shard started shard={index} cpu={cpu} addr={addr}");
-                }
                 if let Err(e) = shard::run(spec) {
                     tracing::error!(shard = index, error = %e, "shard failed");
                 }
             })
             .context("spawning shard thread")?;
         threads.push(thread);
+    }
+    // "listening" means every shard is pinned and in its loop.
+    for _ in &threads {
+        started_rx
+            .recv()
+            .context("a shard thread exited during start-up")?
+            .context("starting a shard")?;
     }
     for addr in &addrs {
         tracing::info!(shards = threads.len(), "listening addr={addr}");

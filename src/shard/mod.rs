@@ -56,18 +56,36 @@ pub struct ShardSpec {
     pub conn_cfg: ConnConfig,
     pub metrics: Arc<Metrics>,
     pub access_log: Option<ShardLog>,
+    /// Told once the shard is pinned and its loop is set up (or failed to).
+    pub started: std::sync::mpsc::Sender<io::Result<()>>,
 }
 
 /// Run a shard until it has drained after shutdown.
 pub fn run(spec: ShardSpec) -> io::Result<()> {
-    if !core_affinity::set_for_current(core_affinity::CoreId { id: spec.cpu }) {
-        tracing::warn!(
-            shard = spec.index,
-            cpu = spec.cpu,
-            "could not pin shard to its CPU"
-        );
+    let (index, cpu) = (spec.index, spec.cpu);
+    if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+        tracing::warn!(shard = index, cpu, "could not pin shard to its CPU");
     }
-    let mut shard = Shard::new(spec)?;
+    let addrs: Vec<String> = spec
+        .listeners
+        .iter()
+        .map(|l| {
+            l.local_addr()
+                .map_or_else(|e| e.to_string(), |a| a.to_string())
+        })
+        .collect();
+    let started = spec.started.clone();
+    let mut shard = match Shard::new(spec) {
+        Ok(shard) => shard,
+        Err(e) => {
+            let _ = started.send(Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+    };
+    for addr in &addrs {
+        tracing::info!("shard started shard={index} cpu={cpu} addr={addr}");
+    }
+    let _ = started.send(Ok(()));
     shard.run()
 }
 
