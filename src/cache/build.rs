@@ -34,9 +34,18 @@ use super::{
 };
 use crate::http::accept::Coding;
 
-/// How many times a file is read in total when its stamp keeps changing under
-/// the read (it is being written). After the last attempt the last read is used.
-const MAX_READ_ATTEMPTS: usize = 4;
+/// How many times a file is read (or waited for, see [`STAMP_SETTLE`]) when
+/// its stamp keeps changing under the read (it is being written). A file that
+/// does not settle is not published: the old snapshot's version is kept, or
+/// a new file stays out, until a later build finds it quiet.
+const MAX_READ_ATTEMPTS: usize = 6;
+
+/// Kernel file timestamps come from a coarse clock (one jiffy: up to 10 ms),
+/// so two writes within one tick leave the same ctime and the stamp cannot
+/// tell them apart. A stamp is trusted only once its ctime is at least this
+/// old: any later write then shows as a newer ctime, both to the re-check
+/// after a read here and to the connection's check around `sendfile`.
+const STAMP_SETTLE: Duration = Duration::from_millis(20);
 
 /// Deepest directory nesting walked below the root. Bounds recursion (and the
 /// blow-up from chains of symlinked directories) on hostile trees; deeper
@@ -443,6 +452,8 @@ enum Loaded {
     },
     Forbidden,
     Skip,
+    /// Being written throughout: keep the old version if there is one.
+    Unsettled,
 }
 
 /// Pass 2: load every `Step::Load` on `available_parallelism` scoped
@@ -524,6 +535,7 @@ fn load_one(
         budget: if in_mem { job.stamp.size } else { 0 },
     };
     let file = match open_regular(&job.path).and_then(|f| load_file(&job.path, f, policy, chunk)) {
+        Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
         Ok(Some(file)) => file,
         Ok(None) => {
             tracing::debug!(path = %job.path.display(), "skipping file replaced by a non-file");
@@ -588,6 +600,10 @@ fn read_sidecar(path: &Path, below: u64) -> io::Result<Option<(Vec<u8>, FileStam
         if before.size >= below {
             return Ok(None);
         }
+        if let Some(wait) = unsettled(&before, SystemTime::now()) {
+            std::thread::sleep(wait);
+            continue;
+        }
         let bytes = read_prefix(&file, before.size)?;
         if FileStamp::of(&file.metadata()?) == before {
             return Ok(Some((bytes, before)));
@@ -634,7 +650,18 @@ fn assemble(
         .enumerate()
         .zip(plan.steps.iter().zip(loaded))
     {
-        let (identity, variants, source) = match (*step, loaded) {
+        // A file that never held still keeps the version the old snapshot
+        // has under its URL, if any.
+        let step = match (*step, &loaded) {
+            (Step::Load { .. }, Some(Loaded::Unsettled)) => {
+                match old.and_then(|old| old.resolve(&job.url)) {
+                    Some(Resource::File(o)) => Step::Reuse(o),
+                    _ => continue,
+                }
+            }
+            (step, _) => step,
+        };
+        let (identity, variants, source) = match (step, loaded) {
             (Step::Reuse(o), _) => {
                 let old = old.expect("reuse needs an old snapshot");
                 let entry = old.entry(o);
@@ -682,7 +709,7 @@ fn assemble(
                 remap[i] = Some(Resource::Forbidden);
                 continue;
             }
-            (Step::Load { .. }, Some(Loaded::Skip) | None) => continue,
+            (Step::Load { .. }, Some(Loaded::Skip | Loaded::Unsettled) | None) => continue,
         };
         match identity.body {
             Body::Mem { len, .. } => stats.mem_bytes += len as u64,
@@ -895,6 +922,8 @@ struct LoadedFile {
     /// xxh3-128 of the content.
     hash: u128,
     body: LoadedBody,
+    /// The stamp held still around the read (and was old enough to trust).
+    settled: bool,
 }
 
 enum LoadedBody {
@@ -908,11 +937,9 @@ enum LoadedBody {
 /// `Ok(None)` when the fd is not a regular file (swapped since the walk).
 ///
 /// The stamp is taken before and after each read; when they differ the file
-/// was written meanwhile and is read again, up to [`MAX_READ_ATTEMPTS`]. If it
-/// never settles, the last read is used with the stamp from *before* it: the
-/// file has moved past that stamp, so the connection's check refuses to send
-/// it from the fd until the next rebuild rather than sending bytes that don't
-/// match the ETag.
+/// was written meanwhile and is read again, up to [`MAX_READ_ATTEMPTS`]. A
+/// stamp younger than [`STAMP_SETTLE`] is waited out first. `Ok(Some)` with
+/// `settled == false` when the file never held still.
 fn load_file(
     path: &Path,
     file: File,
@@ -926,6 +953,16 @@ fn load_file(
             return Ok(None);
         }
         let before = FileStamp::of(&meta);
+        if let Some(wait) = unsettled(&before, SystemTime::now()) {
+            if attempt < MAX_READ_ATTEMPTS {
+                attempt += 1;
+                std::thread::sleep(wait);
+                continue;
+            }
+            // Still fresh on the last attempt: the read below may miss a
+            // write within the same tick, so it cannot count as settled.
+        }
+        let fresh = unsettled(&before, SystemTime::now()).is_some();
         let (len, hash, in_mem) = if policy.fits(before.size) {
             // Read at most the size we budgeted for; a file that grew shows up
             // as a changed stamp below.
@@ -936,13 +973,13 @@ fn load_file(
             (len, hash, None)
         };
         let after = FileStamp::of(&file.metadata()?);
-        let settled = after == before;
+        let settled = after == before && !fresh;
         if settled || attempt == MAX_READ_ATTEMPTS {
             if !settled {
                 tracing::warn!(
                     path = %path.display(),
                     attempts = attempt,
-                    "file kept changing while read; using the last read"
+                    "file kept changing while read; keeping its previous version"
                 );
             }
             let body = match in_mem {
@@ -954,10 +991,25 @@ fn load_file(
                 len,
                 hash,
                 body,
+                settled,
             }));
         }
         attempt += 1;
     }
+}
+
+/// How long until `stamp`'s ctime is [`STAMP_SETTLE`] old, if it is not yet.
+fn unsettled(stamp: &FileStamp, now: SystemTime) -> Option<Duration> {
+    let now_ns = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let age_ns = now_ns - stamp.ctime_ns;
+    let settle_ns = STAMP_SETTLE.as_nanos() as i128;
+    (age_ns < settle_ns).then(|| {
+        // A ctime ahead of our clock (skew between the coarse and fine
+        // clocks) waits at most one settle period.
+        Duration::from_nanos((settle_ns - age_ns).min(settle_ns) as u64)
+    })
 }
 
 /// Up to `size` bytes from the start of `file`, fewer if it ends first.
