@@ -15,7 +15,7 @@ use crate::cache::Store;
 use crate::config::Config;
 use crate::conn::ConnConfig;
 use crate::metrics::access_log::AccessLog;
-use crate::metrics::{admin, Metrics, SnapshotInfo};
+use crate::metrics::{admin, Metrics};
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 
@@ -47,6 +47,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .context("spawning the watcher thread")?;
     }
     let metrics = Metrics::new(&config.cpus, config.metrics);
+    metrics.register(Box::new(store.rebuild_duration.clone()));
     let admin_listener = admin::bind(config.admin)
         .with_context(|| format!("binding the admin address {}", config.admin))?;
     let shared = Arc::new(Shared {
@@ -124,7 +125,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     {
         let metrics = Arc::clone(&metrics);
         let store = Arc::clone(&store);
-        let source: admin::SnapshotSource = Box::new(move || snapshot_info(&store));
+        let source: admin::SnapshotSource = Box::new(move || store.stats());
         std::thread::Builder::new()
             .name("admin".into())
             .spawn(move || admin::serve(admin_listener, metrics, source))
@@ -162,19 +163,4 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Snapshot figures for the metrics endpoint.
-fn snapshot_info(store: &Store) -> SnapshotInfo {
-    let snapshot = store.load();
-    SnapshotInfo {
-        generation: snapshot.generation,
-        files: snapshot.stats.files,
-        bytes: vec![(
-            "identity",
-            snapshot.stats.mem_bytes + snapshot.stats.file_bytes,
-        )],
-        rebuilds_ok: 0,
-        rebuilds_failed: 0,
-    }
 }

@@ -3,13 +3,14 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{Metrics, SnapshotInfo};
+use super::Metrics;
+use crate::cache::StoreStats;
 
 /// How long one admin client may take to send its request or read the
 /// answer; the admin thread serves clients one at a time.
@@ -23,7 +24,7 @@ const MAX_REQUEST: usize = 8 * 1024;
 const STATUS_PAGE: &str = include_str!("status.html");
 
 /// Reads the snapshot figures at scrape time.
-pub type SnapshotSource = Box<dyn Fn() -> SnapshotInfo + Send>;
+pub type SnapshotSource = Box<dyn Fn() -> StoreStats + Send + Sync>;
 
 /// Bind the admin address (port 0 picks one) and log it.
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -32,18 +33,53 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(listener)
 }
 
-/// Serve admin requests forever on the calling thread.
+/// Most admin clients served at once; more wait in the accept queue.
+const MAX_CLIENTS: usize = 16;
+
+/// What the admin client threads share.
+struct State {
+    metrics: Arc<Metrics>,
+    snapshot: SnapshotSource,
+    rates: Mutex<Rates>,
+    clients: AtomicUsize,
+}
+
+/// Serve admin requests forever on the calling thread. Each client gets a
+/// short-lived thread, so a slow one cannot hold off a Prometheus scrape.
 pub fn serve(listener: TcpListener, metrics: Arc<Metrics>, snapshot: SnapshotSource) {
     let socket = socket2::Socket::from(listener);
     // accept() times out so the sampler runs even with no admin traffic.
     let _ = socket.set_read_timeout(Some(SAMPLE_INTERVAL));
     let listener: TcpListener = socket.into();
-    let mut rates = Rates::new(&metrics);
+    let state = Arc::new(State {
+        rates: Mutex::new(Rates::new(&metrics)),
+        metrics,
+        snapshot,
+        clients: AtomicUsize::new(0),
+    });
     loop {
-        rates.sample(&metrics);
+        state
+            .rates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sample(&state.metrics);
+        if state.clients.load(Ordering::Acquire) >= MAX_CLIENTS {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
         match listener.accept() {
             Ok((stream, _)) => {
-                let _ = handle(stream, &metrics, &snapshot, &rates);
+                state.clients.fetch_add(1, Ordering::AcqRel);
+                let client = Arc::clone(&state);
+                let spawned = std::thread::Builder::new()
+                    .name("admin-client".into())
+                    .spawn(move || {
+                        let _ = handle(stream, &client);
+                        client.clients.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if spawned.is_err() {
+                    state.clients.fetch_sub(1, Ordering::AcqRel);
+                }
             }
             Err(e)
                 if matches!(
@@ -58,12 +94,8 @@ pub fn serve(listener: TcpListener, metrics: Arc<Metrics>, snapshot: SnapshotSou
     }
 }
 
-fn handle(
-    mut stream: TcpStream,
-    metrics: &Metrics,
-    snapshot: &SnapshotSource,
-    rates: &Rates,
-) -> std::io::Result<()> {
+fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
+    let metrics = &state.metrics;
     stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let mut buf = vec![0u8; MAX_REQUEST];
@@ -102,7 +134,7 @@ fn handle(
     };
     match path.as_str() {
         "/metrics" => {
-            let body = metrics.render(&snapshot());
+            let body = metrics.render(&(state.snapshot)());
             respond(
                 &mut stream,
                 "200 OK",
@@ -124,7 +156,11 @@ fn handle(
             }
         }
         "/status.json" => {
-            let status = rates.status(metrics, snapshot());
+            let status = state
+                .rates
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .status(metrics, (state.snapshot)());
             let body = serde_json::to_vec(&status).unwrap_or_default();
             respond(&mut stream, "200 OK", "application/json", &body)
         }
@@ -193,7 +229,7 @@ impl Rates {
         self.at = Instant::now();
     }
 
-    fn status(&self, metrics: &Metrics, snapshot: SnapshotInfo) -> Status {
+    fn status(&self, metrics: &Metrics, snapshot: StoreStats) -> Status {
         let cores: Vec<CoreStatus> = metrics
             .slots
             .iter()
@@ -231,7 +267,7 @@ impl Rates {
                 generation: snapshot.generation,
                 files: snapshot.files,
                 bytes: snapshot
-                    .bytes
+                    .bytes_by_encoding
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), *v))
                     .collect(),

@@ -22,6 +22,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 
 pub use counters::{CloseReason, ShardCounters, DURATION_BUCKETS, STATUSES};
 
+use crate::cache::StoreStats;
 use crate::http::Status;
 
 /// How often a shard copies its counters into its slot. Bounds how stale a
@@ -47,17 +48,6 @@ impl ShardSlot {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
-}
-
-/// Snapshot figures, read at scrape time from the cache store.
-#[derive(Debug, Clone, Default)]
-pub struct SnapshotInfo {
-    pub generation: u64,
-    pub files: u64,
-    /// Body bytes by encoding label (`identity`, `br`, `gzip`, `zstd`).
-    pub bytes: Vec<(&'static str, u64)>,
-    pub rebuilds_ok: u64,
-    pub rebuilds_failed: u64,
 }
 
 /// The process-wide metrics: shard slots plus a registry for everything
@@ -133,7 +123,7 @@ impl Metrics {
     }
 
     /// The text exposition format.
-    pub fn render(&self, snap: &SnapshotInfo) -> Vec<u8> {
+    pub fn render(&self, snap: &StoreStats) -> Vec<u8> {
         let mut families = self.registry.gather();
         families.extend(self.shard_families());
         families.extend(snapshot_families(snap));
@@ -146,10 +136,13 @@ impl Metrics {
     }
 
     fn shard_families(&self) -> Vec<MetricFamily> {
-        let shards: Vec<(String, String, ShardCounters)> = self
+        let shards: Vec<(String, String, bool, ShardCounters)> = self
             .slots
             .iter()
-            .map(|s| (s.core.to_string(), s.cpu.to_string(), s.read()))
+            .map(|s| {
+                let running = s.running.load(Ordering::Acquire);
+                (s.core.to_string(), s.cpu.to_string(), running, s.read())
+            })
             .collect();
         let mut requests = family(
             "shardhttpd_http_requests_total",
@@ -183,10 +176,10 @@ impl Metrics {
         );
         let mut info = family(
             "shardhttpd_shard_info",
-            "One series per shard: its core label and the CPU it is pinned to.",
+            "One series per running shard: its core label and the CPU it is pinned to.",
             MetricType::GAUGE,
         );
-        for (core, cpu, c) in &shards {
+        for (core, cpu, running, c) in &shards {
             for (i, &n) in c.requests.iter().enumerate() {
                 let status = Status::ALL[i];
                 // 200 always, so every shard has a series from the start.
@@ -213,14 +206,16 @@ impl Metrics {
                     c.closed[reason as usize] as f64,
                 ));
             }
-            info.mut_metric()
-                .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
+            if *running {
+                info.mut_metric()
+                    .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
+            }
         }
         vec![requests, duration, bytes, accepted, active, closed, info]
     }
 }
 
-fn snapshot_families(snap: &SnapshotInfo) -> Vec<MetricFamily> {
+fn snapshot_families(snap: &StoreStats) -> Vec<MetricFamily> {
     let mut generation = family(
         "shardhttpd_snapshot_generation",
         "Generation of the snapshot being served; grows by one per swap.",
@@ -240,7 +235,7 @@ fn snapshot_families(snap: &SnapshotInfo) -> Vec<MetricFamily> {
         "Body bytes in the snapshot, by encoding.",
         MetricType::GAUGE,
     );
-    for (encoding, n) in &snap.bytes {
+    for (encoding, n) in &snap.bytes_by_encoding {
         bytes
             .mut_metric()
             .push(gauge(&[("encoding", encoding)], *n as f64));
