@@ -27,9 +27,9 @@ die() {
 
 # expand_cpus "0-3,6" -> "0 1 2 3 6"
 expand_cpus() {
-    local spec=$1 part lo hi out=()
-    local IFS=,
-    for part in $spec; do
+    local spec=$1 part lo hi c list=() parts=()
+    IFS=, read -r -a parts <<<"$spec"
+    for part in "${parts[@]}"; do
         part=${part// /}
         [[ -n $part ]] || continue
         if [[ $part == *-* ]]; then
@@ -38,9 +38,9 @@ expand_cpus() {
             lo=$part hi=$part
         fi
         [[ $lo =~ ^[0-9]+$ && $hi =~ ^[0-9]+$ && $lo -le $hi ]] || die "bad CPU list '$spec'"
-        for ((c = lo; c <= hi; c++)); do out+=("$c"); done
+        for ((c = lo; c <= hi; c++)); do list+=("$c"); done
     done
-    echo "${out[*]}"
+    echo "${list[*]}"
 }
 
 # The given PID and all its descendants, one per line. Walks the ppid field
@@ -195,26 +195,49 @@ wrk_errors() {
         END { print e + 0 }' "$1"
 }
 
-# measure PID OUT -- WRK-ARGS...: run wrk (already prefixed by the caller with
-# taskset), bracketing it with the server tree's CPU ticks. Prints
-# "requests rps ticks us_per_req errors". Saves wrk's report to OUT.
+# cpu_ticks "CPU..." -> "busy irq total" ticks of those CPUs from /proc/stat:
+# busy = user+nice+system, irq = irq+softirq, total = every field. They are
+# kept apart because with IRQ time accounting (as on Debian kernels) softirq
+# time is charged to no task: loopback TCP receive work done on the server's
+# CPU shows up here and not in the server's utime+stime. That holds alike for
+# every server, so µs/req stays comparable; it just is not the whole cost.
+cpu_ticks() {
+    awk -v want=" $1 " '
+        $1 ~ /^cpu[0-9]+$/ && index(want, " " substr($1, 4) " ") {
+            busy += $2 + $3 + $4
+            irq += $7 + $8
+            for (i = 2; i <= NF; i++) total += $i
+        }
+        END { print busy + 0, irq + 0, total + 0 }' /proc/stat
+}
+
+# measure PID "CPUS" OUT -- CMD...: run CMD (a pinned wrk), bracketing it with
+# the CPU ticks of the server's process tree and of the server's CPUs. Saves
+# wrk's report to OUT and prints
+#   "requests rps server_ticks us_per_req errors other_pct"
+# where other_pct is the share of the server CPUs' time that went to other
+# tasks during the run: anything above a few percent means a noisy run.
 measure() {
-    local pid=$1 out=$2 t0 t1 req rps err us
-    shift 3
+    local pid=$1 cpus=$2 out=$3 t0 t1 b0 a0 b1 a1 req rps err us other
+    shift 4
+    read -r b0 _ a0 < <(cpu_ticks "$cpus")
     t0=$(tree_ticks "$pid")
     "$@" >"$out" 2>&1 || true
     t1=$(tree_ticks "$pid")
+    read -r b1 _ a1 < <(cpu_ticks "$cpus")
+    other=$(awk -v b=$((b1 - b0 - (t1 - t0))) -v a=$((a1 - a0)) \
+        'BEGIN { if (a > 0 && b > 0) printf "%.1f", 100 * b / a; else print "0.0" }')
     req=$(wrk_requests "$out")
     rps=$(wrk_rps "$out")
     err=$(wrk_errors "$out")
     if [[ -z $req || -z $rps || $req -eq 0 ]]; then
         warn "wrk produced no requests; its output:"
         cat "$out" >&2
-        echo "0 0 $((t1 - t0)) nan $err"
+        echo "0 0 $((t1 - t0)) nan $err $other"
         return 0
     fi
     us=$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$req" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
-    echo "$req $rps $((t1 - t0)) $us $err"
+    echo "$req $rps $((t1 - t0)) $us $err $other"
 }
 
 # Median of the numbers given as arguments ("nan" ignored).

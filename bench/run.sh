@@ -46,6 +46,9 @@
 #   6. Prints a Markdown table of medians (req/s, µs/req, errors summed over
 #      rounds), the shardhttpd/h2o and shardhttpd/nginx ratios, and writes it
 #      with every raw run to bench/results/<UTC timestamp>.md (ignored by git).
+#      Each run also records how much of the server CPU other tasks took;
+#      above 5% the report is marked noisy. wrk's full output is kept in the
+#      results file for any run with errors.
 #
 # Every server the script started (and only those) is stopped on exit.
 # Exit status: 0, or 1 if an installed server failed to start or to serve.
@@ -77,7 +80,7 @@ while (($#)); do
     --client-cpu) client_cpu=${2:?}; shift ;;
     --no-build) build=0 ;;
     --keep) keep=1 ;;
-    -h | --help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '3,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
     shift
@@ -314,12 +317,13 @@ mkdir -p bench/results
 results=bench/results/$stamp.md
 raw=$tmp/raw.md
 {
-    echo "| round | workload | server | requests | req/s | CPU ticks | µs/req | errors |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "| round | workload | server | requests | req/s | server CPU ticks | µs/req | errors | other load on server CPU % |"
+    echo "|---|---|---|---|---|---|---|---|---|"
 } >"$raw"
 
 total=$((${#workloads[@]} * rounds * ${#servers[@]}))
 n=0
+noisy=0
 for w in "${workloads[@]}"; do
     wname=${w%%|*}
     for ((r = 1; r <= rounds; r++)); do
@@ -329,10 +333,18 @@ for w in "${workloads[@]}"; do
             set_wrk "$w" "${port[$s]}" 1
             "${WRK[@]}" >/dev/null 2>&1 || true # warm-up
             set_wrk "$w" "${port[$s]}" "$duration"
-            read -r req rps ticks us err < <(measure "${pid[$s]}" "$tmp/wrk-$wname-$s-$r.txt" -- "${WRK[@]}")
-            printf '[%d/%d] %-12s %-10s round %d: %10.0f req/s  %6s µs/req  %s errors\n' \
-                "$n" "$total" "$wname" "$s" "$r" "$rps" "$us" "$err" >&2
-            echo "| $r | $wname | $s | $req | $rps | $ticks | $us | $err |" >>"$raw"
+            read -r req rps ticks us err other < <(measure "${pid[$s]}" "$server_cpu" \
+                "$tmp/wrk-$wname-$s-$r.txt" -- "${WRK[@]}")
+            printf '[%d/%d] %-12s %-10s round %d: %10.0f req/s  %6s µs/req  %s errors  (other load on CPU %s: %s%%)\n' \
+                "$n" "$total" "$wname" "$s" "$r" "$rps" "$us" "$err" "$server_cpu" "$other" >&2
+            echo "| $r | $wname | $s | $req | $rps | $ticks | $us | $err | $other |" >>"$raw"
+            if awk -v o="$other" 'BEGIN { exit !(o > 5) }'; then noisy=1; fi
+            if ((err > 0)); then
+                # Keep wrk's own breakdown (connect/read/write/timeout, non-2xx).
+                # shellcheck disable=SC2016 # the backticks are Markdown
+                printf '### %s, %s, round %d\n\n```\n%s\n```\n\n' "$wname" "$s" "$r" \
+                    "$(cat "$tmp/wrk-$wname-$s-$r.txt")" >>"$tmp/errors.md"
+            fi
             rps_runs[$wname|$s]+=" $rps"
             us_runs[$wname|$s]+=" $us"
             err_sum[$wname|$s]=$((${err_sum[$wname|$s]:-0} + err))
@@ -378,6 +390,9 @@ report() {
 }
 
 table=$(report)
+if ((noisy)); then
+    table+=$'\n\n'"**Noisy:** other tasks took more than 5% of CPU $server_cpu during at least one run (see \"other load\" per run); rerun on a quiet machine before quoting."
+fi
 echo
 echo "$table"
 {
@@ -395,6 +410,12 @@ echo "$table"
     echo "## Every run"
     echo
     cat "$raw"
+    if [[ -s $tmp/errors.md ]]; then
+        echo
+        echo "## wrk output of runs with errors"
+        echo
+        cat "$tmp/errors.md"
+    fi
 } >"$results"
 say
 say "results written to $results"

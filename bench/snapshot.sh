@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Snapshot benchmark for live content (issue 3): on a synthetic root of
+# $FILES files, the initial build time, the snapshot's memory, and the time
+# from changing one file to the new bytes being served over HTTP.
+#
+#   bench/snapshot.sh                 # 10 000 files, default compression
+#   FILES=2000 EXTRA="--compress false" bench/snapshot.sh
+#
+# Memory is reported two ways: the snapshot's own body bytes (identity and
+# variants, from the build log) and the server's RSS minus the RSS of the same
+# server on a one-file root.
+set -euo pipefail
+
+FILES=${FILES:-10000}
+CHANGES=${CHANGES:-20}
+CORES=${CORES:-2}
+EXTRA=${EXTRA:-}
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+BIN=${BIN:-target/release/shardhttpd}
+
+WORK=$(mktemp -d /tmp/shardhttpd-snapbench.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+python3 - "$WORK/www" "$FILES" <<'PY'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(42)
+words = "static server snapshot shard epoll kernel socket buffer arena brotli gzip zstd cache header".split()
+kinds = [("html", 0.4), ("css", 0.15), ("js", 0.2), ("json", 0.1), ("png", 0.15)]
+for i in range(n):
+    d = os.path.join(root, "d%03d" % (i // 100))
+    os.makedirs(d, exist_ok=True)
+    r, acc = rng.random(), 0.0
+    for ext, p in kinds:
+        acc += p
+        if r <= acc:
+            break
+    size = rng.randint(1024, 12 * 1024)
+    if ext == "png":
+        data = bytes(rng.getrandbits(8) for _ in range(size))
+    else:
+        text = " ".join(rng.choice(words) for _ in range(size // 6))
+        data = ("<!-- %d -->\n" % i + text).encode()
+    with open(os.path.join(d, "f%05d.%s" % (i, ext)), "wb") as f:
+        f.write(data)
+PY
+mkdir -p "$WORK/tiny" && echo hi > "$WORK/tiny/index.html"
+du -sh --apparent-size "$WORK/www" | awk '{print "root: '"$FILES"' files, " $1 " on disk"}'
+
+start() { # root logfile -> pid
+    # shellcheck disable=SC2086
+    "$BIN" --root "$1" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --cores "$CORES" $EXTRA 2>"$2" &
+    local pid=$!
+    for _ in $(seq 1 6000); do
+        grep -q "listening addr=" "$2" && break
+        sleep 0.05
+    done
+    echo "$pid"
+}
+rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+
+TINY=$(start "$WORK/tiny" "$WORK/tiny.log")
+BASE_RSS=$(rss_kib "$TINY")
+kill "$TINY"
+
+T0=$(date +%s.%N)
+PID=$(start "$WORK/www" "$WORK/server.log")
+T1=$(date +%s.%N)
+PORT=$(grep -o 'listening addr=127.0.0.1:[0-9]*' "$WORK/server.log" | head -1 | cut -d: -f2)
+BUILT=$(grep "snapshot built" "$WORK/server.log" | head -1)
+field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$BUILT"; }
+RSS=$(rss_kib "$PID")
+echo "initial build: $(field elapsed_ms) ms (process start to listening: $(echo "$T1 - $T0" | bc) s)"
+echo "snapshot bodies: identity $(field mem_bytes) B in memory, $(field file_bytes) B from fds, variants $(field encoded_bytes) B"
+echo "RSS: $((RSS / 1024)) MiB, minus a one-file server: $(((RSS - BASE_RSS) / 1024)) MiB"
+
+python3 - "$WORK/www" "$PORT" "$CHANGES" <<'PY'
+import http.client, os, statistics, sys, time
+root, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+target = [os.path.join(dp, f) for dp, _, fs in os.walk(root) for f in fs if f.endswith(".html")][0]
+url = target[len(root):]
+lat = []
+for i in range(n):
+    marker = b"<!-- change %d -->" % i
+    body = open(target, "rb").read().split(b"\n", 1)[-1]
+    t0 = time.monotonic()
+    with open(target + ".tmp", "wb") as f:
+        f.write(marker + b"\n" + body)
+    os.rename(target + ".tmp", target)
+    while True:
+        conn.request("GET", url)
+        r = conn.getresponse()
+        data = r.read()
+        if data.startswith(marker):
+            break
+        time.sleep(0.001)
+    lat.append((time.monotonic() - t0) * 1000)
+    time.sleep(0.2)
+lat.sort()
+print("change to served (one file, %d changes): median %.0f ms, min %.0f ms, max %.0f ms"
+      % (n, statistics.median(lat), lat[0], lat[-1]))
+PY
+grep "snapshot built" "$WORK/server.log" | tail -1 | sed 's/.*snapshot built/last incremental rebuild:/'
