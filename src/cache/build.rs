@@ -12,7 +12,6 @@
 //! The hot path never touches the filesystem except through `sendfile` on an
 //! fd opened here.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File, Metadata, OpenOptions};
@@ -29,8 +28,8 @@ use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
 
 use super::compress;
 use super::{
-    Body, BuildOptions, Entry, FileStamp, LargeFile, Repr, Resource, Snapshot, SnapshotStats,
-    Source, SIDECARS,
+    Body, BuildOptions, Entry, FileStamp, LargeFile, PathIndex, Repr, Resource, Snapshot,
+    SnapshotStats, Source, SIDECARS,
 };
 use crate::http::accept::Coding;
 
@@ -170,7 +169,7 @@ struct Walk<'a> {
     /// Canonical root; every path opened lies inside it (as of the check).
     root: PathBuf,
     /// `Resource::File(i)` here indexes `files`, not yet the snapshot.
-    index: HashMap<Box<[u8]>, Resource>,
+    index: PathIndex,
     files: Vec<FileJob>,
     /// URLs of walked directories (`""` for the root); `url + "/"` is added
     /// once it is known whether their `index.html` is servable.
@@ -182,7 +181,7 @@ impl<'a> Walk<'a> {
         Walk {
             opts,
             root,
-            index: HashMap::new(),
+            index: PathIndex::default(),
             files: Vec::new(),
             dirs: Vec::new(),
         }
@@ -423,7 +422,7 @@ impl Plan {
 
 /// `dir + "/"` serves the directory's `index.html` when that is servable, and
 /// is 403 otherwise (no listings).
-fn add_dir_slashes(index: &mut HashMap<Box<[u8]>, Resource>, dirs: &[Box<[u8]>]) {
+fn add_dir_slashes(index: &mut PathIndex, dirs: &[Box<[u8]>]) {
     let mut key = Vec::new();
     for dir in dirs {
         key.clear();

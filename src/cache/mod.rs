@@ -193,11 +193,16 @@ pub struct SnapshotStats {
     pub loaded: u64,
 }
 
+/// Normalised path → resource. Keys come from the walk, not from clients,
+/// so a fast non-keyed hash is safe; it is ~3× cheaper than SipHash on the
+/// short paths every request looks up.
+pub type PathIndex = HashMap<Box<[u8]>, Resource, rustc_hash::FxBuildHasher>;
+
 /// An immutable view of the document root.
 pub struct Snapshot {
     pub generation: u64,
     pub stats: SnapshotStats,
-    index: HashMap<Box<[u8]>, Resource>,
+    index: PathIndex,
     entries: Vec<Entry>,
     /// Read-only anonymous memory holding every `Body::Mem`.
     arena: Option<memmap2::Mmap>,
@@ -251,7 +256,7 @@ impl Snapshot {
         Snapshot {
             generation: 0,
             stats: SnapshotStats::default(),
-            index: HashMap::new(),
+            index: PathIndex::default(),
             entries: Vec::new(),
             arena: None,
             error_pages: Vec::new(),

@@ -40,8 +40,26 @@ pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), PathError> {
         Some(i) => &path[..i],
         None => path,
     };
+    if is_normal(path) {
+        out.extend_from_slice(path);
+        return Ok(());
+    }
     decode(path, out)?;
     resolve(out)
+}
+
+/// Already normal: nothing to decode, no NUL, and no empty, `.` or `..`
+/// segment. Almost every real request takes this path, which skips the
+/// decode and resolve passes.
+fn is_normal(path: &[u8]) -> bool {
+    let mut prev = b'/';
+    for &b in path.get(1..).unwrap_or_default() {
+        if b == b'%' || b == 0 || (prev == b'/' && (b == b'/' || b == b'.')) {
+            return false;
+        }
+        prev = b;
+    }
+    true
 }
 
 /// The path of an origin-form or absolute-form target (RFC 9112 §3.2.1–2),
