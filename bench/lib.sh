@@ -4,7 +4,7 @@
 # Sourced, never run. Nothing here starts traffic to anything but 127.0.0.1,
 # and nothing here signals a process the caller did not start itself.
 #
-# Method (see /work/shared/PERFORMANCE.md, "Measuring"):
+# Method (see the shared performance notes (PERFORMANCE.md), "Measuring"):
 #   - server CPU per request = (utime + stime) ticks of the server's whole
 #     process tree, read from /proc/PID/stat before and after a wrk run,
 #     divided by the requests wrk reports. This stays meaningful when wrk

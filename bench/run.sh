@@ -18,7 +18,7 @@
 #   --no-build       do not run `cargo build --release` first
 #   --keep           keep the temporary directory (docroot, configs, logs)
 #
-# What it does (method: /work/shared/PERFORMANCE.md, "Measuring"):
+# What it does (method: the shared performance notes (PERFORMANCE.md), "Measuring"):
 #
 #   1. `cargo build --release`.
 #   2. Creates a temporary docroot with 100.txt (100 bytes) and 100k.bin
