@@ -19,6 +19,10 @@ use crate::metrics::{admin, Metrics};
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 
+/// How long the kernel holds a connection that has sent nothing before
+/// handing it to `accept` anyway.
+const DEFER_ACCEPT_SECS: u32 = 1;
+
 /// A listening socket for one shard: `SO_REUSEPORT` lets every shard bind
 /// the same address and the kernel spreads connections across them.
 pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
@@ -33,8 +37,13 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
         // Keep IPv4 and IPv6 separate: each is named by its own --listen.
         socket.set_only_v6(true)?;
     }
+    // Accepted sockets inherit TCP_NODELAY from the listener, which saves a
+    // setsockopt per connection. Nagle would hold back a response's tail
+    // waiting for an ACK; responses are written whole, so send at once.
+    socket.set_nodelay(true)?;
     socket.bind(&addr.into())?;
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    crate::sys::set_defer_accept(&socket, DEFER_ACCEPT_SECS)?;
     Ok(socket.into())
 }
 

@@ -33,6 +33,10 @@ use respond::{Env, Persist, Scratch};
 /// response (RFC 9112 §9.6; nginx's `lingering_timeout`).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// `scheduled` of a connection not yet in the timer wheel: later than any
+/// deadline, so the first event inserts it.
+const NOT_SCHEDULED: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Most idle buffers a shard keeps for reuse; beyond that they are freed.
 const POOL_MAX: usize = 1024;
 
@@ -189,7 +193,9 @@ impl Conn {
             readable: false,
             write_blocked: false,
             deadline,
-            scheduled: deadline,
+            // Not in the timer wheel yet: the shard inserts it after the
+            // first event, as for any deadline earlier than `scheduled`.
+            scheduled: now + NOT_SCHEDULED,
             answered_at: now,
             unflushed: 0,
         }

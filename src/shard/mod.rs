@@ -240,30 +240,30 @@ impl Shard {
     }
 
     fn accept(&mut self, i: usize, now: Instant) {
-        let Some(listener) = &self.listeners[i] else {
-            self.accept_pending[i] = false;
-            return;
-        };
         for _ in 0..ACCEPT_BATCH {
+            let Some(listener) = &self.listeners[i] else {
+                self.accept_pending[i] = false;
+                return;
+            };
             match sys::accept4(listener) {
                 Ok((stream, peer)) => {
-                    // Nagle would hold back a response's tail waiting for an
-                    // ACK; responses are written whole, so send at once.
-                    let _ = stream.set_nodelay(true);
-                    let conn = Conn::new(stream, peer, now, &self.cfg);
-                    let deadline = conn.deadline;
-                    let token = self.conns.insert(conn);
-                    let conn = self.conns.get_mut(token).expect("just inserted");
+                    let token = self.conns.insert(Conn::new(stream, peer, now, &self.cfg));
+                    self.counters.accepted();
+                    // With TCP_DEFER_ACCEPT the request is usually here
+                    // already: answer it before registering, so a
+                    // one-request connection costs no epoll round trip.
+                    self.dispatch(token, now, |conn, env| Some(conn.on_ready(EPOLLIN, env)));
+                    let Some(conn) = self.conns.get_mut(token) else {
+                        continue;
+                    };
                     if let Err(e) =
                         self.epoll
                             .add(conn.stream(), token, EPOLLIN | EPOLLOUT | EPOLLRDHUP)
                     {
                         tracing::warn!(error = %e, "epoll_ctl on accepted socket failed");
-                        self.conns.remove(token);
+                        self.close(token, CloseReason::Error);
                         continue;
                     }
-                    self.counters.accepted();
-                    self.wheel.insert(token, deadline);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.accept_pending[i] = false;

@@ -11,7 +11,7 @@ mod epoll;
 mod net;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
-pub use net::{accept4, sendfile, sendmsg_more};
+pub use net::{accept4, sendfile, sendmsg_more, set_defer_accept};
 
 /// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and
 /// retrying on EINTR.

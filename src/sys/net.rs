@@ -83,3 +83,20 @@ pub fn sendmsg_more(socket: &impl AsRawFd, bufs: &[IoSlice<'_>]) -> io::Result<u
     ))?;
     Ok(n as usize)
 }
+
+/// `TCP_DEFER_ACCEPT`: `accept` returns a connection only once its first
+/// bytes have arrived (or after about `secs`), so the shard can answer the
+/// request straight after accepting, and sockets that never speak cost no
+/// wake-up (nginx's `listen … deferred`).
+pub fn set_defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
+    let value = secs as libc::c_int;
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    syscall!(setsockopt(
+        listener.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_DEFER_ACCEPT,
+        (&value as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t
+    ))?;
+    Ok(())
+}
