@@ -232,7 +232,7 @@ fn serve(
                 Status::ServiceUnavailable,
                 "file is changing on disk; retry",
                 b"Retry-After: 1\r\n",
-                Persist::Close,
+                persist,
                 head_only,
             );
         }
