@@ -50,7 +50,7 @@ du -sh --apparent-size "$WORK/www" | awk '{print "root: '"$FILES"' files, " $1 "
 
 start() { # root logfile -> pid
     # shellcheck disable=SC2086
-    "$BIN" --root "$1" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --cores "$CORES" $EXTRA 2>"$2" &
+    "$BIN" --root "$1" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --cores "$CORES" $EXTRA >/dev/null 2>"$2" &
     local pid=$!
     for _ in $(seq 1 6000); do
         grep -q "listening addr=" "$2" && break
