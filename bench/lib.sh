@@ -18,11 +18,81 @@ CLK_TCK=$(getconf CLK_TCK)
 # PIDs of every server this script started (roots of process trees).
 declare -a BENCH_PIDS=()
 
+# Options every bench script takes (see common_opt); a script may change the
+# defaults after sourcing this file.
+duration=10
+rounds=3
+build=1
+keep=0
+
 say() { printf '%s\n' "$*" >&2; }
 warn() { printf '\n!!! %s\n\n' "$*" >&2; }
 die() {
     printf '\nerror: %s\n' "$*" >&2
     exit 1
+}
+
+# common_opt "$@": applies $1 if it is an option every bench script takes
+# (--quick, --rounds N, --duration SECS, --no-build, --keep, --help) and sets
+# OPT_WORDS to the number of words it used; returns 1 for any other option.
+# --help prints the script's header comment, from line 3 to the first blank.
+# shellcheck disable=SC2034 # OPT_WORDS is read by the caller
+common_opt() {
+    OPT_WORDS=1
+    case $1 in
+    --quick) duration=3 rounds=1 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; OPT_WORDS=2 ;;
+    --duration) duration=${2:?--duration needs seconds}; OPT_WORDS=2 ;;
+    --no-build) build=0 ;;
+    --keep) keep=1 ;;
+    -h | --help) sed -n '3,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) return 1 ;;
+    esac
+}
+
+# check_common_opts: dies unless the common options hold and the tools every
+# bench script runs (wrk, taskset) are installed.
+check_common_opts() {
+    [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
+    [[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive integer (seconds)"
+    command -v wrk >/dev/null || die "wrk is not installed (apt-get install wrk)"
+    command -v taskset >/dev/null || die "taskset is not installed (util-linux)"
+}
+
+# build_release: `cargo build --release`, unless --no-build.
+build_release() {
+    if ((build)); then
+        say "== cargo build --release"
+        cargo build --release
+    fi
+}
+
+# make_tmp NAME: a new temporary directory in $tmp. On exit every server
+# started is stopped and the directory removed (kept with --keep); INT and
+# TERM exit through the same path with the usual 130 and 143.
+make_tmp() {
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+    trap cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+cleanup() {
+    local rc=$?
+    stop_servers
+    if ((keep)); then
+        say "kept $tmp"
+    else
+        rm -rf "$tmp"
+    fi
+    exit "$rc"
+}
+
+# write_100 FILE: 99 'x' and a newline, the 100-byte body the small-file
+# workloads GET.
+write_100() {
+    head -c 99 /dev/zero | tr '\0' 'x' >"$1"
+    echo >>"$1"
 }
 
 # expand_cpus "0-3,6" -> "0 1 2 3 6"
@@ -240,6 +310,15 @@ measure() {
     echo "$req $rps $((t1 - t0)) $us $err $other"
 }
 
+# wrk_warm_up ARGS...: runs `set_wrk ARGS... 1` unmeasured for one second,
+# then leaves the measured command line, `set_wrk ARGS... $duration`, in WRK.
+# Each script defines set_wrk with the run length as its last argument.
+wrk_warm_up() {
+    set_wrk "$@" 1
+    "${WRK[@]}" >/dev/null 2>&1 || true
+    set_wrk "$@" "$duration"
+}
+
 # Median of the numbers given as arguments ("nan" ignored).
 median() {
     printf '%s\n' "$@" | grep -v nan | sort -g | awk '
@@ -268,4 +347,23 @@ environment_md() {
     command -v nginx >/dev/null && echo "- nginx: $(nginx -v 2>&1)"
     command -v lighttpd >/dev/null && echo "- lighttpd: $(lighttpd -v 2>&1 | head -n1)"
     echo "- CLK_TCK: $CLK_TCK (CPU per request resolution: 1 tick = $((1000000 / CLK_TCK)) µs over the whole run)"
+}
+
+# results_md TITLE INTRO TABLE RAW: the body of a results file: TITLE, the
+# INTRO paragraph, the environment, the TABLE of medians and the Markdown
+# file RAW holding every run. A caller appends its own sections after it.
+results_md() {
+    echo "# $1"
+    echo
+    echo "$2"
+    echo
+    environment_md
+    echo
+    echo "## Medians"
+    echo
+    echo "$3"
+    echo
+    echo "## Every run"
+    echo
+    cat "$4"
 }

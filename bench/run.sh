@@ -59,11 +59,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 
-duration=10
-rounds=3
 full=0
-build=1
-keep=0
 server_cpu=1
 client_cpu=0
 servers_wanted=shardhttpd,h2o,nginx,lighttpd
@@ -71,29 +67,24 @@ cmdline="bench/run.sh $*"
 
 while (($#)); do
     case $1 in
-    --quick) duration=3 rounds=1 ;;
     --full) full=1 ;;
-    --rounds) rounds=${2:?--rounds needs a number}; shift ;;
-    --duration) duration=${2:?--duration needs seconds}; shift ;;
     --servers) servers_wanted=${2:?--servers needs a list}; shift ;;
     --server-cpu) server_cpu=${2:?}; shift ;;
     --client-cpu) client_cpu=${2:?}; shift ;;
-    --no-build) build=0 ;;
-    --keep) keep=1 ;;
-    -h | --help) sed -n '3,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" ;;
+    *)
+        common_opt "$@" || die "unknown argument '$1' (see --help)"
+        shift "$OPT_WORDS"
+        continue
+        ;;
     esac
     shift
 done
 
-[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
-[[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive integer (seconds)"
+check_common_opts
 [[ $server_cpu != "$client_cpu" ]] || die "server and client must be on different CPUs"
 for cpu in "$server_cpu" "$client_cpu"; do
     taskset -c "$cpu" true 2>/dev/null || die "CPU $cpu is not available to this process"
 done
-command -v wrk >/dev/null || die "wrk is not installed (apt-get install wrk)"
-command -v taskset >/dev/null || die "taskset is not installed (util-linux)"
 
 if ((full)); then
     hard=$(ulimit -Hn)
@@ -105,32 +96,14 @@ fi
 
 # ---------------------------------------------------------------- build ----
 
-if ((build)); then
-    say "== cargo build --release"
-    cargo build --release
-fi
+build_release
 
 # -------------------------------------------------------------- docroot ----
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/shardhttpd-bench.XXXXXX")
-cleanup() {
-    local rc=$?
-    stop_servers
-    if ((keep)); then
-        say "kept $tmp"
-    else
-        rm -rf "$tmp"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
+make_tmp shardhttpd-bench
 docroot=$tmp/www
 mkdir -p "$docroot"
-head -c 99 /dev/zero | tr '\0' 'x' >"$docroot/100.txt"
-echo >>"$docroot/100.txt"
+write_100 "$docroot/100.txt"
 head -c 102400 /dev/urandom >"$docroot/100k.bin"
 [[ $(stat -c %s "$docroot/100.txt") == 100 ]] || die "100.txt is not 100 bytes"
 # Peers started as root drop to an unprivileged user by default; let them read.
@@ -330,9 +303,7 @@ for w in "${workloads[@]}"; do
         for s in "${servers[@]}"; do
             n=$((n + 1))
             kill -0 "${pid[$s]}" 2>/dev/null || die "$s (pid ${pid[$s]}) died; log: $tmp/$s.log"
-            set_wrk "$w" "${port[$s]}" 1
-            "${WRK[@]}" >/dev/null 2>&1 || true # warm-up
-            set_wrk "$w" "${port[$s]}" "$duration"
+            wrk_warm_up "$w" "${port[$s]}"
             read -r req rps ticks us err other < <(measure "${pid[$s]}" "$server_cpu" \
                 "$tmp/wrk-$wname-$s-$r.txt" -- "${WRK[@]}")
             printf '[%d/%d] %-12s %-10s round %d: %10.0f req/s  %6s µs/req  %s errors  (other load on CPU %s: %s%%)\n' \
@@ -395,21 +366,10 @@ if ((noisy)); then
 fi
 echo
 echo "$table"
+intro="Command: \`$cmdline\` ($duration s per run after a 1 s warm-up, $rounds round(s), medians;
+servers on CPU $server_cpu, \`wrk -t1\` on CPU $client_cpu; errors summed over rounds)."
 {
-    echo "# shardhttpd benchmark $stamp"
-    echo
-    echo "Command: \`$cmdline\` ($duration s per run after a 1 s warm-up, $rounds round(s), medians;"
-    echo "servers on CPU $server_cpu, \`wrk -t1\` on CPU $client_cpu; errors summed over rounds)."
-    echo
-    environment_md
-    echo
-    echo "## Medians"
-    echo
-    echo "$table"
-    echo
-    echo "## Every run"
-    echo
-    cat "$raw"
+    results_md "shardhttpd benchmark $stamp" "$intro" "$table" "$raw"
     if [[ -s $tmp/errors.md ]]; then
         echo
         echo "## wrk output of runs with errors"

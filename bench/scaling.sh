@@ -43,10 +43,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 
-duration=10
-rounds=3
-build=1
-keep=0
 connections=256
 shards_spec=1,2,4,8
 cpus_server=
@@ -59,20 +55,16 @@ while (($#)); do
     --cpus-client) cpus_client=${2:?--cpus-client needs a CPU list}; shift ;;
     --shards) shards_spec=${2:?--shards needs a list}; shift ;;
     --connections) connections=${2:?}; shift ;;
-    --duration) duration=${2:?}; shift ;;
-    --rounds) rounds=${2:?}; shift ;;
-    --quick) duration=3 rounds=1 ;;
-    --no-build) build=0 ;;
-    --keep) keep=1 ;;
-    -h | --help) sed -n '3,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" ;;
+    *)
+        common_opt "$@" || die "unknown argument '$1' (see --help)"
+        shift "$OPT_WORDS"
+        continue
+        ;;
     esac
     shift
 done
 
-[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
-[[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive integer (seconds)"
-command -v wrk >/dev/null || die "wrk is not installed (apt-get install wrk)"
+check_common_opts
 
 # CPUs this process may use, in order.
 read -r -a avail <<<"$(expand_cpus "$(taskset -pc $$ | awk -F': ' '{print $2}')")"
@@ -120,28 +112,14 @@ if ((connections > 1000)); then
     ulimit -n "$(ulimit -Hn)"
 fi
 
-if ((build)); then
-    say "== cargo build --release"
-    cargo build --release
-fi
+build_release
 bin=./target/release/shardhttpd
 [[ -x $bin ]] || die "$bin is missing; build it first"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/shardhttpd-scaling.XXXXXX")
-cleanup() {
-    local rc=$?
-    stop_servers
-    if ((keep)); then say "kept $tmp"; else rm -rf "$tmp"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
+make_tmp shardhttpd-scaling
 docroot=$tmp/www
 mkdir -p "$docroot"
-head -c 99 /dev/zero | tr '\0' 'x' >"$docroot/100.txt"
-echo >>"$docroot/100.txt"
+write_100 "$docroot/100.txt"
 
 # --cores argument for the first N server CPUs: a list, never a bare count.
 cores_arg() {
@@ -183,9 +161,7 @@ raw=$tmp/raw.md
 for ((r = 1; r <= rounds; r++)); do
     for n in "${shards[@]}"; do
         running "${pid[$n]}" || die "shardhttpd N=$n died; log: $tmp/shardhttpd-$n.log"
-        set_wrk "${port[$n]}" 1
-        "${WRK[@]}" >/dev/null 2>&1 || true # warm-up
-        set_wrk "${port[$n]}" "$duration"
+        wrk_warm_up "${port[$n]}"
         read -r cb0 ci0 ca0 < <(cpu_ticks "${client_arr[*]}")
         read -r req rps ticks us err other < <(measure "${pid[$n]}" "${server_arr[*]:0:n}" \
             "$tmp/wrk-$n-$r.txt" -- "${WRK[@]}")
@@ -229,20 +205,6 @@ echo "$table"
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p bench/results
 results=bench/results/scaling-$stamp.md
-{
-    echo "# shardhttpd scaling $stamp"
-    echo
-    echo "Command: \`$cmdline\`"
-    echo
-    environment_md
-    echo
-    echo "## Medians"
-    echo
-    echo "$table"
-    echo
-    echo "## Every run"
-    echo
-    cat "$raw"
-} >"$results"
+results_md "shardhttpd scaling $stamp" "Command: \`$cmdline\`" "$table" "$raw" >"$results"
 say
 say "results written to $results"
