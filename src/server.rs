@@ -51,6 +51,21 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 pub fn run(config: Config) -> anyhow::Result<()> {
     let store =
         Arc::new(Store::open(config.build_options()).context("building the initial snapshot")?);
+    if store.compress_pending() {
+        let store = Arc::clone(&store);
+        std::thread::Builder::new()
+            .name("compress".into())
+            .spawn(move || {
+                tracing::info!("serving identity bodies; building compressed variants");
+                if let Err(e) = store.rebuild() {
+                    tracing::error!(
+                        error = format!("{e:#}"),
+                        "building compressed variants failed; the next rebuild retries"
+                    );
+                }
+            })
+            .context("spawning the compression thread")?;
+    }
     if config.watch {
         crate::cache::watch::spawn(Arc::clone(&store), config.watch_options())
             .context("spawning the watcher thread")?;

@@ -108,6 +108,9 @@ pub fn rebuild(
     old: Option<&Snapshot>,
 ) -> anyhow::Result<Built> {
     let started = Instant::now();
+    // Entries built without variants cannot stand in for ones built with
+    // them (or the other way round): a change of mode reloads everything.
+    let old = old.filter(|o| o.compressed == opts.compress.is_some());
     let root = fs::canonicalize(&opts.root)
         .with_context(|| format!("document root {}", opts.root.display()))?;
     let root_meta =
@@ -483,6 +486,9 @@ fn load_all(
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
+                    // Builders share CPUs with the shards: the request path
+                    // wins whenever both want a core.
+                    crate::sys::lower_thread_priority();
                     let mut chunk = Vec::new();
                     let mut out = Vec::new();
                     loop {
@@ -785,6 +791,7 @@ fn assemble(
     Ok(Snapshot {
         generation,
         stats,
+        compressed: opts.compress.is_some(),
         index,
         entries,
         arena: arena.finish(old)?,

@@ -202,6 +202,8 @@ pub type PathIndex = HashMap<Box<[u8]>, Resource, rustc_hash::FxBuildHasher>;
 pub struct Snapshot {
     pub generation: u64,
     pub stats: SnapshotStats,
+    /// Built with compressed variants (`BuildOptions::compress` was set).
+    pub compressed: bool,
     index: PathIndex,
     entries: Vec<Entry>,
     /// Read-only anonymous memory holding every `Body::Mem`.
@@ -256,6 +258,7 @@ impl Snapshot {
         Snapshot {
             generation: 0,
             stats: SnapshotStats::default(),
+            compressed: false,
             index: PathIndex::default(),
             entries: Vec::new(),
             arena: None,

@@ -16,6 +16,11 @@ use super::{BuildOptions, Snapshot, SIDECARS};
 /// racing the start should not stop the server from starting.
 const OPEN_ATTEMPTS: usize = 3;
 
+/// Roots with at most this many bytes of in-memory bodies are compressed
+/// before the server starts listening; larger ones start with identity
+/// bodies and get their variants from a background rebuild.
+const SYNC_COMPRESS_MAX_BYTES: u64 = 8 * 1024 * 1024;
+
 /// Rebuild durations span a no-change walk of a small root (well under a
 /// millisecond) to a cold build of a large root at brotli 11 (minutes).
 const REBUILD_BUCKETS: [f64; 15] = [
@@ -67,9 +72,17 @@ impl Store {
             )
             .buckets(REBUILD_BUCKETS.to_vec()),
         )?;
+        // Serve identity bodies as soon as they are read: at brotli 11 a
+        // large root takes minutes to compress. Small roots are compressed
+        // before the start completes; large ones in the background
+        // (`compress_pending`).
+        let identity_opts = BuildOptions {
+            compress: None,
+            ..opts.clone()
+        };
         let mut attempt = 1;
         let snapshot = loop {
-            match rebuild(&opts, 1, None) {
+            match rebuild(&identity_opts, 1, None) {
                 Ok(Built::New(snapshot)) => break snapshot,
                 Ok(Built::Unchanged) => unreachable!("no previous snapshot"),
                 Err(err) if err.is::<TreeChanged>() && attempt < OPEN_ATTEMPTS => {
@@ -79,7 +92,7 @@ impl Store {
                 Err(err) => return Err(err),
             }
         };
-        Ok(Store {
+        let store = Store {
             current: Arc::new(ArcSwap::from_pointee(snapshot)),
             opts,
             generation: AtomicU64::new(1),
@@ -89,7 +102,17 @@ impl Store {
             last_rebuild_us: AtomicU64::new(0),
             last_success_unix: AtomicU64::new(unix_now()),
             rebuild_duration,
-        })
+        };
+        if store.compress_pending() && store.load().stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
+            store.rebuild()?;
+        }
+        Ok(store)
+    }
+
+    /// Compression is configured but the snapshot being served has no
+    /// variants yet: the next rebuild builds them (see `open`).
+    pub fn compress_pending(&self) -> bool {
+        self.opts.compress.is_some() && !self.current.load().compressed
     }
 
     /// The pointer shards read through their `arc_swap::Cache`.
