@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use crate::cache::{Body, FileStamp, Snapshot};
+use crate::cache::{Body, FileStamp, LargeFile, Snapshot};
 use crate::sys;
 
 /// Bodies up to this size are copied into the output buffer: a copy of a few
@@ -342,16 +342,7 @@ impl Output {
                 Err(e) => Err(e.into()),
             };
         }
-        let snap = self
-            .pin
-            .as_ref()
-            .expect("File chunk without pinned snapshot");
-        let Some(Chunk::File { entry, off, len }) = self.chunks.front_mut() else {
-            unreachable!()
-        };
-        let Body::File(large) = &snap.entry(*entry).identity.body else {
-            unreachable!("File chunk for a memory body")
-        };
+        let (large, off, len) = front_file(&self.pin, &mut self.chunks);
         let n = (*len as usize).min(COPY_CHUNK);
         self.stage.resize(n, 0);
         match large.file.read_exact_at(&mut self.stage, *off) {
@@ -377,16 +368,7 @@ impl Output {
     /// data, so a rewrite in place can still reach bytes already queued:
     /// only for roots that change by rename (`sendfile = true`).
     fn sendfile(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
-        let snap = self
-            .pin
-            .as_ref()
-            .expect("File chunk without pinned snapshot");
-        let Some(Chunk::File { entry, off, len }) = self.chunks.front_mut() else {
-            unreachable!()
-        };
-        let Body::File(large) = &snap.entry(*entry).identity.body else {
-            unreachable!("File chunk for a memory body")
-        };
+        let (large, off, len) = front_file(&self.pin, &mut self.chunks);
         if *len > 1 {
             let count = ((*len - 1) as usize).min(SENDFILE_CHUNK);
             match sys::sendfile(stream, &*large.file, off, count) {
@@ -415,4 +397,21 @@ impl Output {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The large file behind the front chunk, and that chunk's position. Takes
+/// the two fields rather than `&mut Output` so the staging buffer stays
+/// borrowable beside it.
+fn front_file<'a>(
+    pin: &'a Option<Arc<Snapshot>>,
+    chunks: &'a mut VecDeque<Chunk>,
+) -> (&'a LargeFile, &'a mut u64, &'a mut u64) {
+    let snap = pin.as_ref().expect("File chunk without pinned snapshot");
+    let Some(Chunk::File { entry, off, len }) = chunks.front_mut() else {
+        unreachable!("the front chunk is a file")
+    };
+    let Body::File(large) = &snap.entry(*entry).identity.body else {
+        unreachable!("File chunk for a memory body")
+    };
+    (large, off, len)
 }
