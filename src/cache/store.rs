@@ -80,19 +80,11 @@ impl Store {
             compress: None,
             ..opts.clone()
         };
-        let mut attempt = 1;
-        let snapshot = loop {
-            match rebuild(&identity_opts, 1, None) {
-                Ok(Built::New(snapshot)) => break snapshot,
-                Ok(Built::Unchanged) => unreachable!("no previous snapshot"),
-                Err(err) if err.is::<TreeChanged>() && attempt < OPEN_ATTEMPTS => {
-                    tracing::warn!(error = %err, "root changed during the initial build; retrying");
-                    attempt += 1;
-                }
-                Err(err) => return Err(err),
-            }
-        };
-        let store = Store {
+        let mut snapshot = initial_build(&identity_opts)?;
+        if opts.compress.is_some() && snapshot.stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
+            snapshot = initial_build(&opts)?;
+        }
+        Ok(Store {
             current: Arc::new(ArcSwap::from_pointee(snapshot)),
             opts,
             generation: AtomicU64::new(1),
@@ -102,11 +94,7 @@ impl Store {
             last_rebuild_us: AtomicU64::new(0),
             last_success_unix: AtomicU64::new(unix_now()),
             rebuild_duration,
-        };
-        if store.compress_pending() && store.load().stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
-            store.rebuild()?;
-        }
-        Ok(store)
+        })
     }
 
     /// Compression is configured but the snapshot being served has no
@@ -195,6 +183,23 @@ impl Store {
             rebuilds_failed: self.rebuilds_failed.load(Ordering::Relaxed),
             last_rebuild_seconds: self.last_rebuild_us.load(Ordering::Relaxed) as f64 / 1e6,
             last_success_unix_seconds: self.last_success_unix.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Build generation 1, retrying when the tree changes under the walk: a
+/// deploy racing the start should not stop the server from starting.
+fn initial_build(opts: &BuildOptions) -> anyhow::Result<Snapshot> {
+    let mut attempt = 1;
+    loop {
+        match rebuild(opts, 1, None) {
+            Ok(Built::New(snapshot)) => return Ok(snapshot),
+            Ok(Built::Unchanged) => unreachable!("no previous snapshot"),
+            Err(err) if err.is::<TreeChanged>() && attempt < OPEN_ATTEMPTS => {
+                tracing::warn!(error = %err, "root changed during the initial build; retrying");
+                attempt += 1;
+            }
+            Err(err) => return Err(err),
         }
     }
 }

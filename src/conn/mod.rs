@@ -24,7 +24,7 @@ use crate::http::Status;
 use crate::metrics::access_log::ShardLog;
 use crate::metrics::{CloseReason, ShardCounters};
 use crate::sys::{EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
-use output::Output;
+use output::{Flush, Output};
 use respond::{Env, Persist, Scratch};
 
 /// After the last response of a connection closed by the server with
@@ -36,6 +36,10 @@ const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// `scheduled` of a connection not yet in the timer wheel: later than any
 /// deadline, so the first event inserts it.
 const NOT_SCHEDULED: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Most reads per readiness event, so a client that keeps the socket full
+/// cannot keep the shard from its other connections (16 × 16 KiB).
+const MAX_READS_PER_EVENT: usize = 16;
 
 /// Most idle buffers a shard keeps for reuse; beyond that they are freed.
 const POOL_MAX: usize = 1024;
@@ -155,6 +159,9 @@ pub struct Conn {
     answered_at: Instant,
     /// Answers queued since the last complete flush.
     unflushed: u64,
+    /// The last event stopped on its budget with work left (bytes to read or
+    /// to write): the shard calls `on_ready` again next turn.
+    resume: bool,
 }
 
 impl std::fmt::Debug for Conn {
@@ -198,7 +205,13 @@ impl Conn {
             scheduled: now + NOT_SCHEDULED,
             answered_at: now,
             unflushed: 0,
+            resume: false,
         }
+    }
+
+    /// Work is left that no new readiness edge will announce.
+    pub fn wants_resume(&self) -> bool {
+        self.resume
     }
 
     pub fn stream(&self) -> &TcpStream {
@@ -261,14 +274,21 @@ impl Conn {
     }
 
     fn drive(&mut self, env: &mut ShardEnv<'_>) -> Step {
+        self.resume = false;
+        let mut reads = 0;
         loop {
             self.answer(env);
             if !self.out.is_empty() && !self.write_blocked {
                 match self.out.flush(&self.stream) {
-                    Ok(true) => self.flushed(env),
-                    Ok(false) => {
+                    Ok(Flush::Done) => self.flushed(env),
+                    Ok(Flush::Blocked) => {
                         self.write_blocked = true;
                         self.deadline = env.now + env.cfg.write_timeout;
+                    }
+                    Ok(Flush::Yielded) => {
+                        self.resume = true;
+                        self.deadline = env.now + env.cfg.write_timeout;
+                        break;
                     }
                     Err(_) => return Step::Close(CloseReason::Error),
                 }
@@ -283,6 +303,13 @@ impl Conn {
             if !(self.readable && self.wants_read(env.snapshot)) {
                 break;
             }
+            if reads == MAX_READS_PER_EVENT {
+                // More is waiting, but other connections get their turn
+                // first; no new edge will come for it, so ask to resume.
+                self.resume = true;
+                break;
+            }
+            reads += 1;
             match self.fill(env.pool, env.cfg.read_buf) {
                 Ok(Fill::Data) => {}
                 Ok(Fill::Drained) => break,

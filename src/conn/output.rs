@@ -26,9 +26,13 @@ const HIGH_WATER: usize = 256 * 1024;
 /// Most iovecs gathered into one `writev`.
 const MAX_IOVECS: usize = 64;
 
-/// Most bytes handed to one `sendfile` call, so one large body cannot keep
-/// the shard from its other connections for long.
-const SENDFILE_CHUNK: usize = 1 << 20;
+/// Most bytes handed to one `sendfile` call.
+const SENDFILE_CHUNK: usize = 256 * 1024;
+
+/// Most writes (each at most [`SENDFILE_CHUNK`], [`COPY_CHUNK`] or one
+/// `writev`) per flush, so a fast reader of a large body cannot keep the
+/// shard from its other connections.
+const MAX_WRITES_PER_FLUSH: usize = 8;
 
 /// Piece size of the verified copy of large files: big enough to amortise
 /// the `pread` + `fstat` per piece, small enough not to matter per connection.
@@ -43,6 +47,18 @@ enum Chunk {
     Mem { off: usize, len: usize },
     /// Bytes of a large file of the pinned snapshot: `len` bytes from `off`.
     File { entry: u32, off: u64, len: u64 },
+}
+
+/// How far a [`Output::flush`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Everything queued is with the kernel.
+    Done,
+    /// The socket is full: wait for EPOLLOUT.
+    Blocked,
+    /// The socket would take more, but this connection has had its share of
+    /// the shard for now: resume on the next loop turn.
+    Yielded,
 }
 
 /// Why the queue cannot continue.
@@ -185,18 +201,25 @@ impl Output {
     }
 
     /// Write as much as the socket takes. `Ok(true)` when everything is out.
-    pub fn flush(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
-        while !self.is_empty() {
+    pub fn flush(&mut self, stream: &TcpStream) -> Result<Flush, WriteError> {
+        for _ in 0..MAX_WRITES_PER_FLUSH {
+            if self.is_empty() {
+                self.reset();
+                return Ok(Flush::Done);
+            }
             let progressed = match self.chunks.front() {
                 Some(Chunk::File { .. }) => self.send_file(stream)?,
                 _ => self.write_gathered(stream)?,
             };
             if !progressed {
-                return Ok(false);
+                return Ok(Flush::Blocked);
             }
         }
-        self.reset();
-        Ok(true)
+        if self.is_empty() {
+            self.reset();
+            return Ok(Flush::Done);
+        }
+        Ok(Flush::Yielded)
     }
 
     fn reset(&mut self) {

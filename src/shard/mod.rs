@@ -109,6 +109,8 @@ struct Shard {
     log: Option<ShardLog>,
     next_publish: Instant,
     draining: Option<Instant>,
+    /// Connections to drive again next turn without a new event.
+    resume: Vec<u64>,
 }
 
 impl Shard {
@@ -138,6 +140,7 @@ impl Shard {
             log: spec.access_log,
             next_publish: now,
             draining: None,
+            resume: Vec::new(),
         })
     }
 
@@ -158,9 +161,10 @@ impl Shard {
     fn event_loop(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(EVENTS);
         let mut expired = Vec::new();
+        let mut resume_spare = Vec::new();
         loop {
             let now = Instant::now();
-            let timeout = if self.accept_pending.iter().any(|&p| p) {
+            let timeout = if self.accept_pending.iter().any(|&p| p) || !self.resume.is_empty() {
                 Duration::ZERO
             } else {
                 self.wheel
@@ -180,6 +184,14 @@ impl Shard {
                     t => self.on_conn_event(t, ready, now),
                 }
             }
+            // Connections that stopped on their budget last turn continue
+            // after everyone with fresh readiness has had a go.
+            let resume = std::mem::replace(&mut self.resume, std::mem::take(&mut resume_spare));
+            for &token in &resume {
+                self.on_conn_event(token, 0, now);
+            }
+            resume_spare = resume;
+            resume_spare.clear();
             for i in 0..self.listeners.len() {
                 if self.accept_pending[i] {
                     self.accept(i, now);
@@ -323,13 +335,18 @@ impl Shard {
             draining: self.draining.is_some(),
         };
         match f(conn, &mut env) {
-            // Keep a live wheel entry at or before the deadline.
-            Some(Step::Keep) if conn.deadline < conn.scheduled || conn.scheduled <= now => {
-                conn.scheduled = conn.deadline;
-                self.wheel.insert(token, conn.deadline);
+            Some(Step::Keep) => {
+                // Keep a live wheel entry at or before the deadline.
+                if conn.deadline < conn.scheduled || conn.scheduled <= now {
+                    conn.scheduled = conn.deadline;
+                    self.wheel.insert(token, conn.deadline);
+                }
+                if conn.wants_resume() {
+                    self.resume.push(token);
+                }
             }
             Some(Step::Close(reason)) => self.close(token, reason),
-            Some(Step::Keep) | None => {}
+            None => {}
         }
     }
 
