@@ -32,17 +32,26 @@ die() {
     exit 1
 }
 
-# common_opt "$@": applies $1 if it is an option every bench script takes
-# (--quick, --rounds N, --duration SECS, --no-build, --keep, --help) and sets
-# OPT_WORDS to the number of words it used; returns 1 for any other option.
-# --help prints the script's header comment, from line 3 to the first blank.
-# shellcheck disable=SC2034 # OPT_WORDS is read by the caller
+# parse_opts "$@": applies every argument, dying at one nobody knows. Each
+# goes to the script's own script_opt first, then to common_opt; either sets
+# OPT_WORDS to the words it used (1, or 2 with a value) or returns 1.
+parse_opts() {
+    while (($#)); do
+        OPT_WORDS=1
+        script_opt "$@" || common_opt "$@" || die "unknown argument '$1' (see --help)"
+        shift "$OPT_WORDS"
+    done
+    check_common_opts
+}
+
+# common_opt "$@": applies $1 if it is an option every bench script takes:
+# --quick, --rounds N, --duration SECS, --no-build, --keep, --help. --help
+# prints the script's header comment, from line 3 to the first blank line.
 common_opt() {
-    OPT_WORDS=1
     case $1 in
     --quick) duration=3 rounds=1 ;;
-    --rounds) rounds=${2:?--rounds needs a number}; OPT_WORDS=2 ;;
-    --duration) duration=${2:?--duration needs seconds}; OPT_WORDS=2 ;;
+    --rounds) rounds=${2:?--rounds needs a number} OPT_WORDS=2 ;;
+    --duration) duration=${2:?--duration needs seconds} OPT_WORDS=2 ;;
     --no-build) build=0 ;;
     --keep) keep=1 ;;
     -h | --help) sed -n '3,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;

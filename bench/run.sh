@@ -65,22 +65,17 @@ client_cpu=0
 servers_wanted=shardhttpd,h2o,nginx,lighttpd
 cmdline="bench/run.sh $*"
 
-while (($#)); do
+# Options of this script; parse_opts (lib.sh) takes the common ones.
+script_opt() {
     case $1 in
     --full) full=1 ;;
-    --servers) servers_wanted=${2:?--servers needs a list}; shift ;;
-    --server-cpu) server_cpu=${2:?}; shift ;;
-    --client-cpu) client_cpu=${2:?}; shift ;;
-    *)
-        common_opt "$@" || die "unknown argument '$1' (see --help)"
-        shift "$OPT_WORDS"
-        continue
-        ;;
+    --servers) servers_wanted=${2:?--servers needs a list} OPT_WORDS=2 ;;
+    --server-cpu) server_cpu=${2:?--server-cpu needs a CPU} OPT_WORDS=2 ;;
+    --client-cpu) client_cpu=${2:?--client-cpu needs a CPU} OPT_WORDS=2 ;;
+    *) return 1 ;;
     esac
-    shift
-done
-
-check_common_opts
+}
+parse_opts "$@"
 [[ $server_cpu != "$client_cpu" ]] || die "server and client must be on different CPUs"
 for cpu in "$server_cpu" "$client_cpu"; do
     taskset -c "$cpu" true 2>/dev/null || die "CPU $cpu is not available to this process"

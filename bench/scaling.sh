@@ -49,22 +49,17 @@ cpus_server=
 cpus_client=
 cmdline="bench/scaling.sh $*"
 
-while (($#)); do
+# Options of this script; parse_opts (lib.sh) takes the common ones.
+script_opt() {
     case $1 in
-    --cpus-server) cpus_server=${2:?--cpus-server needs a CPU list}; shift ;;
-    --cpus-client) cpus_client=${2:?--cpus-client needs a CPU list}; shift ;;
-    --shards) shards_spec=${2:?--shards needs a list}; shift ;;
-    --connections) connections=${2:?}; shift ;;
-    *)
-        common_opt "$@" || die "unknown argument '$1' (see --help)"
-        shift "$OPT_WORDS"
-        continue
-        ;;
+    --cpus-server) cpus_server=${2:?--cpus-server needs a CPU list} OPT_WORDS=2 ;;
+    --cpus-client) cpus_client=${2:?--cpus-client needs a CPU list} OPT_WORDS=2 ;;
+    --shards) shards_spec=${2:?--shards needs a list} OPT_WORDS=2 ;;
+    --connections) connections=${2:?--connections needs a number} OPT_WORDS=2 ;;
+    *) return 1 ;;
     esac
-    shift
-done
-
-check_common_opts
+}
+parse_opts "$@"
 
 # CPUs this process may use, in order.
 read -r -a avail <<<"$(expand_cpus "$(taskset -pc $$ | awk -F': ' '{print $2}')")"
