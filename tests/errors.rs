@@ -23,39 +23,74 @@ fn expect_error(server: &Server, raw: &[u8], want: u16, what: &str) -> Response 
     assert_error_then_close(&mut c, want, what)
 }
 
+/// `expect_error` for each `(raw request, what)` of `cases`.
+#[track_caller]
+fn expect_errors(server: &Server, want: u16, cases: &[(&[u8], &str)]) {
+    for (raw, what) in cases {
+        expect_error(server, raw, want, what);
+    }
+}
+
+/// A GET whose target is `/` and `len` times `a`.
+fn long_target(len: usize) -> String {
+    format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(len))
+}
+
+/// A GET for /index.html with one extra header whose value is `len` bytes.
+fn with_header(name: &str, len: usize) -> String {
+    format!(
+        "GET /index.html HTTP/1.1\r\nHost: x\r\n{name}: {}\r\n\r\n",
+        "b".repeat(len)
+    )
+}
+
+/// A `method` for /index.html carrying `body` (with its Content-Length),
+/// pipelined with a GET for /style.css in the same write.
+fn with_body_then_style(method: &str, body: &str) -> String {
+    format!(
+        "{method} /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}{}",
+        body.len(),
+        get("/style.css")
+    )
+}
+
 #[test]
 fn malformed_request_line_is_400() {
     let (_site, server) = start("garbage", &[]);
-    expect_error(&server, b"GARBAGE\r\n\r\n", 400, "GARBAGE");
-    expect_error(&server, b"GET\r\n\r\n", 400, "method only");
-    expect_error(
+    expect_errors(
         &server,
-        b"GET /index.html HTTP/1.1 extra\r\nHost: x\r\n\r\n",
         400,
-        "extra token",
-    );
-    expect_error(
-        &server,
-        b"GET /index.html HTTP/1.1\r\nBad Header\r\n\r\n",
-        400,
-        "header without colon",
+        &[
+            (b"GARBAGE\r\n\r\n", "GARBAGE"),
+            (b"GET\r\n\r\n", "method only"),
+            (
+                b"GET /index.html HTTP/1.1 extra\r\nHost: x\r\n\r\n",
+                "extra token",
+            ),
+            (
+                b"GET /index.html HTTP/1.1\r\nBad Header\r\n\r\n",
+                "header without colon",
+            ),
+        ],
     );
 }
 
 #[test]
 fn http11_without_host_is_400() {
     let (_site, server) = start("no-host", &[]);
-    expect_error(
+    expect_errors(
         &server,
-        b"GET /index.html HTTP/1.1\r\nAccept: */*\r\n\r\n",
         400,
-        "no Host",
-    );
-    expect_error(
-        &server,
-        b"GET /index.html HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
-        400,
-        "two Host headers",
+        &[
+            (
+                b"GET /index.html HTTP/1.1\r\nAccept: */*\r\n\r\n",
+                "no Host",
+            ),
+            (
+                b"GET /index.html HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                "two Host headers",
+            ),
+        ],
     );
 }
 
@@ -96,15 +131,18 @@ fn bad_content_length_is_400() {
 #[test]
 fn long_uri_is_414() {
     let (_site, server) = start("414", &[]);
-    let raw = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(5000));
-    expect_error(&server, raw.as_bytes(), 414, "5000-byte URI");
+    expect_error(&server, long_target(5000).as_bytes(), 414, "5000-byte URI");
     // Just under the limit is merely a 404.
     let ok = server.get(&format!("/{}", "a".repeat(4000)));
     assert_eq!(ok.status, 404, "{ok:?}");
 
     let (_site, server) = start("414-flag", &["--max-uri-bytes", "100"]);
-    let raw = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(200));
-    expect_error(&server, raw.as_bytes(), 414, "200-byte URI, limit 100");
+    expect_error(
+        &server,
+        long_target(200).as_bytes(),
+        414,
+        "200-byte URI, limit 100",
+    );
     assert_eq!(server.get(&format!("/{}", "a".repeat(50))).status, 404);
 }
 
@@ -122,10 +160,7 @@ fn too_many_headers_is_431() {
 #[test]
 fn oversized_head_is_431() {
     let (_site, server) = start("431-size", &[]);
-    let raw = format!(
-        "GET /index.html HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
-        "b".repeat(9000)
-    );
+    let raw = with_header("X-Big", 9000);
     expect_error(&server, raw.as_bytes(), 431, "9000-byte header");
 }
 
@@ -135,38 +170,27 @@ fn head_limit_is_configurable() {
         "431-flag",
         &["--max-head-bytes", "1024", "--max-uri-bytes", "512"],
     );
-    let raw = format!(
-        "GET /index.html HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
-        "b".repeat(2000)
-    );
+    let raw = with_header("X-Big", 2000);
     expect_error(
         &server,
         raw.as_bytes(),
         431,
         "2000-byte header, 1 KiB limit",
     );
-    let raw = format!(
-        "GET /index.html HTTP/1.1\r\nHost: x\r\nX-Small: {}\r\n\r\n",
-        "b".repeat(500)
-    );
-    let r = server.send(&raw);
+    let r = server.send(&with_header("X-Small", 500));
     assert_eq!(r.status, 200, "{r:?}");
 }
 
 #[test]
 fn unsupported_versions_are_505() {
     let (_site, server) = start("505", &[]);
-    expect_error(
+    expect_errors(
         &server,
-        b"GET / HTTP/2.0\r\nHost: x\r\n\r\n",
         505,
-        "HTTP/2.0",
-    );
-    expect_error(
-        &server,
-        b"GET / HTTP/1.2\r\nHost: x\r\n\r\n",
-        505,
-        "HTTP/1.2",
+        &[
+            (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", "HTTP/2.0"),
+            (b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", "HTTP/1.2"),
+        ],
     );
 }
 
@@ -211,11 +235,7 @@ fn silent_connection_is_closed_after_header_timeout() {
 fn small_body_on_get_is_discarded() {
     let (_site, server) = start("discard", &[]);
     let mut c = server.connect();
-    let raw = format!(
-        "GET /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789{}",
-        get("/style.css")
-    );
-    c.send(raw.as_bytes());
+    c.send(with_body_then_style("GET", "0123456789").as_bytes());
     let first = c.read_response().expect("first response");
     let second = c.read_response().expect("second response");
     assert_eq!(first.status, 200, "{first:?}");
@@ -285,11 +305,7 @@ fn disallowed_method_with_body_does_not_desync() {
     let mut c = server.connect();
     // The POST body must be skipped (or the connection closed), never parsed
     // as the next request.
-    let raw = format!(
-        "POST /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: 21\r\n\r\nGET /secret HTTP/1.1\n{}",
-        get("/style.css")
-    );
-    c.send(raw.as_bytes());
+    c.send(with_body_then_style("POST", "GET /secret HTTP/1.1\n").as_bytes());
     let r = c.read_response_to("POST").expect("405 response");
     assert_eq!(r.status, 405, "{r:?}");
     assert!(
