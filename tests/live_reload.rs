@@ -47,33 +47,41 @@ fn body_is(r: &Response, status: u16, body: &str) -> bool {
     r.status == status && r.body == body.as_bytes()
 }
 
+/// `await_change` until `GET path` is a 200 with exactly `body`.
+#[track_caller]
+fn await_body(server: &Server, path: &str, what: &str, body: &str) -> Duration {
+    await_change(server, path, what, |r| body_is(r, 200, body))
+}
+
 #[test]
 fn file_and_directory_changes_are_visible_within_a_second() {
     let site = Site::new("live-changes");
     let server = Server::start(&site.root, &[]);
 
     site.write("new.txt", b"created");
-    let t = await_change(&server, "/new.txt", "create", |r| {
-        body_is(r, 200, "created")
-    });
+    let t = await_body(&server, "/new.txt", "create", "created");
     eprintln!("create visible after {t:?}");
 
     site.write("new.txt", b"modified, and longer");
-    let t = await_change(&server, "/new.txt", "modify", |r| {
-        body_is(r, 200, "modified, and longer")
-    });
+    let t = await_body(&server, "/new.txt", "modify", "modified, and longer");
     eprintln!("modify visible after {t:?}");
 
     // Same length, so only the timestamps tell.
     site.write("new.txt", b"MODIFIED, and longer");
-    await_change(&server, "/new.txt", "same-size modify", |r| {
-        body_is(r, 200, "MODIFIED, and longer")
-    });
+    await_body(
+        &server,
+        "/new.txt",
+        "same-size modify",
+        "MODIFIED, and longer",
+    );
 
     fs::rename(site.root.join("new.txt"), site.root.join("renamed.txt")).unwrap();
-    await_change(&server, "/renamed.txt", "rename (new name)", |r| {
-        body_is(r, 200, "MODIFIED, and longer")
-    });
+    await_body(
+        &server,
+        "/renamed.txt",
+        "rename (new name)",
+        "MODIFIED, and longer",
+    );
     await_change(&server, "/new.txt", "rename (old name)", |r| {
         r.status == 404
     });
@@ -86,23 +94,21 @@ fn file_and_directory_changes_are_visible_within_a_second() {
     write_file(&staging, "index.html", b"<h1>section</h1>");
     write_file(&staging, "deep/er/leaf.txt", b"leaf");
     fs::rename(&staging, site.root.join("section")).unwrap();
-    await_change(&server, "/section/", "add directory", |r| {
-        body_is(r, 200, "<h1>section</h1>")
-    });
-    await_change(
+    await_body(&server, "/section/", "add directory", "<h1>section</h1>");
+    await_body(
         &server,
         "/section/deep/er/leaf.txt",
         "add directory (deep)",
-        |r| body_is(r, 200, "leaf"),
+        "leaf",
     );
     // A file added to a directory created after the start is seen too: the
     // new directory is watched.
     write_file(&site.root, "section/deep/later.txt", b"later");
-    await_change(
+    await_body(
         &server,
         "/section/deep/later.txt",
         "file in new directory",
-        |r| body_is(r, 200, "later"),
+        "later",
     );
 
     fs::remove_dir_all(site.root.join("section")).unwrap();
@@ -122,13 +128,14 @@ fn file_and_directory_changes_are_visible_within_a_second() {
 /// plus `only-<name>.txt`.
 fn release(base: &Path, name: &str) {
     let dir = base.join("releases").join(name);
-    write_file(
-        &dir,
-        "index.html",
-        format!("<h1>release {name}</h1>").as_bytes(),
-    );
+    write_file(&dir, "index.html", index_of(name).as_bytes());
     write_file(&dir, "data.txt", data_of(name).as_bytes());
     write_file(&dir, &format!("only-{name}.txt"), name.as_bytes());
+}
+
+/// The `index.html` of release `name`.
+fn index_of(name: &str) -> String {
+    format!("<h1>release {name}</h1>")
 }
 
 /// A body large enough to be compressed, different per release.
@@ -148,21 +155,27 @@ fn switch(base: &Path, name: &str) {
     fs::rename(&tmp, base.join("current")).unwrap();
 }
 
+/// A temp dir with a release for each of `names` (see `release`) and
+/// `current` pointing at the first.
+fn releases(tag: &str, names: &[&str]) -> TempDir {
+    let dir = TempDir::new(tag);
+    for name in names {
+        release(dir.path(), name);
+    }
+    switch(dir.path(), names[0]);
+    dir
+}
+
 #[test]
 fn symlink_root_swap_is_visible_within_a_second() {
-    let dir = TempDir::new("live-swap");
+    let dir = releases("live-swap", &["42", "43"]);
     let base = dir.path();
-    release(base, "42");
-    release(base, "43");
-    switch(base, "42");
     let root = base.join("current");
     let server = Server::start(&root, &[]);
     assert!(body_is(&server.get("/"), 200, "<h1>release 42</h1>"));
 
     switch(base, "43");
-    let t = await_change(&server, "/", "root swap", |r| {
-        body_is(r, 200, "<h1>release 43</h1>")
-    });
+    let t = await_body(&server, "/", "root swap", "<h1>release 43</h1>");
     eprintln!("root swap visible after {t:?}");
     assert_eq!(
         server.get("/only-42.txt").status,
@@ -173,14 +186,10 @@ fn symlink_root_swap_is_visible_within_a_second() {
 
     // The new release is watched, the old one no longer matters.
     write_file(&base.join("releases/43"), "fresh.txt", b"fresh");
-    await_change(&server, "/fresh.txt", "change inside the new root", |r| {
-        body_is(r, 200, "fresh")
-    });
+    await_body(&server, "/fresh.txt", "change inside the new root", "fresh");
     write_file(&base.join("releases/42"), "stale.txt", b"stale");
     switch(base, "42");
-    await_change(&server, "/", "swap back", |r| {
-        body_is(r, 200, "<h1>release 42</h1>")
-    });
+    await_body(&server, "/", "swap back", "<h1>release 42</h1>");
     assert!(body_is(&server.get("/stale.txt"), 200, "stale"));
 }
 
@@ -251,9 +260,7 @@ fn load_client(
                 }
                 let body = String::from_utf8_lossy(&decoded(&r)).into_owned();
                 let known = if path == "/" {
-                    versions
-                        .iter()
-                        .any(|v| body == format!("<h1>release {v}</h1>"))
+                    versions.iter().any(|v| body == index_of(v))
                 } else {
                     versions.iter().any(|v| body == data_of(v))
                 };
@@ -278,13 +285,10 @@ fn load_client(
 #[test]
 fn hundred_root_swaps_under_load() {
     const SWAPS: usize = 100;
-    let dir = TempDir::new("live-swaps");
+    let names = ["a", "b", "c"];
+    let dir = releases("live-swaps", &names);
     let base = dir.path();
-    let versions: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
-    for v in &versions {
-        release(base, v);
-    }
-    switch(base, "a");
+    let versions: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     let server = Server::start(&base.join("current"), &[]);
     let stop = AtomicBool::new(false);
     let tally = Mutex::new(LoadTally::default());
@@ -298,7 +302,7 @@ fn hundred_root_swaps_under_load() {
         for i in 1..=SWAPS {
             let name = &versions[i % versions.len()];
             switch(base, name);
-            let want = format!("<h1>release {name}</h1>");
+            let want = index_of(name);
             let started = Instant::now();
             let seen = poll_until(Duration::from_secs(5), || {
                 probes.fetch_add(1, Ordering::Relaxed);
@@ -335,11 +339,8 @@ fn hundred_root_swaps_under_load() {
 
 #[test]
 fn failing_rebuild_keeps_the_old_content() {
-    let dir = TempDir::new("live-fail");
+    let dir = releases("live-fail", &["good", "next"]);
     let base = dir.path();
-    release(base, "good");
-    release(base, "next");
-    switch(base, "good");
     let server = Server::start(&base.join("current"), &["--rescan-interval", "0.2"]);
     assert!(body_is(&server.get("/"), 200, "<h1>release good</h1>"));
 
@@ -359,15 +360,16 @@ fn failing_rebuild_keeps_the_old_content() {
     let file_root = base.join("releases/plain-file");
     fs::write(&file_root, b"not a directory").unwrap();
     switch(base, "plain-file");
-    await_change(&server, "/", "still old after a file root", |r| {
-        body_is(r, 200, "<h1>release good</h1>")
-    });
+    await_body(
+        &server,
+        "/",
+        "still old after a file root",
+        "<h1>release good</h1>",
+    );
 
     // Fixed: the next release is served.
     switch(base, "next");
-    await_change(&server, "/", "recovery", |r| {
-        body_is(r, 200, "<h1>release next</h1>")
-    });
+    await_body(&server, "/", "recovery", "<h1>release next</h1>");
 }
 
 #[test]
@@ -407,7 +409,5 @@ fn watch_off_waits_for_sighup() {
         .status
         == 200));
     server.signal("HUP");
-    await_change(&server, "/later.txt", "after SIGHUP", |r| {
-        body_is(r, 200, "later")
-    });
+    await_body(&server, "/later.txt", "after SIGHUP", "later");
 }
