@@ -12,15 +12,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{allowed_cpus, get, log_field, poll_until, request, Conn, Server, TempDir};
+use support::{
+    allowed_cpus, example_site, get, installed, loud, poll_until, repo, request, Conn, Load,
+    Server, TempDir,
+};
 
 /// Longer than the shards' 250 ms publish interval, so every request sent
 /// before it is visible to a scrape.
@@ -45,32 +46,6 @@ const GRAFANA_VARS: &[(&str, &str)] = &[
 // Harness
 // ---------------------------------------------------------------------------
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn site() -> PathBuf {
-    repo().join("examples/site")
-}
-
-/// Whether `program` is an executable on PATH.
-fn installed(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            fs::metadata(dir.join(program))
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        })
-    })
-}
-
-/// Writes `note` to the real stderr, past libtest's output capture, so a
-/// skipped or partial check shows in every CI log.
-fn loud(note: &str) {
-    let _ = writeln!(std::io::stderr(), "\n**********\n{note}\n**********");
-}
-
 /// Returns early (passing) with a loud note when `program` is missing.
 macro_rules! require {
     ($program:expr) => {
@@ -79,16 +54,6 @@ macro_rules! require {
             return;
         }
     };
-}
-
-/// The admin listener's address, from its log line.
-fn admin_addr(server: &Server) -> SocketAddr {
-    let line = server
-        .wait_for_log("admin endpoint addr=", Duration::from_secs(5))
-        .unwrap_or_else(|| panic!("no admin endpoint line\n{}", server.log_text()));
-    log_field(&line, "addr")
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("bad admin line {line:?}"))
 }
 
 /// One HTTP/1.0 GET (so no chunked bodies), read to EOF: (status, body).
@@ -211,50 +176,6 @@ const PATHS: &[(&str, u16)] = &[
     ("/bench/100.txt", 200),
     ("/no-such-file", 404),
 ];
-
-/// Background load: `conns` threads, each sending requests over keep-alive
-/// connections it replaces every 25 requests (so the kernel spreads them
-/// over the shards) until stopped. Join for the number of requests sent.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<thread::JoinHandle<u64>>,
-}
-
-impl Load {
-    fn start(addr: SocketAddr, conns: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..conns)
-            .map(|t| {
-                let stop = Arc::clone(&stop);
-                thread::spawn(move || {
-                    let mut sent = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        let mut conn = Conn::connect(addr);
-                        for i in 0..25 {
-                            let (path, want) = PATHS[(t + i) % PATHS.len()];
-                            let r = conn.roundtrip(&get(path));
-                            assert_eq!(r.status, want, "GET {path}");
-                            sent += 1;
-                            // Pace a little: enough for rates, not enough to
-                            // starve the other tests of CPU.
-                            thread::sleep(Duration::from_millis(2));
-                        }
-                    }
-                    sent
-                })
-            })
-            .collect();
-        Load { stop, threads }
-    }
-
-    fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.threads
-            .into_iter()
-            .map(|t| t.join().expect("load thread panicked"))
-            .sum()
-    }
-}
 
 fn shard_count() -> usize {
     allowed_cpus().len().clamp(1, 2)
@@ -738,9 +659,9 @@ fn check_returns_data(
 fn prometheus_scrapes_every_shard_and_every_dashboard_and_alert_expression_has_data() {
     require!("prometheus");
     let shards = shard_count();
-    let server = Server::start(&site(), &["--cores", &shards.to_string()]);
-    let admin = admin_addr(&server);
-    let load = Load::start(server.addr(), 4);
+    let server = Server::start(&example_site(), &["--cores", &shards.to_string()]);
+    let admin = server.admin_addr();
+    let load = Load::start(server.addr(), 4, PATHS);
     let prom = Prometheus::start(admin);
     let started = Instant::now();
 
@@ -906,8 +827,8 @@ fn promtool(args: &[&str], stdin: &[u8], dir: &Path) -> (bool, String) {
 #[test]
 fn promtool_check_metrics_finds_nothing_in_the_exposition() {
     require!("promtool");
-    let server = Server::start(&site(), &["--cores", "1"]);
-    let admin = admin_addr(&server);
+    let server = Server::start(&example_site(), &["--cores", "1"]);
+    let admin = server.admin_addr();
     for (path, want) in PATHS {
         assert_eq!(server.get(path).status, *want, "GET {path}");
     }
@@ -1047,8 +968,8 @@ fn dashboard_is_provisionable_and_names_only_exported_metrics() {
     }
 
     // Every metric named exists in a live exposition.
-    let server = Server::start(&site(), &["--cores", "1"]);
-    let exported: BTreeSet<String> = parse_exposition(&scrape(admin_addr(&server)))
+    let server = Server::start(&example_site(), &["--cores", "1"]);
+    let exported: BTreeSet<String> = parse_exposition(&scrape(server.admin_addr()))
         .into_iter()
         .map(|s| s.name)
         .collect();
@@ -1111,8 +1032,8 @@ fn requests_total_grows_by_exactly_n_after_a_publish_interval() {
     const PER_CONN: usize = 200;
     const FRESH: usize = 200;
     const N: usize = KEEPALIVE_CONNS * PER_CONN + FRESH;
-    let server = Server::start(&site(), &["--cores", &shard_count().to_string()]);
-    let admin = admin_addr(&server);
+    let server = Server::start(&example_site(), &["--cores", &shard_count().to_string()]);
+    let admin = server.admin_addr();
     thread::sleep(PUBLISH_WAIT);
     let before = parse_exposition(&scrape(admin));
     // A second scrape must not change anything: the admin thread's own
@@ -1197,8 +1118,8 @@ fn two_cores_both_count_connections_from_a_client_opening_many() {
         return;
     }
     const CONNS: usize = 200;
-    let server = Server::start(&site(), &["--cores", "2"]);
-    let admin = admin_addr(&server);
+    let server = Server::start(&example_site(), &["--cores", "2"]);
+    let admin = server.admin_addr();
     for _ in 0..CONNS {
         let r = server.send(&request(
             "GET",
@@ -1239,8 +1160,8 @@ fn two_cores_both_count_connections_from_a_client_opening_many() {
 /// `--metrics false` counts no requests, however much traffic there is.
 #[test]
 fn metrics_off_counts_no_requests() {
-    let server = Server::start(&site(), &["--cores", "1", "--metrics", "false"]);
-    let admin = admin_addr(&server);
+    let server = Server::start(&example_site(), &["--cores", "1", "--metrics", "false"]);
+    let admin = server.admin_addr();
     let mut conn = server.connect();
     for (path, want) in PATHS.iter().cycle().take(100) {
         assert_eq!(conn.roundtrip(&get(path)).status, *want, "GET {path}");

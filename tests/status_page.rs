@@ -11,45 +11,16 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{allowed_cpus, get, log_field, poll_until, Conn, Server, TempDir};
+use support::{allowed_cpus, example_site, find_program, loud, poll_until, Load, Server, TempDir};
 
 /// Virtual time the page gets to run: about five polls of status.json.
 const VIRTUAL_TIME_MS: u32 = 5000;
 /// Wall-clock limit for one Chromium run.
 const BROWSER_DEADLINE: Duration = Duration::from_secs(60);
-
-fn site() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/site")
-}
-
-/// Writes `note` to the real stderr, past libtest's output capture, so a
-/// skipped check shows in every CI log.
-fn loud(note: &str) {
-    let _ = writeln!(std::io::stderr(), "\n**********\n{note}\n**********");
-}
-
-/// The first of `names` on PATH.
-fn find_program(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
-        .find(|p| p.is_file())
-}
-
-fn admin_addr(server: &Server) -> SocketAddr {
-    let line = server
-        .wait_for_log("admin endpoint addr=", Duration::from_secs(5))
-        .unwrap_or_else(|| panic!("no admin endpoint line\n{}", server.log_text()));
-    log_field(&line, "addr")
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("bad admin line {line:?}"))
-}
 
 /// GET from the admin listener (it closes after each answer): (head, body).
 fn admin_get(addr: SocketAddr, path: &str) -> (String, String) {
@@ -60,29 +31,6 @@ fn admin_get(addr: SocketAddr, path: &str) -> (String, String) {
     s.read_to_string(&mut raw).expect("read admin answer");
     let (head, body) = raw.split_once("\r\n\r\n").expect("head");
     (head.to_owned(), body.to_owned())
-}
-
-/// Requests from `conns` threads over keep-alive connections replaced every
-/// 25 requests, so the kernel spreads them over both shards.
-fn start_load(
-    addr: SocketAddr,
-    conns: usize,
-    stop: &Arc<AtomicBool>,
-) -> Vec<thread::JoinHandle<()>> {
-    (0..conns)
-        .map(|_| {
-            let stop = Arc::clone(stop);
-            thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let mut conn = Conn::connect(addr);
-                    for _ in 0..25 {
-                        assert_eq!(conn.roundtrip(&get("/bench/100.txt")).status, 200);
-                        thread::sleep(Duration::from_millis(2));
-                    }
-                }
-            })
-        })
-        .collect()
 }
 
 /// Runs headless Chromium on `url` with `mode` (`--dump-dom` or
@@ -190,8 +138,8 @@ fn status_page_draws_requests_per_second_for_each_core_in_chromium() {
         loud("SKIP: fewer than 2 CPUs allowed; --cores 2 needs two");
         return;
     }
-    let server = Server::start(&site(), &["--cores", "2"]);
-    let admin = admin_addr(&server);
+    let server = Server::start(&example_site(), &["--cores", "2"]);
+    let admin = server.admin_addr();
 
     // The page is self-contained: no external scripts, styles or fonts.
     let (head, page) = admin_get(admin, "/status");
@@ -216,8 +164,7 @@ fn status_page_draws_requests_per_second_for_each_core_in_chromium() {
     }
     assert!(page.contains("<canvas"), "no canvas");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = start_load(server.addr(), 6, &stop);
+    let load = Load::start(server.addr(), 6, &[("/bench/100.txt", 200)]);
     // Precondition: status.json itself reports traffic on both cores.
     let mut status = Value::Null;
     let both_busy = poll_until(Duration::from_secs(10), || {
@@ -235,10 +182,7 @@ fn status_page_draws_requests_per_second_for_each_core_in_chromium() {
         chromium(&browser, &profile, &format!("--screenshot={path}"), &url);
         eprintln!("status page screenshot: {path}");
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in load {
-        t.join().expect("load thread panicked");
-    }
+    load.stop();
 
     let chart_json = element_text(&dom, "chart-data")
         .unwrap_or_else(|| panic!("no #chart-data in the DOM:\n{dom}"));

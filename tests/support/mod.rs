@@ -13,7 +13,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -43,6 +43,26 @@ pub fn poll_until(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
         }
         thread::sleep(POLL_STEP);
     }
+}
+
+/// Writes `note` to the real stderr, past libtest's output capture, so a
+/// skipped or partial check shows in every CI log.
+pub fn loud(note: &str) {
+    let _ = writeln!(io::stderr(), "\n**********\n{note}\n**********");
+}
+
+/// The first of `names` that is an executable file on PATH.
+pub fn find_program(names: &[&str]) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// Whether `program` is an executable on PATH.
+pub fn installed(program: &str) -> bool {
+    find_program(&[program]).is_some()
 }
 
 // ---------------------------------------------------------------------------
@@ -123,6 +143,16 @@ pub fn png_bytes() -> Vec<u8> {
     let mut v = b"\x89PNG\r\n\x1a\n".to_vec();
     v.extend((0..200u32).map(|i| (i * 7 % 256) as u8));
     v
+}
+
+/// The repository root, where `dashboards/` and `examples/` live.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The checked-in `examples/site`, for tests that only read it.
+pub fn example_site() -> PathBuf {
+    repo().join("examples/site")
 }
 
 /// A document root `base/www` with a standard set of files, and `base/secret.txt`
@@ -323,6 +353,16 @@ impl Server {
         &self.addrs
     }
 
+    /// The admin listener's address, from its log line.
+    pub fn admin_addr(&self) -> SocketAddr {
+        let line = self
+            .wait_for_log("admin endpoint addr=", Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("no admin endpoint line\n{}", self.log_text()));
+        log_field(&line, "addr")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("bad admin line {line:?}"))
+    }
+
     pub fn log_lines(&self) -> Vec<String> {
         self.logs.lock().unwrap().clone()
     }
@@ -411,6 +451,52 @@ impl Drop for Server {
         if thread::panicking() {
             eprintln!("{}", self.log_text());
         }
+    }
+}
+
+/// Background load: `conns` threads, each sending GETs over keep-alive
+/// connections it replaces every 25 requests (so the kernel spreads them
+/// over the shards) until stopped. Thread `t` walks `paths` from entry `t`
+/// and asserts each status. Stop it for the number of requests sent.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<u64>>,
+}
+
+impl Load {
+    pub fn start(addr: SocketAddr, conns: usize, paths: &'static [(&'static str, u16)]) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..conns)
+            .map(|t| {
+                let stop = Arc::clone(&stop);
+                thread::spawn(move || {
+                    let mut sent = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut conn = Conn::connect(addr);
+                        for i in 0..25 {
+                            let (path, want) = paths[(t + i) % paths.len()];
+                            let r = conn.roundtrip(&get(path));
+                            assert_eq!(r.status, want, "GET {path}");
+                            sent += 1;
+                            // Pace a little: enough for rates, not enough to
+                            // starve the other tests of CPU.
+                            thread::sleep(Duration::from_millis(2));
+                        }
+                    }
+                    sent
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+
+    /// Stops every thread and waits for it; the requests sent in all.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .map(|t| t.join().expect("load thread panicked"))
+            .sum()
     }
 }
 
