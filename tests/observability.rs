@@ -26,10 +26,6 @@ use support::{
 /// Longer than the shards' 250 ms publish interval, so every request sent
 /// before it is visible to a scrape.
 const PUBLISH_WAIT: Duration = Duration::from_millis(1500);
-/// Metrics the dashboard uses that another change registers; while one is
-/// absent from /metrics its expressions may return no data (said loudly).
-/// Once it is exported the strict checks apply by themselves.
-const PENDING_METRICS: &[&str] = &[];
 /// Grafana's variables, as the validation substitutes them.
 const GRAFANA_VARS: &[(&str, &str)] = &[
     ("${__rate_interval}", "1m"),
@@ -584,22 +580,10 @@ fn metric_names(promql: &str) -> BTreeSet<String> {
     names
 }
 
-/// A referenced metric that is pending and not exported yet.
-fn pending_and_absent(promql: &str, exported: &BTreeSet<String>) -> Option<String> {
-    metric_names(promql)
-        .into_iter()
-        .find(|n| !exported.contains(n) && PENDING_METRICS.iter().any(|p| n.starts_with(p)))
-}
-
 /// Evaluates `e` until it returns data or `deadline` passes. A query error
 /// fails at once. A condition with no data (an alert that is not firing)
 /// passes when each of its operands returns data.
-fn check_returns_data(
-    prom: &Prometheus,
-    e: &Expr,
-    exported: &BTreeSet<String>,
-    deadline: Instant,
-) -> Result<(), String> {
+fn check_returns_data(prom: &Prometheus, e: &Expr, deadline: Instant) -> Result<(), String> {
     let promql = substitute(&e.promql);
     let ops = operands(&promql);
     let mut todo: Vec<String> = Vec::new();
@@ -626,14 +610,6 @@ fn check_returns_data(
             if todo.is_empty() {
                 return Ok(());
             }
-        }
-        // A metric not exported at all will not appear by waiting.
-        if let Some(name) = pending_and_absent(&promql, exported) {
-            loud(&format!(
-                "PENDING: {} returns no data: {name} is not exported yet",
-                e.origin
-            ));
-            return Ok(());
         }
         if Instant::now() >= deadline {
             break;
@@ -714,14 +690,10 @@ fn prometheus_scrapes_every_shard_and_every_dashboard_and_alert_expression_has_d
         origin: format!("alert {name}"),
         promql: e.clone(),
     }));
-    let exported: BTreeSet<String> = parse_exposition(&scrape(admin))
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
     let deadline = Instant::now() + Duration::from_secs(15);
     let failures: Vec<String> = exprs
         .iter()
-        .filter_map(|e| check_returns_data(&prom, e, &exported, deadline).err())
+        .filter_map(|e| check_returns_data(&prom, e, deadline).err())
         .collect();
     assert!(
         failures.is_empty(),
@@ -975,14 +947,10 @@ fn dashboard_is_provisionable_and_names_only_exported_metrics() {
         .collect();
     let (_, rules): (Vec<_>, Vec<_>) = alert_rules().into_iter().unzip();
     for name in metric_names(&all).union(&metric_names(&rules.join("\n"))) {
-        if exported.contains(name) {
-            continue;
-        }
-        if PENDING_METRICS.iter().any(|p| name.starts_with(p)) {
-            loud(&format!("PENDING: {name} is not exported yet"));
-            continue;
-        }
-        panic!("dashboards/ use {name}, which /metrics does not export");
+        assert!(
+            exported.contains(name),
+            "dashboards/ use {name}, which /metrics does not export"
+        );
     }
 }
 
