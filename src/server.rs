@@ -57,11 +57,16 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .name("compress".into())
             .spawn(move || {
                 tracing::info!("serving identity bodies; building compressed variants");
-                if let Err(e) = store.rebuild() {
-                    tracing::error!(
+                // Rebuilds are serialised: a change made meanwhile is picked
+                // up by the watcher's rebuild right after this one.
+                match store.rebuild() {
+                    Ok(generation) => {
+                        tracing::info!("compressed variants ready generation={generation}")
+                    }
+                    Err(e) => tracing::error!(
                         error = format!("{e:#}"),
                         "building compressed variants failed; the next rebuild retries"
-                    );
+                    ),
                 }
             })
             .context("spawning the compression thread")?;
