@@ -84,6 +84,7 @@ impl Store {
         if opts.compress.is_some() && snapshot.stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
             snapshot = initial_build(&opts)?;
         }
+        crate::sys::trim_heap();
         Ok(Store {
             current: Arc::new(ArcSwap::from_pointee(snapshot)),
             opts,
@@ -151,6 +152,9 @@ impl Store {
             }
             Built::New(snapshot) => {
                 self.current.store(Arc::new(snapshot));
+                drop(old);
+                // After the swap, so it never delays a change being served.
+                crate::sys::trim_heap();
                 self.generation.store(generation, Ordering::Relaxed);
                 tracing::info!(
                     elapsed_ms = elapsed.as_millis() as u64,

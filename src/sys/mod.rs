@@ -13,7 +13,7 @@ mod thread;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 pub use net::{accept4, sendfile, sendmsg_more, set_defer_accept};
-pub use thread::lower_thread_priority;
+pub use thread::{lower_thread_priority, trim_heap};
 
 /// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and
 /// retrying on EINTR.
