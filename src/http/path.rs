@@ -30,6 +30,18 @@ impl PathError {
 /// The result always starts with `/`, never contains `//`, `.` or `..`
 /// segments, keeps a trailing `/` when the target ended in one (or in `/.` /
 /// `/..`), and drops the query and fragment. A backslash is an ordinary byte.
+///
+/// ```
+/// use shardhttpd::http::path::{normalize, PathError};
+///
+/// let mut out = Vec::new();
+/// normalize(b"/docs/./a//b%20c.html?v=2", &mut out).unwrap();
+/// assert_eq!(out, b"/docs/a/b c.html");
+/// // Decoded once: a double-encoded dot stays a name, never a `..`.
+/// normalize(b"/%252e%252e/x", &mut out).unwrap();
+/// assert_eq!(out, b"/%2e%2e/x");
+/// assert_eq!(normalize(b"/%2e%2e/etc/passwd", &mut out), Err(PathError::EscapesRoot));
+/// ```
 pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), PathError> {
     out.clear();
     let path = path_part(target)?;

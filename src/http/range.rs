@@ -34,6 +34,15 @@ enum Spec {
 }
 
 /// Parse `header` for a representation of `len` bytes into `out` (cleared first).
+///
+/// ```
+/// use shardhttpd::http::range::{parse, ByteRange, RangeOutcome};
+///
+/// let mut out = Vec::new();
+/// assert_eq!(parse(b"bytes=0-4,-3", 10, 16, &mut out), RangeOutcome::Partial);
+/// assert_eq!(out, [ByteRange { start: 0, end: 4 }, ByteRange { start: 7, end: 9 }]);
+/// assert_eq!(parse(b"bytes=20-", 10, 16, &mut out), RangeOutcome::Unsatisfiable);
+/// ```
 pub fn parse(header: &[u8], len: u64, max_ranges: usize, out: &mut Vec<ByteRange>) -> RangeOutcome {
     out.clear();
     let outcome = parse_into(header, len, max_ranges, out);
