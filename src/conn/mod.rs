@@ -421,12 +421,6 @@ impl Conn {
     /// output is backlogged or the connection stops reading.
     fn answer(&mut self, env: &mut ShardEnv<'_>) {
         loop {
-            if self.rstart == self.rend && !matches!(self.reading, Reading::Discard { .. }) {
-                if self.reading == Reading::Head {
-                    self.reading = Reading::Idle;
-                }
-                return;
-            }
             match self.reading {
                 Reading::Done(_) | Reading::Lingering(_) => return,
                 Reading::Discard { remaining } => {
@@ -441,10 +435,10 @@ impl Conn {
                     self.reading = Reading::Idle;
                 }
                 Reading::Idle | Reading::Head => {
-                    if self.out.is_backlogged(env.snapshot) {
-                        return;
-                    }
-                    if !self.answer_one(env) {
+                    if self.rstart == self.rend
+                        || self.out.is_backlogged(env.snapshot)
+                        || !self.answer_one(env)
+                    {
                         return;
                     }
                 }
