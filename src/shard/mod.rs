@@ -27,6 +27,9 @@ use timer::Wheel;
 /// Most connections accepted from one listener per loop turn, so a connect
 /// burst cannot starve established connections.
 const ACCEPT_BATCH: usize = 64;
+/// Pause before accepting again after an error such as EMFILE (the wheel
+/// ticks every 250 ms, so the retry happens within that).
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 1024;
 /// The token of the wake-up eventfd.
@@ -111,6 +114,10 @@ struct Shard {
     draining: Option<Instant>,
     /// Connections to drive again next turn without a new event.
     resume: Vec<u64>,
+    /// When to retry accepting after an error such as EMFILE.
+    accept_retry: Option<Instant>,
+    /// The last accept failed (for logging once per episode).
+    accept_failing: bool,
 }
 
 impl Shard {
@@ -141,6 +148,8 @@ impl Shard {
             next_publish: now,
             draining: None,
             resume: Vec::new(),
+            accept_retry: None,
+            accept_failing: false,
         })
     }
 
@@ -192,6 +201,12 @@ impl Shard {
             }
             resume_spare = resume;
             resume_spare.clear();
+            if self.accept_retry.is_some_and(|at| now >= at) {
+                self.accept_retry = None;
+                for (pending, listener) in self.accept_pending.iter_mut().zip(&self.listeners) {
+                    *pending = listener.is_some();
+                }
+            }
             for i in 0..self.listeners.len() {
                 if self.accept_pending[i] {
                     self.accept(i, now);
@@ -259,6 +274,10 @@ impl Shard {
             };
             match sys::accept4(listener) {
                 Ok((stream, peer)) => {
+                    if self.accept_failing {
+                        self.accept_failing = false;
+                        tracing::info!(shard = self.index, "accepting again");
+                    }
                     let token = self.conns.insert(Conn::new(stream, peer, now, &self.cfg));
                     self.counters.accepted();
                     // With TCP_DEFER_ACCEPT the request is usually here
@@ -282,10 +301,16 @@ impl Shard {
                     return;
                 }
                 Err(e) => {
-                    // EMFILE/ENFILE/ENOBUFS: leave the connection queued and
-                    // retry next turn rather than spin.
-                    tracing::warn!(shard = self.index, error = %e, "accept failed");
+                    // EMFILE/ENFILE/ENOBUFS: leave the connections queued and
+                    // try again shortly (the edge that announced them will
+                    // not come again), rather than spin on the error.
+                    // Logged once per episode, not on every retry.
+                    if !self.accept_failing {
+                        tracing::warn!(shard = self.index, error = %e, "accept failing; retrying every 100 ms");
+                    }
+                    self.accept_failing = true;
                     self.accept_pending[i] = false;
+                    self.accept_retry = Some(now + ACCEPT_RETRY);
                     return;
                 }
             }
