@@ -326,3 +326,63 @@ fn listens_on_ipv4_and_ipv6() {
         );
     }
 }
+
+/// Regression: after accept failed with EMFILE the shard waited for the
+/// next connection's edge, so connections already queued stayed unanswered
+/// even once descriptors were free again.
+#[test]
+fn accept_recovers_after_running_out_of_descriptors() {
+    if !support::installed("prlimit") {
+        support::loud("SKIP: prlimit not installed");
+        return;
+    }
+    let site = Site::new("emfile");
+    let server = Server::start(&site.root, &["--cores", "1"]);
+    let limit = std::process::Command::new("prlimit")
+        .args(["--pid", &server.pid().to_string(), "--nofile=64:64"])
+        .status()
+        .expect("run prlimit");
+    assert!(limit.success(), "prlimit failed");
+
+    // More connections than descriptors, each with a request queued.
+    let held: Vec<support::Conn> = (0..100)
+        .map(|_| {
+            let mut c = server.connect();
+            c.send(support::get("/index.html").as_bytes());
+            c
+        })
+        .collect();
+    assert!(
+        server
+            .wait_for_log("accept fail", Duration::from_secs(5))
+            .is_some(),
+        "the descriptor limit was never hit\n{}",
+        server.log_text()
+    );
+    // Connections the server accepted are answered; the rest wait queued.
+    let (answered, mut queued): (Vec<_>, Vec<_>) = held
+        .into_iter()
+        .map(|mut c| {
+            c.set_read_timeout(Duration::from_millis(50));
+            let ok = c.read_response_to("GET").is_ok();
+            (c, ok)
+        })
+        .partition(|(_, ok)| *ok);
+    assert!(!answered.is_empty(), "nothing was answered");
+    assert!(!queued.is_empty(), "every connection was answered at once");
+    // Closing the answered connections frees descriptors; the queued ones
+    // must now be accepted without any new connection arriving.
+    drop(answered);
+    for (c, _) in &mut queued {
+        c.set_read_timeout(Duration::from_secs(5));
+        let r = c.read_response_to("GET").unwrap_or_else(|e| {
+            panic!(
+                "queued connection never answered: {e}\n{}",
+                server.log_text()
+            )
+        });
+        assert_eq!(r.status, 200);
+    }
+    drop(queued);
+    assert_eq!(server.get("/index.html").status, 200);
+}
