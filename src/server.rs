@@ -19,6 +19,11 @@ use crate::metrics::{admin, Metrics};
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 
+/// Tries at the background compressed build of a large root (a deploy
+/// racing it can make the walk fail), and the pause between them.
+const COMPRESS_ATTEMPTS: u32 = 5;
+const COMPRESS_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long the kernel holds a connection that has sent nothing before
 /// handing it to `accept` anyway.
 const DEFER_ACCEPT_SECS: u32 = 1;
@@ -57,16 +62,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .name("compress".into())
             .spawn(move || {
                 tracing::info!("serving identity bodies; building compressed variants");
-                // Rebuilds are serialised: a change made meanwhile is picked
-                // up by the watcher's rebuild right after this one.
-                match store.rebuild() {
-                    Ok(generation) => {
-                        tracing::info!("compressed variants ready generation={generation}")
+                for attempt in 1..=COMPRESS_ATTEMPTS {
+                    match store.build_compressed() {
+                        Ok(generation) => {
+                            tracing::info!("compressed variants ready generation={generation}");
+                            return;
+                        }
+                        Err(e) => tracing::error!(
+                            attempt,
+                            error = format!("{e:#}"),
+                            "building compressed variants failed; serving identity bodies"
+                        ),
                     }
-                    Err(e) => tracing::error!(
-                        error = format!("{e:#}"),
-                        "building compressed variants failed; the next rebuild retries"
-                    ),
+                    std::thread::sleep(COMPRESS_RETRY);
                 }
             })
             .context("spawning the compression thread")?;

@@ -8,6 +8,7 @@ mod support;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
+use std::time::Duration;
 
 use support::*;
 
@@ -255,7 +256,7 @@ fn sidecars_are_preferred() {
     site.write("site.css.gz", &gz2);
     assert!(
         // Latency is live_reload.rs's subject; here only that it happens.
-        poll_until(std::time::Duration::from_secs(5), || {
+        poll_until(Duration::from_secs(5), || {
             get_with(&server, "/site.css", &[("Accept-Encoding", "gzip")]).body == gz2
         }),
         "new sidecar served"
@@ -335,4 +336,64 @@ fn cache_control_error_pages_and_spa() {
         assert_eq!(r.body, index.body, "{path}");
     }
     assert_eq!(get_with(&server, "/missing.png", &[]).status, 404);
+}
+
+/// A root with more than 8 MiB of bodies starts serving identity bodies and
+/// builds its variants in the background; a change made meanwhile must be
+/// served at once, and the variants that finally arrive must be of the new
+/// version, never of the one the background build started from.
+#[test]
+fn large_root_starts_uncompressed_and_keeps_changes_made_while_compressing() {
+    let site = Site::new("bg-compress");
+    // 12 files of ~850 KiB of compressible text (below the 1 MiB sendfile
+    // threshold, so in memory): over the 8 MiB threshold together.
+    let text =
+        |tag: &str| format!("<p>{tag} {}</p>\n", "static shard epoll ".repeat(40)).repeat(1100);
+    for i in 0..12 {
+        site.write(
+            &format!("big{i}.html"),
+            text(&format!("v1 file {i}")).as_bytes(),
+        );
+    }
+    let server = Server::start(
+        &site.root,
+        &[
+            "--brotli-level",
+            "5",
+            "--zstd-level",
+            "3",
+            "--gzip-level",
+            "6",
+        ],
+    );
+    assert!(
+        server
+            .wait_for_log("building compressed variants", Duration::from_secs(5))
+            .is_some(),
+        "a large root should start with identity bodies\n{}",
+        server.log_text()
+    );
+    let v2 = text("v2 file 3");
+    let tmp = site.root.join("big3.html.tmp");
+    std::fs::write(&tmp, &v2).unwrap();
+    std::fs::rename(&tmp, site.root.join("big3.html")).unwrap();
+    assert!(
+        poll_until(Duration::from_secs(5), || server.get("/big3.html").body
+            == v2.as_bytes()),
+        "the change is served while variants are being built"
+    );
+    assert!(
+        server
+            .wait_for_log("compressed variants ready", Duration::from_secs(60))
+            .is_some(),
+        "variants never arrived\n{}",
+        server.log_text()
+    );
+    let r = get_with(&server, "/big3.html", &[("Accept-Encoding", "br")]);
+    assert_eq!(r.header("content-encoding"), Some("br"));
+    assert_eq!(
+        decode(Some("br"), &r.body),
+        v2.as_bytes(),
+        "variant of the new version"
+    );
 }

@@ -99,7 +99,7 @@ impl Store {
     }
 
     /// Compression is configured but the snapshot being served has no
-    /// variants yet: the next rebuild builds them (see `open`).
+    /// variants yet: `build_compressed` builds them (see `open`).
     pub fn compress_pending(&self) -> bool {
         self.opts.compress.is_some() && !self.current.load().compressed
     }
@@ -125,44 +125,79 @@ impl Store {
     pub fn rebuild(&self) -> anyhow::Result<u64> {
         let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.current.load_full();
-        let generation = self.generation.load(Ordering::Relaxed) + 1;
+        // Until `build_compressed` has published, changes are served with
+        // identity bodies: compressing here would reload the whole root.
+        let opts = if old.compressed || self.opts.compress.is_none() {
+            self.opts.clone()
+        } else {
+            BuildOptions {
+                compress: None,
+                ..self.opts.clone()
+            }
+        };
         let started = Instant::now();
-        let result = rebuild(&self.opts, generation, Some(&old));
+        let generation = self.generation.load(Ordering::Relaxed) + 1;
+        let built = self.record(rebuild(&opts, generation, Some(&old)), started)?;
+        match built {
+            Built::Unchanged => {
+                tracing::debug!(generation = generation - 1, "snapshot unchanged");
+                Ok(generation - 1)
+            }
+            Built::New(snapshot) => Ok(self.swap(snapshot, generation, started)),
+        }
+    }
+
+    /// Build the compressed variants of a root that started with identity
+    /// bodies (see `open`). The long part runs without holding the rebuild
+    /// lock, so changes keep being served meanwhile; the result is then
+    /// brought up to date like any rebuild (files changed since are loaded
+    /// again, the rest reused) and published.
+    pub fn build_compressed(&self) -> anyhow::Result<u64> {
+        let started = Instant::now();
+        let base = match self.record(rebuild(&self.opts, 0, None), started)? {
+            Built::New(snapshot) => snapshot,
+            Built::Unchanged => unreachable!("no previous snapshot"),
+        };
+        let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = self.generation.load(Ordering::Relaxed) + 1;
+        let mut snapshot =
+            match self.record(rebuild(&self.opts, generation, Some(&base)), started)? {
+                Built::New(snapshot) => snapshot,
+                Built::Unchanged => base,
+            };
+        snapshot.generation = generation;
+        Ok(self.swap(snapshot, generation, started))
+    }
+
+    /// Count and time a build attempt.
+    fn record(&self, result: anyhow::Result<Built>, started: Instant) -> anyhow::Result<Built> {
         let elapsed = started.elapsed();
         self.rebuild_duration.observe(elapsed.as_secs_f64());
         self.last_rebuild_us
             .store(elapsed.as_micros() as u64, Ordering::Relaxed);
-        let built = match result {
-            Ok(built) => built,
-            Err(err) => {
+        match &result {
+            Ok(_) => {
+                self.rebuilds_ok.fetch_add(1, Ordering::Relaxed);
+                self.last_success_unix.store(unix_now(), Ordering::Relaxed);
+            }
+            Err(_) => {
                 self.rebuilds_failed.fetch_add(1, Ordering::Relaxed);
-                return Err(err);
-            }
-        };
-        self.rebuilds_ok.fetch_add(1, Ordering::Relaxed);
-        self.last_success_unix.store(unix_now(), Ordering::Relaxed);
-        match built {
-            Built::Unchanged => {
-                tracing::debug!(
-                    generation = generation - 1,
-                    elapsed_ms = elapsed.as_millis() as u64,
-                    "snapshot unchanged"
-                );
-                Ok(generation - 1)
-            }
-            Built::New(snapshot) => {
-                self.current.store(Arc::new(snapshot));
-                drop(old);
-                // After the swap, so it never delays a change being served.
-                crate::sys::trim_heap();
-                self.generation.store(generation, Ordering::Relaxed);
-                tracing::info!(
-                    elapsed_ms = elapsed.as_millis() as u64,
-                    "snapshot swapped generation={generation}"
-                );
-                Ok(generation)
             }
         }
+        result
+    }
+
+    /// Publish `snapshot`; the caller holds the rebuild lock.
+    fn swap(&self, snapshot: Snapshot, generation: u64, started: Instant) -> u64 {
+        self.current.store(Arc::new(snapshot));
+        self.generation.store(generation, Ordering::Relaxed);
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "snapshot swapped generation={generation}"
+        );
+        // After the swap, so it never delays a change being served.
+        crate::sys::trim_heap();
+        generation
     }
 
     pub fn stats(&self) -> StoreStats {
