@@ -43,6 +43,12 @@ enum Signal {
     Failed(String),
 }
 
+/// Even with inotify working, rescan this often: notify cannot watch a
+/// directory created and filled faster than it adds the watch, and says
+/// nothing when adding one fails. An unchanged rescan costs a walk and a
+/// `stat` per file and swaps nothing.
+const SAFETY_RESCAN: Duration = Duration::from_secs(60);
+
 /// Start the watcher thread. It runs for the life of the process.
 pub fn spawn(store: Arc<Store>, opts: WatchOptions) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -66,14 +72,11 @@ fn run(store: &Store, opts: WatchOptions) {
     loop {
         // Wait for something to do.
         let timeout = match (&watch, retry_at) {
-            (None, _) => Some(opts.rescan_interval),
-            (Some(_), Some(at)) => Some(at.saturating_duration_since(Instant::now())),
-            (Some(_), None) => None,
+            (None, _) => opts.rescan_interval,
+            (Some(_), Some(at)) => at.saturating_duration_since(Instant::now()),
+            (Some(_), None) => SAFETY_RESCAN,
         };
-        let first = match timeout {
-            Some(t) => rx.recv_timeout(t),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
+        let first = rx.recv_timeout(timeout);
         match first {
             Ok(Signal::Changed) => debounce(&rx, opts.debounce, &mut watch, opts),
             Ok(Signal::Failed(err)) => {
