@@ -165,12 +165,15 @@ fn writer(path: &std::path::Path, size: usize, stop: &AtomicBool) -> usize {
 
 /// How long to keep the state reached at `step`: mostly a few ms, but now
 /// and then long enough for a snapshot of it to be served. Odd steps end
-/// with a whole version, even ones with a half one; hold both kinds.
+/// with a whole version, even ones with a half one; hold both kinds. Every
+/// 16th step holds a whole version long enough for a rebuild (debounce, the
+/// ctime settling, the walk) and complete 2 MiB responses even on a loaded
+/// machine, so the test cannot pass vacuously on 503s alone.
 fn hold(step: usize) -> Duration {
-    Duration::from_millis(if step % 8 == 0 || step % 8 == 3 {
-        40
-    } else {
-        3
+    Duration::from_millis(match step % 16 {
+        3 => 300,
+        0 | 11 => 40,
+        _ => 3,
     })
 }
 
