@@ -106,6 +106,22 @@ pub struct ShardEnv<'a> {
     pub draining: bool,
 }
 
+impl ShardEnv<'_> {
+    /// Count an answer and write its access-log line.
+    fn record(
+        &mut self,
+        peer: Option<SocketAddr>,
+        req: Option<&request::Request<'_>>,
+        status: Status,
+        bytes: u64,
+    ) {
+        self.counters.request(status, bytes);
+        if let Some(log) = self.log.as_deref_mut() {
+            log.line(self.date.secs(), peer, req, status, bytes);
+        }
+    }
+}
+
 /// What the shard should do with the connection after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -248,10 +264,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.counters.request(status, bytes);
-                if let Some(log) = env.log.as_deref_mut() {
-                    log.line(env.date.secs(), self.peer, None, status, bytes);
-                }
+                env.record(self.peer, None, status, bytes);
                 // Best effort: the client has been silent, don't wait for it.
                 let _ = self.out.flush(&self.stream);
                 Step::Close(CloseReason::HeaderTimeout)
@@ -472,10 +485,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.counters.request(status, bytes);
-                if let Some(log) = env.log.as_deref_mut() {
-                    log.line(env.date.secs(), self.peer, None, status, bytes);
-                }
+                env.record(self.peer, None, status, bytes);
                 self.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -503,20 +513,14 @@ impl Conn {
                 Persist::Close,
                 false,
             );
-            env.counters.request(status, bytes);
-            if let Some(log) = env.log.as_deref_mut() {
-                log.line(env.date.secs(), self.peer, Some(&req), status, bytes);
-            }
+            env.record(self.peer, Some(&req), status, bytes);
             self.queued(env.now);
             self.rstart += head_len;
             self.reading = Reading::Done(CloseReason::Error);
             return false;
         }
         let (status, bytes) = respond::respond(&req, &mut renv, persist, &mut self.out);
-        env.counters.request(status, bytes);
-        if let Some(log) = env.log.as_deref_mut() {
-            log.line(env.date.secs(), self.peer, Some(&req), status, bytes);
-        }
+        env.record(self.peer, Some(&req), status, bytes);
         self.queued(env.now);
         self.rstart += head_len;
         if persist == Persist::Close {

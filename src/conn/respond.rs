@@ -360,19 +360,9 @@ fn redirect_slash(
     persist: Persist,
     head_only: bool,
 ) -> (Status, u64) {
-    // Absolute-form targets redirect to their path only.
-    let target = match target.iter().position(|&b| b == b'/') {
-        Some(i) if target.first() != Some(&b'/') => {
-            let after_scheme = &target[i..];
-            let host_end = after_scheme
-                .iter()
-                .skip(2)
-                .position(|&b| b == b'/')
-                .map_or(after_scheme.len(), |p| p + 2);
-            &after_scheme[host_end..]
-        }
-        _ => target,
-    };
+    // Absolute-form targets redirect to their path only. `normalize` has
+    // already accepted the target, so it has a path part.
+    let target = path::path_part(target).unwrap_or(target);
     let split = target
         .iter()
         .position(|&b| b == b'?' || b == b'#')

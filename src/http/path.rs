@@ -76,7 +76,7 @@ fn is_normal(path: &[u8]) -> bool {
 
 /// The path of an origin-form or absolute-form target (RFC 9112 §3.2.1–2),
 /// query and fragment still attached; it always starts with `/`.
-fn path_part(target: &[u8]) -> Result<&[u8], PathError> {
+pub fn path_part(target: &[u8]) -> Result<&[u8], PathError> {
     if target.first() == Some(&b'/') {
         return Ok(target);
     }
