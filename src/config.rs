@@ -43,6 +43,15 @@ pub const DEFAULT_SERVER_HEADER: &str = "shardhttpd";
 pub const DEFAULT_WATCH_DEBOUNCE_MS: u64 = 50;
 /// Rescan period without inotify, and retry period after a failed rebuild.
 pub const DEFAULT_RESCAN_INTERVAL_S: f64 = 2.0;
+/// Freshness cap for compressible files served before their variants exist:
+/// long enough that a CDN does not revalidate on every request during a
+/// large root's first minutes, short enough that it soon stores the
+/// compressed variants instead of the identity body.
+pub const DEFAULT_FAST_START_MAX_AGE_S: f64 = 60.0;
+/// The type of files whose extension names no known type (RFC 9110 §8.3:
+/// unknown data is octet-stream).
+pub const DEFAULT_TYPE: &str = "application/octet-stream";
+pub const DEFAULT_INDEX_FILES: &[&str] = &["index.html"];
 
 /// Every setting, as given by flags or by the file; `None` means "not given".
 /// Flag names are the kebab-case of the TOML keys.
@@ -120,9 +129,23 @@ pub struct Settings {
     /// Memory for bodies held in the snapshot.
     #[arg(long, value_name = "BYTES")]
     pub cache_max_bytes: Option<u64>,
-    /// Serve files and directories whose names start with a dot.
+    /// Serve every file and directory whose name starts with a dot
+    /// (deprecated: `--dotfile-allow` names the ones to serve).
     #[arg(long, value_name = "BOOL")]
     pub serve_dotfiles: Option<bool>,
+    /// Names starting with a dot that are served, as globs; repeat for
+    /// several. A pattern without `/` matches the name at any depth, one
+    /// with `/` the path from the root. Default: `.well-known` (ACME).
+    #[arg(long, value_name = "GLOB")]
+    pub dotfile_allow: Option<Vec<String>>,
+    /// Directory index files, tried in order; repeat for several.
+    /// Default: `index.html`.
+    #[arg(long, value_name = "NAME")]
+    pub index_files: Option<Vec<String>>,
+    /// Content-Type of files whose extension has no known type.
+    /// Default: `application/octet-stream`.
+    #[arg(long, value_name = "TYPE")]
+    pub default_type: Option<String>,
     /// Count requests into Prometheus metrics (on by default).
     #[arg(long, value_name = "BOOL")]
     pub metrics: Option<bool>,
@@ -165,6 +188,23 @@ pub struct Settings {
     /// `Cache-Control` for files no rule matches; none when not given.
     #[arg(long, value_name = "VALUE")]
     pub cache_control_default: Option<String>,
+    /// `Cache-Control` of error responses by status or class (config file
+    /// only), e.g. `{ 404 = "public, max-age=10", "5xx" = "no-store" }`.
+    /// Only 403, 404, 500, 503, `4xx` and `5xx`. Default: none.
+    #[arg(skip)]
+    pub error_cache_control: Option<BTreeMap<String, String>>,
+    /// `Cache-Control` of the 301 from `/dir` to `/dir/`. Default: none.
+    #[arg(long, value_name = "VALUE")]
+    pub redirect_cache_control: Option<String>,
+    /// Seconds of freshness, at most, for compressible files served before
+    /// their compressed variants are built (a large root's fast start).
+    #[arg(long, value_name = "SECS")]
+    pub fast_start_max_age: Option<f64>,
+    /// Custom response headers by URL glob (config file only): an array of
+    /// `{ glob, set = { Name = "value" } }` tables; every matching rule
+    /// applies, a later one's value for a name wins.
+    #[arg(skip)]
+    pub headers: Option<Vec<HeaderRule>>,
     /// Error status → page relative to the root (config file only), e.g.
     /// `{ 404 = "404.html" }`. Default: `404.html` when the root has one.
     #[arg(skip)]
@@ -190,6 +230,14 @@ pub enum CacheControlRules {
 pub struct CacheControlRule {
     pub glob: String,
     pub value: String,
+}
+
+/// One `[[headers]]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRule {
+    pub glob: String,
+    pub set: BTreeMap<String, String>,
 }
 
 impl CacheControlRules {
@@ -233,7 +281,8 @@ impl Settings {
             metrics, access_log, access_log_format,
             watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
-            error_pages, spa_fallback,
+            error_pages, spa_fallback, dotfile_allow, index_files, default_type,
+            error_cache_control, redirect_cache_control, fast_start_max_age, headers,
         )
     }
 
@@ -268,7 +317,12 @@ pub struct Config {
     pub sendfile_threshold: u64,
     pub sendfile: bool,
     pub cache_max_bytes: u64,
-    pub serve_dotfiles: bool,
+    /// Which names starting with a dot are served.
+    pub dotfile_allow: crate::cache::DotfileAllow,
+    /// Directory index names, in the order tried.
+    pub index_files: Vec<String>,
+    /// Media type for unknown extensions.
+    pub default_type: String,
     pub metrics: bool,
     pub access_log: Option<PathBuf>,
     pub access_log_format: LogFormat,
@@ -279,6 +333,12 @@ pub struct Config {
     /// `None`: no variants are built (sidecars are still used).
     pub compress: Option<crate::cache::CompressOptions>,
     pub cache_control: crate::cache::CacheControl,
+    /// `Cache-Control` lines of error and redirect responses.
+    pub status_cache_control: crate::cache::StatusCacheControl,
+    /// Freshness cap (seconds) during a large root's fast start.
+    pub fast_start_max_age: u64,
+    /// Custom response headers by URL glob.
+    pub headers: crate::cache::HeaderRules,
     /// Status code → page path relative to the root, `/`-separated.
     pub error_pages: Vec<(u16, String)>,
     pub spa_fallback: bool,
@@ -307,6 +367,7 @@ impl Config {
     /// process's CPU affinity mask.
     pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
         let compress = compress_options(&s)?;
+        let site = site_rules(&s)?;
         let root = s.root.unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
         if !root.is_dir() {
             bail!("config key `root`: {} is not a directory", root.display());
@@ -393,7 +454,9 @@ impl Config {
                 .max(1),
             sendfile: s.sendfile.unwrap_or(false),
             cache_max_bytes: s.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES),
-            serve_dotfiles: s.serve_dotfiles.unwrap_or(false),
+            dotfile_allow: site.dotfile_allow,
+            index_files: site.index_files,
+            default_type: site.default_type,
             metrics: s.metrics.unwrap_or(true),
             access_log: s.access_log,
             access_log_format: match s.access_log_format.as_deref() {
@@ -412,6 +475,14 @@ impl Config {
             )?,
             compress,
             cache_control,
+            status_cache_control: site.status_cache_control,
+            fast_start_max_age: seconds(
+                "fast_start_max_age",
+                s.fast_start_max_age,
+                DEFAULT_FAST_START_MAX_AGE_S,
+            )?
+            .as_secs(),
+            headers: site.headers,
             error_pages,
             spa_fallback: s.spa_fallback.unwrap_or(false),
         })
@@ -423,7 +494,7 @@ impl Config {
             cache_max_bytes: self.cache_max_bytes,
             sendfile_threshold: self.sendfile_threshold,
             server_line: self.server_line.clone(),
-            serve_dotfiles: self.serve_dotfiles,
+            serve_dotfiles: self.dotfile_allow.allows(b".", b"/."),
             compress: self.compress,
             cache_control: self.cache_control.clone(),
             error_pages: self.error_pages.clone(),
@@ -458,6 +529,89 @@ fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::Compres
         bail!("config key `zstd_level`: must be between 1 and 22");
     }
     Ok(s.compress.unwrap_or(true).then_some(opts))
+}
+
+/// What [`site_rules`] validates.
+struct SiteRules {
+    dotfile_allow: crate::cache::DotfileAllow,
+    index_files: Vec<String>,
+    default_type: String,
+    status_cache_control: crate::cache::StatusCacheControl,
+    headers: crate::cache::HeaderRules,
+}
+
+/// The keys that shape responses per path: dotfiles, index files, the
+/// default type, error/redirect `Cache-Control` and `[[headers]]`.
+fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
+    use crate::cache::{DotfileAllow, HeaderRules, StatusCacheControl};
+    let dotfile_allow = match (&s.dotfile_allow, s.serve_dotfiles) {
+        (Some(_), Some(true)) => bail!(
+            "config key `serve_dotfiles`: give either `serve_dotfiles = true` (every dotfile) \
+             or `dotfile_allow` (the ones listed), not both"
+        ),
+        (_, Some(true)) => DotfileAllow::all(),
+        (Some(patterns), _) => DotfileAllow::new(patterns)
+            .map_err(|e| anyhow::anyhow!("config key `dotfile_allow`: {e}"))?,
+        (None, _) => DotfileAllow::default(),
+    };
+    let index_files = match &s.index_files {
+        None => DEFAULT_INDEX_FILES
+            .iter()
+            .map(|n| (*n).to_owned())
+            .collect(),
+        Some(names) if names.is_empty() => {
+            bail!("config key `index_files`: at least one name is needed")
+        }
+        Some(names) => {
+            for name in names {
+                if name.is_empty()
+                    || name == "."
+                    || name == ".."
+                    || name.contains(['/', '\\', '\0'])
+                {
+                    bail!("config key `index_files`: `{name}` must be a file name, not a path");
+                }
+            }
+            names.clone()
+        }
+    };
+    let default_type = s
+        .default_type
+        .clone()
+        .unwrap_or_else(|| DEFAULT_TYPE.to_owned());
+    let parsed: Result<mime_guess::mime::Mime, _> = default_type.parse();
+    if parsed.is_err() || default_type.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        bail!("config key `default_type`: `{default_type}` is not a media type like `text/plain`");
+    }
+    let errors: Vec<(String, String)> = s
+        .error_cache_control
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    StatusCacheControl::new(&[], s.redirect_cache_control.as_deref())
+        .map_err(|e| anyhow::anyhow!("config key `redirect_cache_control`: {e}"))?;
+    let status_cache_control =
+        StatusCacheControl::new(&errors, s.redirect_cache_control.as_deref())
+            .map_err(|e| anyhow::anyhow!("config key `error_cache_control`: {e}"))?;
+    let rules: Vec<(String, Vec<(String, String)>)> = s
+        .headers
+        .iter()
+        .flatten()
+        .map(|r| {
+            let set = r.set.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+            (r.glob.clone(), set)
+        })
+        .collect();
+    let headers =
+        HeaderRules::new(&rules).map_err(|e| anyhow::anyhow!("config key `headers`: {e}"))?;
+    Ok(SiteRules {
+        dotfile_allow,
+        index_files,
+        default_type,
+        status_cache_control,
+        headers,
+    })
 }
 
 /// `error_pages`: 4xx/5xx codes to relative paths that stay inside the root.

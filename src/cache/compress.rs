@@ -1,7 +1,9 @@
 //! Building compressed variants: which media types are worth it, and the
 //! three encoders. Runs only on the builder's threads, never on a shard.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+
+use xxhash_rust::xxh3::Xxh3Default;
 
 use crate::http::accept::Coding;
 
@@ -100,10 +102,48 @@ pub fn encode(coding: Coding, data: &[u8], opts: &CompressOptions) -> io::Result
     }
 }
 
+/// Decode buffer for [`decodes_to`]: the hasher streams, so this is all the
+/// memory a check takes however large the file.
+const DECODE_CHUNK: usize = 64 * 1024;
+
+/// Whether `encoded` (a precompressed sidecar) decodes with `coding` to
+/// exactly `len` bytes whose xxh3-128 is `hash`, the source file's. Stops
+/// reading as soon as the output runs past `len`, so a sidecar that
+/// decompresses to far more than its source costs no more than the source.
+/// Undecodable input is a mismatch, not an error.
+pub fn decodes_to(coding: Coding, encoded: &[u8], len: u64, hash: u128) -> bool {
+    let mut reader: Box<dyn Read + '_> = match coding {
+        Coding::Identity => Box::new(encoded),
+        Coding::Gzip => Box::new(flate2::read::MultiGzDecoder::new(encoded)),
+        Coding::Brotli => Box::new(brotli::Decompressor::new(encoded, 4096)),
+        Coding::Zstd => match zstd::stream::read::Decoder::new(encoded) {
+            Ok(d) => Box::new(d),
+            Err(_) => return false,
+        },
+    };
+    let mut hasher = Xxh3Default::new();
+    let mut chunk = vec![0u8; DECODE_CHUNK];
+    let mut total = 0u64;
+    loop {
+        match reader.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                total += n as u64;
+                if total > len {
+                    return false;
+                }
+                hasher.update(&chunk[..n]);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    total == len && hasher.digest128() == hash
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
 
     fn decode(coding: Coding, data: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -164,5 +204,27 @@ mod tests {
         assert!(worth_keeping(1000, 900));
         assert!(!worth_keeping(1000, 901));
         assert!(!worth_keeping(0, 0) || worth_keeping(0, 0));
+    }
+
+    #[test]
+    fn sidecar_check_decodes_and_compares() {
+        use xxhash_rust::xxh3::xxh3_128;
+        let text: Vec<u8> = b"current content of the source file\n".repeat(100);
+        let (len, hash) = (text.len() as u64, xxh3_128(&text));
+        let old: Vec<u8> = b"previous content of the source\n".repeat(100);
+        let opts = CompressOptions::default();
+        for coding in [Coding::Brotli, Coding::Zstd, Coding::Gzip] {
+            let good = encode(coding, &text, &opts).unwrap();
+            assert!(decodes_to(coding, &good, len, hash), "{coding:?}");
+            let stale = encode(coding, &old, &opts).unwrap();
+            assert!(!decodes_to(coding, &stale, len, hash), "{coding:?} stale");
+            // A prefix of the right content, and garbage.
+            let short = encode(coding, &text[..text.len() - 1], &opts).unwrap();
+            assert!(!decodes_to(coding, &short, len, hash), "{coding:?} short");
+            assert!(!decodes_to(coding, b"not compressed at all", len, hash));
+            // Decoding past the source's length stops early.
+            let long = encode(coding, &[text.clone(), text.clone()].concat(), &opts).unwrap();
+            assert!(!decodes_to(coding, &long, len, hash), "{coding:?} long");
+        }
     }
 }

@@ -26,7 +26,7 @@ use crate::http::accept::Coding;
 
 pub use build::build;
 pub use compress::CompressOptions;
-pub use rules::CacheControl;
+pub use rules::{CacheControl, DotfileAllow, HeaderRules, StatusCacheControl};
 pub use store::{Store, StoreStats};
 
 /// How a snapshot is built; derived once from `config::Config`.
