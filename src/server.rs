@@ -56,6 +56,9 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 pub fn run(config: Config) -> anyhow::Result<()> {
     let store =
         Arc::new(Store::open(config.build_options()).context("building the initial snapshot")?);
+    config
+        .cache_control
+        .warn_uncovered(store.load().file_urls());
     if store.compress_pending() {
         let store = Arc::clone(&store);
         std::thread::Builder::new()

@@ -10,11 +10,13 @@
 mod support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use support::caches::{decoded, origin_count, Cache, Kind, ACCEPT_ENCODINGS};
+use support::caches::{
+    decoded, incompressible_filler, origin_count, prose, Cache, Kind, ACCEPT_ENCODINGS,
+};
 use support::{poll_until, set_mtime, write_file, Server, TempDir};
 
 /// An origin server on a temporary root, logging every request as JSON.
@@ -369,9 +371,9 @@ fn error_cache_control_is_honoured_for_404(kind: Kind) {
 /// the variants exist a br/gzip client gets a compressed body, not the
 /// identity one for the configured year.
 fn the_fast_start_window_is_not_cached_for_the_full_lifetime(kind: Kind) {
-    let doc = versioned(1, 60_000); // ~3.6 MiB of compressible text
+    let doc = prose(1, 600_000);
     let mut origin = Origin::new("cache-1", &[("doc.html", &doc)]);
-    big_filler(&origin.root);
+    incompressible_filler(&origin.root);
     origin.start(
         "[cache_control]\n\"*.html\" = \"public, max-age=31536000, immutable\"\n",
         &["--fast-start-max-age", "2"],
@@ -407,21 +409,4 @@ fn the_fast_start_window_is_not_cached_for_the_full_lifetime(kind: Kind) {
         Some("gzip"),
         "{kind:?}: the identity body of the fast-start window outlived the cap: {r:?}"
     );
-}
-
-/// 9 MiB of incompressible bodies, so the root is over the 8 MiB
-/// fast-start threshold while the variants to build stay few.
-fn big_filler(root: &Path) {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let noise: Vec<u8> = (0..9 * 1024 * 1024)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    for (i, part) in noise.chunks(512 * 1024).enumerate() {
-        write_file(root, &format!("filler/{i:02}.png"), part);
-    }
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use crate::http::accept::Coding;
 
-pub use build::build;
+pub use build::{build, sidecars_rejected};
 pub use compress::CompressOptions;
 pub use rules::{CacheControl, DotfileAllow, HeaderRules, StatusCacheControl};
 pub use store::{Store, StoreStats};
@@ -40,10 +40,26 @@ pub struct BuildOptions {
     pub sendfile_threshold: u64,
     /// The rendered `Server: …\r\n` line, or empty when disabled.
     pub server_line: Vec<u8>,
-    /// Serve files and directories whose name starts with `.`.
-    pub serve_dotfiles: bool,
+    /// Which files and directories whose name starts with `.` are walked.
+    pub dotfile_allow: DotfileAllow,
+    /// Directory index names, in the order tried for `dir/`.
+    pub index_files: Vec<String>,
+    /// Media type of files whose extension has no known type.
+    pub default_type: String,
     /// Precompressed variants; `None` builds identity only.
     pub compress: Option<CompressOptions>,
+    /// The compression the configuration asks for, kept while a large
+    /// root's fast start builds with `compress: None`. Files that will get
+    /// variants carry `Vary: Accept-Encoding` from their first response
+    /// either way; during the fast start (`compress` unset, this set) their
+    /// freshness is also capped at `fast_start_max_age`.
+    pub compress_configured: Option<CompressOptions>,
+    /// Seconds of freshness at most for those files during the fast start.
+    pub fast_start_max_age: u64,
+    /// Custom response headers by URL glob, baked into every head.
+    pub headers: HeaderRules,
+    /// `Cache-Control` of error and redirect responses.
+    pub status_cache_control: StatusCacheControl,
     /// `Cache-Control` by URL glob, baked into every head.
     pub cache_control: CacheControl,
     /// Status code → page path relative to the root (`/` separated). A 404
@@ -98,11 +114,14 @@ impl Entry {
     }
 }
 
-/// The on-disk inputs of an entry: the file and the sidecars used.
+/// The on-disk inputs of an entry: the file and the sidecars considered
+/// (used, or rejected as stale).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Source {
     pub stamp: FileStamp,
-    /// `name.br`, `name.zst`, `name.gz` (in [`SIDECARS`] order), when present.
+    /// `name.br`, `name.zst`, `name.gz` (in [`SIDECARS`] order), when
+    /// present. A rejected sidecar is recorded too, so the entry is reused
+    /// (and the rejection not logged again) until either file changes.
     pub sidecars: [Option<FileStamp>; 3],
 }
 
@@ -212,6 +231,8 @@ pub struct Snapshot {
     error_pages: Vec<(u16, u32)>,
     /// The entry of `/index.html` when the SPA fallback is on.
     spa_index: Option<u32>,
+    /// `Cache-Control` lines of error and redirect responses.
+    status_cache_control: StatusCacheControl,
 }
 
 impl Snapshot {
@@ -239,6 +260,20 @@ impl Snapshot {
             .find_map(|&(c, idx)| (c == code).then_some(idx))
     }
 
+    /// The `Cache-Control: …\r\n` line for a non-200 `status`
+    /// (`error_cache_control`, `redirect_cache_control`), or empty.
+    pub fn status_cache_control(&self, status: crate::http::Status) -> &[u8] {
+        self.status_cache_control.line(status)
+    }
+
+    /// The URL paths of every file (not the `dir/` aliases of index files).
+    pub fn file_urls(&self) -> impl Iterator<Item = &[u8]> {
+        self.index
+            .iter()
+            .filter(|(url, r)| matches!(r, Resource::File(_)) && !url.ends_with(b"/"))
+            .map(|(url, _)| &**url)
+    }
+
     /// The entry unknown extension-less paths fall back to.
     pub fn spa_index(&self) -> Option<u32> {
         self.spa_index
@@ -264,6 +299,7 @@ impl Snapshot {
             arena: None,
             error_pages: Vec::new(),
             spa_index: None,
+            status_cache_control: StatusCacheControl::default(),
         }
     }
 }

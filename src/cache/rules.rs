@@ -6,6 +6,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 
 use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
 
@@ -53,6 +54,47 @@ impl CacheControl {
             .min()
             .map(|i| self.values[i].as_str())
             .or(self.default.as_deref())
+    }
+}
+
+impl CacheControl {
+    /// Whether files no rule matches still get a value.
+    pub fn has_default(&self) -> bool {
+        self.default.is_some()
+    }
+
+    /// How many of `urls` no rule covers (none when there is a default),
+    /// and the first of them in byte order.
+    pub fn uncovered<'a>(&self, urls: impl Iterator<Item = &'a [u8]>) -> (usize, Option<&'a [u8]>) {
+        if self.default.is_some() {
+            return (0, None);
+        }
+        let mut count = 0;
+        let mut first: Option<&[u8]> = None;
+        for url in urls.filter(|u| self.value_for(u).is_none()) {
+            count += 1;
+            if first.is_none_or(|f| url < f) {
+                first = Some(url);
+            }
+        }
+        (count, first)
+    }
+
+    /// Warn (once, at start) when files would go out without any
+    /// `Cache-Control`: caches then guess a lifetime, typically a tenth of
+    /// the time since Last-Modified, so a year-old file changed today may
+    /// be served stale for over a month.
+    pub fn warn_uncovered<'a>(&self, urls: impl Iterator<Item = &'a [u8]>) {
+        let (count, first) = self.uncovered(urls);
+        if let Some(example) = first {
+            tracing::warn!(
+                files = count,
+                example = %String::from_utf8_lossy(example),
+                "files without a Cache-Control rule: caches will guess how long to keep them \
+                 (often 10% of their age); set `cache_control` rules or `cache_control_default` \
+                 (README: Behind a CDN)"
+            );
+        }
     }
 }
 
@@ -270,16 +312,25 @@ pub const CACHEABLE_ERRORS: &[(Status, &str)] = &[
 /// `Cache-Control` lines for non-200 responses, rendered once per status:
 /// `error_cache_control` (by status, or by class `4xx`/`5xx`; a status wins
 /// over its class) and `redirect_cache_control` for the 301.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StatusCacheControl {
-    /// `Cache-Control: …\r\n` or empty, indexed by `Status as usize`.
-    lines: [Box<[u8]>; Status::ALL.len()],
+    /// `Cache-Control: …\r\n` or empty, indexed by `Status as usize`;
+    /// shared by every snapshot built from the same config.
+    lines: Arc<[Box<[u8]>]>,
+}
+
+impl Default for StatusCacheControl {
+    fn default() -> Self {
+        StatusCacheControl {
+            lines: vec![Box::default(); Status::ALL.len()].into(),
+        }
+    }
 }
 
 impl StatusCacheControl {
     /// `errors` maps `"404"`, `"4xx"`, … to values.
     pub fn new(errors: &[(String, String)], redirect: Option<&str>) -> Result<Self, String> {
-        let mut lines: [Box<[u8]>; Status::ALL.len()] = Default::default();
+        let mut lines: Vec<Box<[u8]>> = vec![Box::default(); Status::ALL.len()];
         let render = |value: &str| -> Result<Box<[u8]>, String> {
             check_value(value)?;
             Ok(format!("Cache-Control: {}\r\n", value.trim())
@@ -310,7 +361,9 @@ impl StatusCacheControl {
         if let Some(value) = redirect {
             lines[Status::MovedPermanently as usize] = render(value)?;
         }
-        Ok(StatusCacheControl { lines })
+        Ok(StatusCacheControl {
+            lines: lines.into(),
+        })
     }
 
     /// The rendered line for `status`; empty when none applies.
@@ -397,6 +450,16 @@ mod tests {
         for (url, want) in table {
             assert_eq!(cc.value_for(url.as_bytes()), *want, "{url}");
         }
+    }
+
+    #[test]
+    fn uncovered_files_are_counted_unless_there_is_a_default() {
+        let urls: [&[u8]; 4] = [b"/index.html", b"/b.txt", b"/a.txt", b"/assets/x.js"];
+        let cc = rules(&[("*.html", "no-cache"), ("assets/**", "immutable")], None);
+        assert_eq!(cc.uncovered(urls.into_iter()), (2, Some(&b"/a.txt"[..])));
+        let cc = rules(&[("*.html", "no-cache")], Some("max-age=60"));
+        assert_eq!(cc.uncovered(urls.into_iter()), (0, None));
+        assert_eq!(CacheControl::default().uncovered(urls.into_iter()).0, 4);
     }
 
     #[test]

@@ -400,12 +400,13 @@ pub fn error(
     if let Some(index) = env.snapshot.error_page(status.code()) {
         return error_page(env, out, status, index, extra, persist, head_only);
     }
-    error_with(
+    text_error(
         out,
         env.server_line,
         env.date,
         status,
         message,
+        env.snapshot.status_cache_control(status),
         extra,
         persist,
         head_only,
@@ -432,6 +433,7 @@ fn error_page(
     buf.extend_from_slice(env.date.line());
     buf.extend_from_slice(&snapshot.entry(index).content_type_line);
     let _ = write!(buf, "Content-Length: {}\r\n", repr.len);
+    buf.extend_from_slice(snapshot.status_cache_control(status));
     buf.extend_from_slice(extra);
     buf.extend_from_slice(persist.line());
     buf.extend_from_slice(b"\r\n");
@@ -454,6 +456,34 @@ pub fn error_with(
     persist: Persist,
     head_only: bool,
 ) -> (Status, u64) {
+    text_error(
+        out,
+        server_line,
+        date,
+        status,
+        message,
+        b"",
+        extra,
+        persist,
+        head_only,
+    )
+}
+
+/// A `text/plain` error; `cache_control` is the status's pre-rendered
+/// `Cache-Control` line (`error_cache_control`, `redirect_cache_control`)
+/// or empty.
+#[allow(clippy::too_many_arguments)]
+fn text_error(
+    out: &mut Output,
+    server_line: &[u8],
+    date: &DateCache,
+    status: Status,
+    message: &str,
+    cache_control: &[u8],
+    extra: &[u8],
+    persist: Persist,
+    head_only: bool,
+) -> (Status, u64) {
     let body_len = message.len() + 1;
     let buf = out.buf();
     buf.extend_from_slice(status.line());
@@ -461,6 +491,7 @@ pub fn error_with(
     buf.extend_from_slice(date.line());
     buf.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
     let _ = write!(buf, "Content-Length: {body_len}\r\n");
+    buf.extend_from_slice(cache_control);
     buf.extend_from_slice(extra);
     buf.extend_from_slice(persist.line());
     buf.extend_from_slice(b"\r\n");

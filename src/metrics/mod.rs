@@ -252,7 +252,17 @@ fn snapshot_families(snap: &StoreStats) -> Vec<MetricFamily> {
         &[("result", "failure")],
         snap.rebuilds_failed as f64,
     ));
-    vec![generation, files, bytes, rebuilds]
+    let mut sidecars = family(
+        "shardhttpd_sidecar_rejected_total",
+        "Precompressed sidecars not used because they are older than their source or do not decode to it, by reason; counted each time a build reads the pair.",
+        MetricType::COUNTER,
+    );
+    for (reason, n) in crate::cache::sidecars_rejected() {
+        sidecars
+            .mut_metric()
+            .push(counter(&[("reason", reason)], n as f64));
+    }
+    vec![generation, files, bytes, rebuilds, sidecars]
 }
 
 fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {

@@ -415,3 +415,72 @@ pub const ACCEPT_ENCODINGS: [Option<&str>; 6] = [
     None,
     Some("identity"),
 ];
+
+/// `len` bytes of text in lines of words picked by a PRNG seeded with
+/// `seed`: compressible like prose, but slow enough at brotli 11 that a
+/// few of them keep a large root's fast-start window open for seconds.
+pub fn prose(seed: u64, len: usize) -> Vec<u8> {
+    const WORDS: [&str; 32] = [
+        "origin",
+        "cache",
+        "vary",
+        "encoding",
+        "stale",
+        "fresh",
+        "shard",
+        "epoll",
+        "snapshot",
+        "sidecar",
+        "brotli",
+        "gzip",
+        "zstd",
+        "etag",
+        "revalidate",
+        "expiry",
+        "header",
+        "static",
+        "server",
+        "request",
+        "response",
+        "window",
+        "variant",
+        "identity",
+        "lifetime",
+        "proxy",
+        "varnish",
+        "nginx",
+        "deploy",
+        "rename",
+        "byte",
+        "range",
+    ];
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 16);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(WORDS[(x % 32) as usize].as_bytes());
+        out.push(if x % 11 == 0 { b'\n' } else { b' ' });
+    }
+    out.truncate(len);
+    out
+}
+
+/// 9 MiB of incompressible in-memory bodies (`filler/NN.png`, 512 KiB
+/// each): a root past the 8 MiB fast-start threshold without adding
+/// compression work.
+pub fn incompressible_filler(root: &Path) {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let noise: Vec<u8> = (0..9 * 1024 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    for (i, part) in noise.chunks(512 * 1024).enumerate() {
+        super::write_file(root, &format!("filler/{i:02}.png"), part);
+    }
+}

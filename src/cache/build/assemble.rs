@@ -139,10 +139,12 @@ pub(super) fn assemble(
         }
         let idx = u32::try_from(entries.len()).context("more than u32::MAX files")?;
         let cache_control = opts.cache_control.value_for(&job.url);
+        let headers = opts.headers.lines_for(&job.url);
         entries.push(render_entry(
             opts,
             &job.path,
             cache_control,
+            &headers,
             source,
             identity,
             kept,
@@ -162,7 +164,7 @@ pub(super) fn assemble(
         },
         _ => true,
     });
-    add_dir_slashes(&mut index, &walk.dirs);
+    add_dir_slashes(&mut index, &walk.dirs, &opts.index_files);
 
     let mut error_pages = Vec::new();
     let mut has_404 = false;
@@ -181,7 +183,8 @@ pub(super) fn assemble(
             error_pages.push((404, *idx));
         }
     }
-    let spa_index = match index.get(&b"/index.html"[..]) {
+    // The root's index file (the first of `index_files` it has).
+    let spa_index = match index.get(&b"/"[..]) {
         Some(Resource::File(idx)) if opts.spa_fallback => Some(*idx),
         _ => None,
     };
@@ -195,6 +198,7 @@ pub(super) fn assemble(
         arena: arena.finish(old)?,
         error_pages,
         spa_index,
+        status_cache_control: opts.status_cache_control.clone(),
     })
 }
 

@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -152,23 +152,30 @@ pub(super) fn load_one(
             return Ok(Loaded::Skip);
         }
     };
-    let (_, compressible) = content_type(&job.path);
+    let (_, compressible) = content_type(&job.path, &opts.default_type);
     let mut variants = Vec::new();
     let mut used = [None; 3];
     for (slot, sidecar) in walk.sidecars(job).into_iter().enumerate() {
         let coding = SIDECARS[slot].0;
         if let Some((j, _)) = sidecar {
-            match read_sidecar(&walk.files[j as usize].path, opts.sendfile_threshold) {
+            let sidecar_path = &walk.files[j as usize].path;
+            match read_sidecar(sidecar_path, opts.sendfile_threshold) {
                 Ok(Some((bytes, stamp))) => {
                     used[slot] = Some(stamp);
-                    variants.push((coding, bytes));
+                    match sidecar_verdict(coding, &bytes, &stamp, &file) {
+                        None => {
+                            variants.push((coding, bytes));
+                            continue;
+                        }
+                        // Compressed from the source below instead.
+                        Some(reason) => reject_sidecar(sidecar_path, &job.path, reason),
+                    }
                 }
                 Ok(None) => {}
                 Err(err) => {
                     tracing::warn!(path = %walk.files[j as usize].path.display(), %err, "skipping sidecar")
                 }
             }
-            continue;
         }
         let (Some(copts), LoadedBody::Mem(bytes)) = (&opts.compress, &file.body) else {
             continue;
@@ -191,6 +198,62 @@ pub(super) fn load_one(
         variants,
         sidecars: used,
     })
+}
+
+/// Why a sidecar is not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rejected {
+    /// Modified before its source: written for an older version of it.
+    Older,
+    /// Does not decode to the source's bytes.
+    Mismatch,
+}
+
+impl Rejected {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Rejected::Older => "older",
+            Rejected::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// Sidecars rejected by builds since start, by [`Rejected`] (older,
+/// mismatch); exported as `shardhttpd_sidecar_rejected_total`. A rejected
+/// sidecar is recorded in its entry's [`Source`](crate::cache::Source), so
+/// a rebuild that changes neither file reuses the entry and counts it once.
+pub(crate) static SIDECARS_REJECTED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Whether a sidecar may stand in for its source: not older than it (by
+/// mtime), and decoding to exactly its bytes (same length and xxh3-128;
+/// the build has both at hand, and decoding streams).
+fn sidecar_verdict(
+    coding: Coding,
+    bytes: &[u8],
+    stamp: &FileStamp,
+    source: &LoadedFile,
+) -> Option<Rejected> {
+    if stamp.mtime_ns < source.stamp.mtime_ns {
+        Some(Rejected::Older)
+    } else if !compress::decodes_to(coding, bytes, source.len, source.hash) {
+        Some(Rejected::Mismatch)
+    } else {
+        None
+    }
+}
+
+fn reject_sidecar(sidecar: &Path, source: &Path, reason: Rejected) {
+    SIDECARS_REJECTED[reason as usize].fetch_add(1, Ordering::Relaxed);
+    let why = match reason {
+        Rejected::Older => "is older than its source",
+        Rejected::Mismatch => "does not decode to its source's bytes",
+    };
+    tracing::warn!(
+        sidecar = %sidecar.display(),
+        source = %source.display(),
+        reason = reason.label(),
+        "precompressed sidecar {why}; not used (the variant is compressed from the source instead, when compression is on)"
+    );
 }
 
 /// A sidecar's bytes and stamp; `None` when it is too large to hold in memory

@@ -37,7 +37,23 @@ use load::load_all;
 use plan::Plan;
 use walk::{read_dir_sorted, Walk};
 
+/// Sidecars rejected by builds since start (stale or not matching their
+/// source), by reason label.
+pub fn sidecars_rejected() -> [(&'static str, u64); 2] {
+    use load::Rejected;
+    use std::sync::atomic::Ordering;
+    [Rejected::Older, Rejected::Mismatch].map(|r| {
+        (
+            r.label(),
+            load::SIDECARS_REJECTED[r as usize].load(Ordering::Relaxed),
+        )
+    })
+}
+
 /// What a build produced.
+// Built once per rebuild and moved straight into the store: boxing the
+// snapshot would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Built {
     New(Snapshot),
     /// Every path means what it meant in the previous snapshot and every file

@@ -75,24 +75,30 @@ impl Plan {
         // With every entry at its old position, the walk's index is final
         // once directory slashes are added.
         let mut index = walk.index.clone();
-        add_dir_slashes(&mut index, &walk.dirs);
+        add_dir_slashes(&mut index, &walk.dirs, &walk.opts.index_files);
         index == old.index
     }
 }
 
-/// `dir + "/"` serves the directory's `index.html` when that is servable, and
-/// is 403 otherwise (no listings).
-pub(super) fn add_dir_slashes(index: &mut PathIndex, dirs: &[Box<[u8]>]) {
+/// `dir + "/"` serves the directory's first servable index file
+/// (`index_files`, in order), and is 403 when it has none (no listings).
+pub(super) fn add_dir_slashes(index: &mut PathIndex, dirs: &[Box<[u8]>], index_files: &[String]) {
     let mut key = Vec::new();
     for dir in dirs {
+        let mut resource = Resource::Forbidden;
+        for name in index_files {
+            key.clear();
+            key.extend_from_slice(dir);
+            key.push(b'/');
+            key.extend_from_slice(name.as_bytes());
+            if let Some(Resource::File(idx)) = index.get(key.as_slice()) {
+                resource = Resource::File(*idx);
+                break;
+            }
+        }
         key.clear();
         key.extend_from_slice(dir);
-        key.extend_from_slice(b"/index.html");
-        let resource = match index.get(key.as_slice()) {
-            Some(Resource::File(idx)) => Resource::File(*idx),
-            _ => Resource::Forbidden,
-        };
-        key.truncate(dir.len() + 1);
+        key.push(b'/');
         index.insert(key.as_slice().into(), resource);
     }
 }

@@ -1,12 +1,13 @@
 //! **Rendering**: one entry's pre-rendered response heads (status line,
-//! Content-Type, Content-Length, Last-Modified, ETag, Cache-Control, Vary),
-//! a pure function of the path name, its rules, the stamp and the hashes.
+//! Content-Type, Content-Length, Last-Modified, ETag, Cache-Control, Vary,
+//! custom headers), a pure function of the path name, its rules, the stamp
+//! and the hashes.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::assemble::ReprParts;
-use crate::cache::{compress, BuildOptions, Entry, Repr, Source};
+use crate::cache::{compress, rules, Body, BuildOptions, Entry, Repr, Source};
 use crate::http::accept::Coding;
 
 /// The last second `httpdate` can render (9999-12-31T23:59:59Z); it panics
@@ -14,24 +15,45 @@ use crate::http::accept::Coding;
 pub(super) const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
 
 /// Render the heads of one file. Everything here derives from the path name,
-/// the URL's Cache-Control rule, the stamp and the content hashes, so an entry
-/// is a pure function of its inputs and reused entries are simply rendered
-/// again.
+/// the URL's Cache-Control rule and custom header lines, the stamp and the
+/// content hashes, so an entry is a pure function of its inputs and reused
+/// entries are simply rendered again.
+///
+/// `Vary: Accept-Encoding` goes on every file that has variants or will get
+/// them (compressible, in memory, at least `compress_min_bytes`, with
+/// compression configured), so a cache never stores a response that will
+/// later depend on `Accept-Encoding` as if it did not: during a large root's
+/// fast start, before the variants exist, too. Then, and only then, such a
+/// file's freshness is capped ([`rules::capped`]).
 pub(super) fn render_entry(
     opts: &BuildOptions,
     path: &Path,
     cache_control: Option<&str>,
+    headers: &[u8],
     source: Source,
     identity: ReprParts,
     variants: Vec<(Coding, ReprParts)>,
 ) -> Entry {
-    let (content_type, _) = content_type(path);
+    let (content_type, compressible) = content_type(path, &opts.default_type);
     let content_type_line = format!("Content-Type: {content_type}\r\n").into_bytes();
     let last_modified = last_modified_secs(source.stamp.mtime_ns, SystemTime::now());
     let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(last_modified));
-    let vary = !variants.is_empty();
+    let will_compress = compressible
+        && matches!(identity.body, Body::Mem { .. })
+        && opts
+            .compress_configured
+            .is_some_and(|c| identity.len >= c.min_bytes);
+    let vary = !variants.is_empty() || will_compress;
+    let fast_start = opts.compress.is_none() && opts.compress_configured.is_some();
+    let capped;
+    let cache_control = if fast_start && will_compress {
+        capped = rules::capped(cache_control, opts.fast_start_max_age);
+        Some(capped.as_str())
+    } else {
+        cache_control
+    };
     // Fields after the ETag, the same for every representation.
-    let mut tail = Vec::with_capacity(64);
+    let mut tail = Vec::with_capacity(64 + headers.len());
     tail.extend_from_slice(b"Accept-Ranges: bytes\r\n");
     if let Some(value) = cache_control {
         tail.extend_from_slice(b"Cache-Control: ");
@@ -41,6 +63,7 @@ pub(super) fn render_entry(
     if vary {
         tail.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     }
+    tail.extend_from_slice(headers);
 
     let render = |coding: Coding, parts: ReprParts| -> Repr {
         // The ETag covers the bytes sent only, so it is the same on every
@@ -114,11 +137,26 @@ pub(super) fn encoding_line(coding: Coding) -> &'static [u8] {
     }
 }
 
-/// The media type for `path`, with `; charset=utf-8` on textual types (the
-/// site's text is assumed UTF-8, and without a charset browsers guess), and
-/// whether the type is worth compressing.
-pub(super) fn content_type(path: &Path) -> (String, bool) {
-    let mime = mime_guess::from_path(path).first_or_octet_stream();
+/// The media type for `path` (`default_type` when its extension names no
+/// known type), with `; charset=utf-8` on textual types that have no
+/// parameters (the site's text is assumed UTF-8, and without a charset
+/// browsers guess), and whether the type is worth compressing.
+pub(super) fn content_type(path: &Path, default_type: &str) -> (String, bool) {
+    let guessed = mime_guess::from_path(path).first();
+    let mime = match guessed {
+        Some(m) => m,
+        None => match default_type.parse::<mime_guess::mime::Mime>() {
+            // Given with parameters: the operator's words, as written.
+            Ok(m) if m.params().next().is_some() => {
+                return (
+                    default_type.trim().to_owned(),
+                    compress::compressible(m.essence_str()),
+                )
+            }
+            Ok(m) => m,
+            Err(_) => mime_guess::mime::APPLICATION_OCTET_STREAM,
+        },
+    };
     let essence = mime.essence_str();
     let textual = mime.type_().as_str() == "text"
         || matches!(

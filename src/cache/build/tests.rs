@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use xxhash_rust::xxh3::xxh3_128;
 
@@ -11,7 +11,8 @@ use super::load::HASH_CHUNK;
 use super::render::{content_type, last_modified_secs, MAX_HTTP_DATE_SECS};
 use super::*;
 use crate::cache::{
-    Body, BuildOptions, CacheControl, CompressOptions, FileStamp, Repr, Resource, Snapshot,
+    Body, BuildOptions, CacheControl, CompressOptions, DotfileAllow, FileStamp, HeaderRules, Repr,
+    Resource, Snapshot, StatusCacheControl,
 };
 use crate::http::accept::Coding;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -57,8 +58,14 @@ fn opts(root: &Path) -> BuildOptions {
         cache_max_bytes: 1 << 20,
         sendfile_threshold: 64 * 1024,
         server_line: b"Server: shardhttpd\r\n".to_vec(),
-        serve_dotfiles: false,
+        dotfile_allow: DotfileAllow::default(),
+        index_files: vec!["index.html".into()],
+        default_type: "application/octet-stream".into(),
         compress: None,
+        compress_configured: None,
+        fast_start_max_age: 60,
+        headers: HeaderRules::default(),
+        status_cache_control: StatusCacheControl::default(),
         cache_control: CacheControl::default(),
         error_pages: Vec::new(),
         spa_fallback: false,
@@ -141,10 +148,32 @@ fn dotfiles_skipped_unless_enabled() {
     file_idx(&snap, b"/visible.txt");
 
     let mut o = opts(&dir.0);
-    o.serve_dotfiles = true;
+    o.dotfile_allow = DotfileAllow::all();
     let snap = build(&o, 2).unwrap();
     file_idx(&snap, b"/.env");
     file_idx(&snap, b"/.git/config");
+}
+
+#[test]
+fn well_known_is_served_by_default_and_other_dotfiles_are_not() {
+    let dir = TempDir::new("wellknown");
+    dir.write(".well-known/acme-challenge/TOKEN", b"token.key");
+    dir.write(".well-known/.hidden", b"no");
+    dir.write(".env", b"SECRET=1");
+    dir.write(".git/config", b"[core]");
+    dir.write("sub/.htaccess", b"deny");
+    let snap = build(&opts(&dir.0), 1).unwrap();
+    file_idx(&snap, b"/.well-known/acme-challenge/TOKEN");
+    assert_eq!(snap.resolve(b"/.well-known/.hidden"), None);
+    assert_eq!(snap.resolve(b"/.env"), None);
+    assert_eq!(snap.resolve(b"/.git/config"), None);
+    assert_eq!(snap.resolve(b"/sub/.htaccess"), None);
+
+    let mut o = opts(&dir.0);
+    o.dotfile_allow = DotfileAllow::new(&[".htaccess".into()]).unwrap();
+    let snap = build(&o, 2).unwrap();
+    file_idx(&snap, b"/sub/.htaccess");
+    assert_eq!(snap.resolve(b"/.well-known/acme-challenge/TOKEN"), None);
 }
 
 #[test]
@@ -363,8 +392,25 @@ fn content_types() {
         ("noext", "application/octet-stream"),
     ];
     for (name, want) in table {
-        assert_eq!(content_type(Path::new(name)).0, *want, "{name}");
+        assert_eq!(
+            content_type(Path::new(name), "application/octet-stream").0,
+            *want,
+            "{name}"
+        );
     }
+    // `default_type` only for unknown extensions; parameters kept as given.
+    assert_eq!(
+        content_type(Path::new("LICENSE"), "text/plain"),
+        ("text/plain; charset=utf-8".to_owned(), true)
+    );
+    assert_eq!(
+        content_type(Path::new("CNAME"), "text/plain; charset=us-ascii").0,
+        "text/plain; charset=us-ascii"
+    );
+    assert_eq!(
+        content_type(Path::new("a.png"), "text/plain").0,
+        "image/png"
+    );
 }
 
 fn body<'s>(snap: &'s Snapshot, repr: &Repr) -> &'s [u8] {
@@ -503,13 +549,14 @@ fn variants_decode_to_the_original() {
 fn sidecars_win_and_are_tracked() {
     let dir = TempDir::new("sidecar");
     dir.write("app.js", &page(40));
-    dir.write("app.js.gz", b"precompressed gzip bytes");
+    let sidecar = gzip(&page(40), 1);
+    dir.write("app.js.gz", &sidecar);
     let mut o = opts(&dir.0);
     o.compress = fast_compress();
     let snap = build(&o, 1).unwrap();
     let e = snap.entry(file_idx(&snap, b"/app.js"));
     let gz = e.repr(Coding::Gzip);
-    assert_eq!(body(&snap, gz), b"precompressed gzip bytes");
+    assert_eq!(body(&snap, gz), sidecar);
     assert!(e.source.sidecars[2].is_some());
     assert!(e.codings.contains(&Coding::Brotli), "others still computed");
     // The sidecar is served at its own URL too.
@@ -522,10 +569,184 @@ fn sidecars_win_and_are_tracked() {
     assert_eq!(&*e.codings, &[Coding::Gzip]);
 
     // Changing only the sidecar reloads the entry.
-    dir.write("app.js.gz", b"new gzip bytes");
+    let resaved = gzip(&page(40), 9);
+    assert_ne!(resaved, sidecar);
+    dir.write("app.js.gz", &resaved);
     let next = rebuilt(&o, 3, &plain).expect("sidecar changed");
     let e = next.entry(file_idx(&next, b"/app.js"));
-    assert_eq!(body(&next, e.repr(Coding::Gzip)), b"new gzip bytes");
+    assert_eq!(body(&next, e.repr(Coding::Gzip)), resaved);
+}
+
+fn gzip(data: &[u8], level: u32) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+    enc.write_all(data).unwrap();
+    enc.finish().unwrap()
+}
+
+fn set_mtime(path: &Path, secs_ago: u64) {
+    File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(secs_ago))
+        .unwrap();
+}
+
+#[test]
+fn stale_or_mismatching_sidecars_are_not_used() {
+    use super::load::{Rejected, SIDECARS_REJECTED};
+    let rejected = |r: Rejected| SIDECARS_REJECTED[r as usize].load(Ordering::Relaxed);
+    let dir = TempDir::new("stale-sidecar");
+    let old = page(40);
+    let new = page(41);
+    let source = dir.write("doc.txt", &old);
+    let sidecar = dir.write("doc.txt.gz", &gzip(&old, 6));
+    set_mtime(&source, 20);
+    set_mtime(&sidecar, 10);
+    let o = opts(&dir.0);
+    let snap = build(&o, 1).unwrap();
+    let e = snap.entry(file_idx(&snap, b"/doc.txt"));
+    assert_eq!(&*e.codings, &[Coding::Gzip], "a matching sidecar is used");
+
+    // The source is rewritten, the sidecar left behind: older, not used.
+    let (older, mismatch) = (rejected(Rejected::Older), rejected(Rejected::Mismatch));
+    dir.write("doc.txt", &new);
+    let snap = rebuilt(&o, 2, &snap).expect("source changed");
+    let e = snap.entry(file_idx(&snap, b"/doc.txt"));
+    assert!(e.codings.is_empty(), "stale sidecar used");
+    assert!(!e.vary);
+    assert!(rejected(Rejected::Older) > older);
+    // Recorded, so an unchanged tree reuses the entry without a new check.
+    let counted = rejected(Rejected::Older);
+    assert!(rebuilt(&o, 3, &snap).is_none());
+    assert_eq!(rejected(Rejected::Older), counted);
+
+    // Newer than the source but holding the old text: decoded, compared,
+    // not used; with compression on, gzip is compressed from the source.
+    dir.write("doc.txt.gz", &gzip(&old, 6));
+    let snap = rebuilt(&o, 4, &snap).expect("sidecar changed");
+    assert!(snap.entry(file_idx(&snap, b"/doc.txt")).codings.is_empty());
+    assert!(rejected(Rejected::Mismatch) > mismatch);
+    let mut c = opts(&dir.0);
+    c.compress = fast_compress();
+    c.compress_configured = fast_compress();
+    let snap = build(&c, 5).unwrap();
+    let e = snap.entry(file_idx(&snap, b"/doc.txt"));
+    let bytes = body(&snap, e.repr(Coding::Gzip));
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).unwrap();
+    assert_eq!(out, new);
+}
+
+#[test]
+fn compressible_files_vary_from_the_first_response() {
+    let dir = TempDir::new("fast-start");
+    dir.write("big.html", &page(100));
+    dir.write("tiny.html", b"<p>hi</p>");
+    dir.write("logo.png", &page(100));
+    let rules = [(
+        "*.html".to_owned(),
+        "public, max-age=31536000, immutable".to_owned(),
+    )];
+    let mut o = opts(&dir.0);
+    o.cache_control = CacheControl::new(&rules, None).unwrap();
+    o.compress_configured = fast_compress();
+    o.fast_start_max_age = 30;
+    // The fast start: variants configured but not built yet.
+    let window = build(&o, 1).unwrap();
+    let common = |s: &Snapshot, p: &[u8]| {
+        String::from_utf8_lossy(&s.entry(file_idx(s, p)).identity.common).into_owned()
+    };
+    let big = common(&window, b"/big.html");
+    assert!(window
+        .entry(file_idx(&window, b"/big.html"))
+        .codings
+        .is_empty());
+    assert!(big.contains("Vary: Accept-Encoding\r\n"), "{big}");
+    assert!(
+        big.contains("Cache-Control: public, max-age=30\r\n"),
+        "{big}"
+    );
+    // Too small to compress, or not compressible: no Vary, no cap.
+    let tiny = common(&window, b"/tiny.html");
+    assert!(
+        !tiny.contains("Vary") && tiny.contains("immutable"),
+        "{tiny}"
+    );
+    assert!(!common(&window, b"/logo.png").contains("Vary"));
+
+    // Once built: Vary still, the configured lifetime restored.
+    o.compress = fast_compress();
+    let built = build(&o, 2).unwrap();
+    let big = common(&built, b"/big.html");
+    assert!(!built
+        .entry(file_idx(&built, b"/big.html"))
+        .codings
+        .is_empty());
+    assert!(big.contains("Vary: Accept-Encoding\r\n"), "{big}");
+    assert!(big.contains("max-age=31536000, immutable\r\n"), "{big}");
+    // Compression off altogether: nothing varies.
+    let off = build(&opts(&dir.0), 3).unwrap();
+    assert!(!common(&off, b"/big.html").contains("Vary"));
+}
+
+#[test]
+fn index_files_header_rules_and_status_cache_control() {
+    let dir = TempDir::new("site-rules");
+    dir.write("index.htm", b"<p>htm</p>");
+    dir.write("docs/index.html", b"<p>html</p>");
+    dir.write("docs/index.htm", b"<p>htm</p>");
+    dir.write("fonts/a.ttf", b"font");
+    let mut o = opts(&dir.0);
+    o.index_files = vec!["index.html".into(), "index.htm".into()];
+    o.headers = HeaderRules::new(&[
+        (
+            "**".into(),
+            vec![("X-Content-Type-Options".into(), "nosniff".into())],
+        ),
+        (
+            "fonts/**".into(),
+            vec![("Access-Control-Allow-Origin".into(), "*".into())],
+        ),
+    ])
+    .unwrap();
+    o.status_cache_control = StatusCacheControl::new(
+        &[("404".into(), "public, max-age=10".into())],
+        Some("public, max-age=600"),
+    )
+    .unwrap();
+    o.spa_fallback = true;
+    let snap = build(&o, 1).unwrap();
+    assert_eq!(
+        snap.resolve(b"/"),
+        Some(Resource::File(file_idx(&snap, b"/index.htm")))
+    );
+    assert_eq!(
+        snap.resolve(b"/docs/"),
+        Some(Resource::File(file_idx(&snap, b"/docs/index.html")))
+    );
+    assert_eq!(snap.spa_index(), Some(file_idx(&snap, b"/index.htm")));
+    let head = |p: &[u8]| {
+        String::from_utf8_lossy(&snap.entry(file_idx(&snap, p)).identity.head_200).into_owned()
+    };
+    assert!(head(b"/index.htm").ends_with("X-Content-Type-Options: nosniff\r\n"));
+    let font = head(b"/fonts/a.ttf");
+    assert!(
+        font.ends_with("X-Content-Type-Options: nosniff\r\nAccess-Control-Allow-Origin: *\r\n"),
+        "{font}"
+    );
+    assert_eq!(
+        snap.status_cache_control(crate::http::Status::NotFound),
+        b"Cache-Control: public, max-age=10\r\n"
+    );
+    assert_eq!(
+        snap.status_cache_control(crate::http::Status::MovedPermanently),
+        b"Cache-Control: public, max-age=600\r\n"
+    );
+    // The default list has no index.htm: `/` is then forbidden.
+    let snap = build(&opts(&dir.0), 2).unwrap();
+    assert_eq!(snap.resolve(b"/"), Some(Resource::Forbidden));
 }
 
 #[test]

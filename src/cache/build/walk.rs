@@ -40,7 +40,7 @@ pub(super) struct Walk<'a> {
     pub(super) index: PathIndex,
     pub(super) files: Vec<FileJob>,
     /// URLs of walked directories (`""` for the root); `url + "/"` is added
-    /// once it is known whether their `index.html` is servable.
+    /// once it is known whether one of their index files is servable.
     pub(super) dirs: Vec<Box<[u8]>>,
 }
 
@@ -68,12 +68,15 @@ impl<'a> Walk<'a> {
         ancestors: &mut Vec<DirId>,
     ) -> anyhow::Result<()> {
         for (name, file_type) in children {
-            if !self.opts.serve_dotfiles && name.as_bytes().starts_with(b".") {
-                continue;
-            }
             let url_len = url.len();
             url.push(b'/');
             url.extend_from_slice(name.as_bytes());
+            if name.as_bytes().starts_with(b".")
+                && !self.opts.dotfile_allow.allows(name.as_bytes(), url)
+            {
+                url.truncate(url_len);
+                continue;
+            }
             let result = self.walk_child(dir.join(&name), file_type, url, ancestors);
             url.truncate(url_len);
             result?;
