@@ -85,8 +85,11 @@ impl Origin {
     /// Wait until the origin itself serves `want` at `path` (the watcher
     /// has rebuilt).
     fn wait_serving(&self, path: &str, want: &[u8]) {
+        // A query string the cache never sends, so these requests are told
+        // apart from the cache's in the access log.
+        let probe = format!("{path}?direct");
         let ok = poll_until(Duration::from_secs(10), || {
-            self.server().get(path).body == want
+            self.server().get(&probe).body == want
         });
         assert!(
             ok,
@@ -330,7 +333,7 @@ fn a_stale_sidecar_never_reaches_a_client(kind: Kind) {
 fn error_cache_control_is_honoured_for_404(kind: Kind) {
     let mut origin = Origin::new("cache-f", &[("index.html", b"<p>home</p>\n")]);
     origin.start(
-        "error_cache_control = { 404 = \"public, max-age=2\" }\n",
+        "error_cache_control = { 404 = \"public, max-age=4\" }\n",
         &[],
     );
     let Some(cache) = Cache::start(kind, origin.server().addr()) else {
@@ -344,7 +347,9 @@ fn error_cache_control_is_honoured_for_404(kind: Kind) {
     origin.wait_serving("/late.txt", b"arrived\n");
     // Still within the 404's lifetime: the cache answers it alone.
     let again = cache.get("/late.txt", &[]);
-    if started.elapsed() < Duration::from_millis(1800) {
+    // Varnish counts the lifetime from the origin's Date, which has whole
+    // seconds: up to a second of it may be gone already.
+    if started.elapsed() < Duration::from_millis(2500) {
         assert_eq!(
             again.status, 404,
             "{kind:?}: the cache did not keep the 404: {again:?}"
@@ -354,13 +359,15 @@ fn error_cache_control_is_honoured_for_404(kind: Kind) {
             1,
             "{kind:?}: the 404 was not cached: {again:?}"
         );
+    } else {
+        support::loud("NOTE: the machine is too slow to see the cached 404 before its expiry; only its expiry was checked");
     }
-    let ok = poll_until(Duration::from_secs(6), || {
+    let ok = poll_until(Duration::from_secs(8), || {
         cache.get("/late.txt", &[]).status == 200
     });
     assert!(ok, "{kind:?}: the 404 outlived its max-age");
     assert!(
-        started.elapsed() >= Duration::from_millis(1500),
+        started.elapsed() >= Duration::from_millis(2500),
         "{kind:?}: 404 not kept"
     );
 }
