@@ -52,6 +52,9 @@ pub const DEFAULT_FAST_START_MAX_AGE_S: f64 = 60.0;
 /// unknown data is octet-stream).
 pub const DEFAULT_TYPE: &str = "application/octet-stream";
 pub const DEFAULT_INDEX_FILES: &[&str] = &["index.html"];
+/// A file written in place is published once its writer closes it, or
+/// after this long without a close (a log-like file never closes).
+pub const DEFAULT_WRITE_SETTLE_MAX_S: f64 = 10.0;
 
 /// Every setting, as given by flags or by the file; `None` means "not given".
 /// Flag names are the kebab-case of the TOML keys.
@@ -88,6 +91,10 @@ pub struct Settings {
     /// Listen backlog per shard socket.
     #[arg(long, value_name = "N")]
     pub backlog: Option<u32>,
+    /// Which shard accepts a connection: `hash` (the kernel's reuseport flow
+    /// hash) or `cpu` (the shard on the CPU that handled its SYN).
+    #[arg(long, value_name = "hash|cpu")]
+    pub steer: Option<String>,
     /// `Server` header value; empty turns it off.
     #[arg(long, value_name = "STR")]
     pub server_header: Option<String>,
@@ -165,6 +172,13 @@ pub struct Settings {
     /// retrying a failed rebuild.
     #[arg(long, value_name = "SECS")]
     pub rescan_interval: Option<f64>,
+    /// Seconds a file written in place (IN_MODIFY without IN_CLOSE_WRITE) is
+    /// kept at its previous version before it is published anyway.
+    #[arg(long, value_name = "SECS")]
+    pub write_settle_max: Option<f64>,
+    /// Most fds kept open for files sent from disk (opened on demand, LRU).
+    #[arg(long, value_name = "N")]
+    pub max_open_files: Option<usize>,
     /// Build brotli, zstd and gzip variants of compressible files (on by default).
     #[arg(long, value_name = "BOOL")]
     pub compress: Option<bool>,
@@ -274,12 +288,13 @@ impl Settings {
     pub fn overlay(self, file: Settings) -> Settings {
         let flags = self;
         overlay!(flags, file;
-            root, listen, cores, admin, backlog, server_header,
+            root, listen, cores, admin, backlog, steer, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
-            watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
+            watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
+            compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
             error_pages, spa_fallback, dotfile_allow, index_files, default_type,
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
@@ -303,6 +318,7 @@ pub struct Config {
     pub cpus: Vec<usize>,
     pub admin: SocketAddr,
     pub backlog: u32,
+    pub steer: Steer,
     /// Rendered `Server: …\r\n`, or empty.
     pub server_line: Vec<u8>,
     pub max_requests_per_connection: u32,
@@ -330,6 +346,10 @@ pub struct Config {
     pub watch: bool,
     pub watch_debounce: Duration,
     pub rescan_interval: Duration,
+    /// Longest a file still open for writing is held at its old version.
+    pub write_settle_max: Duration,
+    /// Fds kept open for large files (`cache::OpenFiles`).
+    pub max_open_files: usize,
     /// `None`: no variants are built (sidecars are still used).
     pub compress: Option<crate::cache::CompressOptions>,
     pub cache_control: crate::cache::CacheControl,
@@ -342,6 +362,16 @@ pub struct Config {
     /// Status code → page path relative to the root, `/`-separated.
     pub error_pages: Vec<(u16, String)>,
     pub spa_fallback: bool,
+}
+
+/// How connections are spread over the shards' listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// The kernel's `SO_REUSEPORT` hash of the flow.
+    Hash,
+    /// The shard on the CPU whose softirq handled the SYN (a classic BPF
+    /// program on each reuseport group; see `shard::steer`).
+    Cpu,
 }
 
 /// Access log line format.
@@ -434,6 +464,11 @@ impl Config {
                 .admin
                 .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("valid default")),
             backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
+            steer: match s.steer.as_deref() {
+                None | Some("hash") => Steer::Hash,
+                Some("cpu") => Steer::Cpu,
+                Some(other) => bail!("config key `steer`: `{other}` is not one of `hash`, `cpu`"),
+            },
             server_line,
             max_requests_per_connection: max_requests,
             max_ranges,
@@ -473,6 +508,16 @@ impl Config {
                 s.rescan_interval,
                 DEFAULT_RESCAN_INTERVAL_S,
             )?,
+            write_settle_max: seconds(
+                "write_settle_max",
+                s.write_settle_max,
+                DEFAULT_WRITE_SETTLE_MAX_S,
+            )?,
+            max_open_files: match s.max_open_files {
+                None => crate::cache::open_files::DEFAULT_MAX_OPEN_FILES,
+                Some(0) => bail!("config key `max_open_files`: must be at least 1"),
+                Some(n) => n,
+            },
             compress,
             cache_control,
             status_cache_control: site.status_cache_control,
@@ -505,6 +550,7 @@ impl Config {
             cache_control: self.cache_control.clone(),
             error_pages: self.error_pages.clone(),
             spa_fallback: self.spa_fallback,
+            open_files: std::sync::Arc::new(crate::cache::OpenFiles::new(self.max_open_files)),
         }
     }
 
@@ -512,6 +558,7 @@ impl Config {
         crate::cache::watch::WatchOptions {
             debounce: self.watch_debounce,
             rescan_interval: self.rescan_interval,
+            write_settle_max: self.write_settle_max,
         }
     }
 }
