@@ -100,10 +100,12 @@ impl Preflight {
                     ));
                     continue;
                 }
-                Err(Claim::HeldByShardhttpd) => return Err(setup(format!(
+                Err(Claim::HeldByShardhttpd) => {
+                    return Err(setup(format!(
                     "listen address {addr} is already in use by another shardhttpd on this host; \
                          stop it first, or choose another `listen` address"
-                ))),
+                )))
+                }
                 Err(Claim::Io(e)) => {
                     return Err(setup(format!("claiming listen address {addr}: {e}")))
                 }

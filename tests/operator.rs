@@ -144,7 +144,14 @@ fn privileged_port_without_capability_exits_2_naming_the_fix() {
         let Some(mut cmd) = unprivileged() else {
             return;
         };
-        cmd.args(["--root", &root, "--listen", "127.0.0.1:81", "--admin", "127.0.0.1:0"]);
+        cmd.args([
+            "--root",
+            &root,
+            "--listen",
+            "127.0.0.1:81",
+            "--admin",
+            "127.0.0.1:0",
+        ]);
         if check {
             cmd.arg("--check");
         }
@@ -162,7 +169,9 @@ fn check_refuses_an_admin_address_equal_to_a_listen_address() {
     let root = site.root.display().to_string();
     let port = free_port().to_string();
     let addr = format!("127.0.0.1:{port}");
-    let out = run(&["--root", &root, "--listen", &addr, "--admin", &addr, "--check"]);
+    let out = run(&[
+        "--root", &root, "--listen", &addr, "--admin", &addr, "--check",
+    ]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--admin") && err.contains(&addr), "{err}");
@@ -212,7 +221,10 @@ fn check_refuses_a_missing_access_log_directory() {
     ]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("does not exist") && err.contains("no-such-dir"), "{err}");
+    assert!(
+        err.contains("does not exist") && err.contains("no-such-dir"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -221,10 +233,21 @@ fn check_passes_and_notes_a_port_held_by_a_running_instance() {
     let server = Server::start(&site.root, &[]);
     let root = site.root.display().to_string();
     let addr = server.addr().to_string();
-    let out = run(&["--root", &root, "--listen", &addr, "--admin", "127.0.0.1:0", "--check"]);
+    let out = run(&[
+        "--root",
+        &root,
+        "--listen",
+        &addr,
+        "--admin",
+        "127.0.0.1:0",
+        "--check",
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout.contains(&addr) && stdout.contains("running shardhttpd"), "{stdout}");
+    assert!(
+        stdout.contains(&addr) && stdout.contains("running shardhttpd"),
+        "{stdout}"
+    );
 }
 
 /// Every exit status the documentation promises, one row per cause.
@@ -242,12 +265,28 @@ fn exit_code_table() {
         ("a valid --check", vec!["--root", &root, "--check"], 0),
         ("--help", vec!["--help"], 0),
         ("an unknown flag", vec!["--no-such-flag"], 2),
-        ("a bad flag value", vec!["--root", &root, "--keepalive-timeout", "soon"], 2),
-        ("a bad key in the file", vec!["--root", &root, "--config", &bad_toml], 2),
+        (
+            "a bad flag value",
+            vec!["--root", &root, "--keepalive-timeout", "soon"],
+            2,
+        ),
+        (
+            "a bad key in the file",
+            vec!["--root", &root, "--config", &bad_toml],
+            2,
+        ),
         ("a missing config file", vec!["--config", &missing], 2),
         ("a missing root", vec!["--root", &missing], 2),
-        ("a listen address in use", vec!["--root", &root, "--listen", &busy_addr], 2),
-        ("an admin address in use", vec!["--root", &root, "--admin", &busy_addr], 2),
+        (
+            "a listen address in use",
+            vec!["--root", &root, "--listen", &busy_addr],
+            2,
+        ),
+        (
+            "an admin address in use",
+            vec!["--root", &root, "--admin", &busy_addr],
+            2,
+        ),
     ];
     for (what, args, want) in table {
         let mut all: Vec<&str> = Vec::new();
@@ -300,7 +339,11 @@ fn listen_as_one_string_and_durations_with_units() {
     let started = Instant::now();
     let r = c.read_response().expect("408");
     assert_eq!(r.status, 408, "{r:?}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 /// GET on the admin port; the status, or None if it does not answer.
@@ -346,7 +389,10 @@ fn readyz_is_503_while_the_first_snapshot_builds_then_200() {
         let lines = std::sync::Arc::clone(&lines);
         thread::spawn(move || {
             use std::io::BufRead;
-            for l in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for l in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 lines.lock().unwrap().push(strip_ansi(&l));
             }
         });
@@ -388,8 +434,14 @@ fn readyz_is_503_while_the_first_snapshot_builds_then_200() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(ready, "/readyz never turned 200:\n{log}");
-    assert!(saw_503, "/readyz was never 503 while building (build too fast?):\n{log}");
-    assert!(healthz_during_build, "/healthz did not answer during the build:\n{log}");
+    assert!(
+        saw_503,
+        "/readyz was never 503 while building (build too fast?):\n{log}"
+    );
+    assert!(
+        healthz_during_build,
+        "/healthz did not answer during the build:\n{log}"
+    );
     let building = log.find("building the first snapshot").expect("build line");
     let listening = log.find("listening addr=").expect("listening line");
     assert!(building < listening, "{log}");
