@@ -49,6 +49,9 @@ pub const DEFAULT_SERVER_HEADER: &str = "shardhttpd";
 pub const DEFAULT_WATCH_DEBOUNCE: Duration = Duration::from_millis(50);
 /// Rescan period without inotify, and retry period after a failed rebuild.
 pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(2);
+/// A file written in place is published once its writer closes it, or
+/// after this long without a close (a log-like file never closes).
+pub const DEFAULT_WRITE_SETTLE_MAX: Duration = Duration::from_secs(10);
 
 /// Exit status for a configuration or environment error found before
 /// serving (bad key or flag, unusable root, address in use, missing
@@ -181,6 +184,14 @@ pub struct Settings {
     /// a failed rebuild; bare number: seconds.
     #[arg(long, value_name = "DURATION")]
     pub rescan_interval: Option<DurationValue<Secs>>,
+    /// How long a file written in place (IN_MODIFY without IN_CLOSE_WRITE)
+    /// is kept at its previous version before it is published anyway; bare
+    /// number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub write_settle_max: Option<DurationValue<Secs>>,
+    /// Most fds kept open for files sent from disk (opened on demand, LRU).
+    #[arg(long, value_name = "N")]
+    pub max_open_files: Option<usize>,
     /// Build brotli, zstd and gzip variants of compressible files.
     #[arg(long, value_name = "BOOL")]
     pub compress: Option<bool>,
@@ -254,6 +265,14 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("watch", "true".into()),
         ("watch_debounce_ms", format_duration(DEFAULT_WATCH_DEBOUNCE)),
         ("rescan_interval", format_duration(DEFAULT_RESCAN_INTERVAL)),
+        (
+            "write_settle_max",
+            format_duration(DEFAULT_WRITE_SETTLE_MAX),
+        ),
+        (
+            "max_open_files",
+            crate::cache::open_files::DEFAULT_MAX_OPEN_FILES.to_string(),
+        ),
         ("compress", "true".into()),
         ("compress_min_bytes", format_size(c.min_bytes)),
         ("brotli_level", c.brotli_level.to_string()),
@@ -441,7 +460,8 @@ impl Settings {
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
-            watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
+            watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
+            compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
             error_pages, spa_fallback,
         )
@@ -564,6 +584,10 @@ pub struct Config {
     pub watch: bool,
     pub watch_debounce: Duration,
     pub rescan_interval: Duration,
+    /// Longest a file still open for writing is held at its old version.
+    pub write_settle_max: Duration,
+    /// Fds kept open for large files (`cache::OpenFiles`).
+    pub max_open_files: usize,
     /// `None`: no variants are built (sidecars are still used).
     pub compress: Option<crate::cache::CompressOptions>,
     pub cache_control: crate::cache::CacheControl,
@@ -773,6 +797,16 @@ impl Config {
             },
             watch: s.watch.unwrap_or(true),
             watch_debounce,
+            write_settle_max: duration(
+                "write_settle_max",
+                s.write_settle_max,
+                DEFAULT_WRITE_SETTLE_MAX,
+            )?,
+            max_open_files: match s.max_open_files {
+                None => crate::cache::open_files::DEFAULT_MAX_OPEN_FILES,
+                Some(0) => bail!("{}: must be at least 1", s.name("max_open_files")),
+                Some(n) => n,
+            },
             compress,
             cache_control,
             error_pages,
@@ -791,6 +825,7 @@ impl Config {
             cache_control: self.cache_control.clone(),
             error_pages: self.error_pages.clone(),
             spa_fallback: self.spa_fallback,
+            open_files: std::sync::Arc::new(crate::cache::OpenFiles::new(self.max_open_files)),
         }
     }
 
@@ -798,6 +833,7 @@ impl Config {
         crate::cache::watch::WatchOptions {
             debounce: self.watch_debounce,
             rescan_interval: self.rescan_interval,
+            write_settle_max: self.write_settle_max,
         }
     }
 }

@@ -88,10 +88,18 @@ pub(super) fn assemble(
                 stats.loaded += 1;
                 let body = match file.body {
                     LoadedBody::Mem(bytes) => arena.push(Bytes::New(bytes)),
-                    LoadedBody::File(f) => Body::File(LargeFile {
-                        file: Arc::new(f),
-                        stamp: file.stamp,
-                    }),
+                    LoadedBody::File(f) => {
+                        // The build just read it: the first request need
+                        // not open it again.
+                        opts.open_files.seed(file.stamp, f);
+                        let rel = job.path.strip_prefix(&walk.root).unwrap_or(&job.path);
+                        Body::File(LargeFile {
+                            root: Arc::clone(&walk.root_dir),
+                            rel: rel.into(),
+                            stamp: file.stamp,
+                            files: Arc::clone(&opts.open_files),
+                        })
+                    }
                 };
                 let identity = ReprParts {
                     len: file.len,
@@ -116,7 +124,10 @@ pub(super) fn assemble(
         };
         match identity.body {
             Body::Mem { len, .. } => stats.mem_bytes += len as u64,
-            Body::File(_) => stats.file_bytes += identity.len,
+            Body::File(_) => {
+                stats.file_bytes += identity.len;
+                stats.large_files += 1;
+            }
         }
         let mut kept = Vec::with_capacity(variants.len());
         for (coding, len, hash, bytes) in variants {

@@ -3,9 +3,10 @@
 //! only once its stamp has settled and held still around the read, so a
 //! write in progress is never published.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -15,8 +16,8 @@ use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
 
 use super::plan::{Plan, Step};
 use super::render::content_type;
-use super::walk::{is_forbidden, Walk};
-use super::TreeChanged;
+use super::walk::{is_forbidden, FileJob, Walk};
+use super::{exhausted, is_exhausted, TreeChanged};
 use crate::cache::{compress, BuildOptions, FileStamp, SIDECARS};
 use crate::http::accept::Coding;
 
@@ -136,7 +137,8 @@ pub(super) fn load_one(
         below: opts.sendfile_threshold,
         budget: if in_mem { job.stamp.size } else { 0 },
     };
-    let file = match open_regular(&job.path).and_then(|f| load_file(&job.path, f, policy, chunk)) {
+    let opened = open_regular(walk, &job.path, &job.stamp);
+    let file = match opened.and_then(|f| load_file(&job.path, f, policy, chunk)) {
         Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
         Ok(Some(file)) => file,
         Ok(None) => {
@@ -144,9 +146,11 @@ pub(super) fn load_one(
             return Ok(Loaded::Skip);
         }
         Err(err) if is_forbidden(&err) => return Ok(Loaded::Forbidden),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {
-            return Err(TreeChanged(job.path.clone()).into())
+        Err(err) if tree_changed(&err) => {
+            tracing::debug!(path = %job.path.display(), %err, "file changed since the walk");
+            return Err(TreeChanged(job.path.clone()).into());
         }
+        Err(err) if is_exhausted(&err) => return Err(exhausted(&job.path, err)),
         Err(err) => {
             tracing::warn!(path = %job.path.display(), %err, "skipping file");
             return Ok(Loaded::Skip);
@@ -158,12 +162,17 @@ pub(super) fn load_one(
     for (slot, sidecar) in walk.sidecars(job).into_iter().enumerate() {
         let coding = SIDECARS[slot].0;
         if let Some((j, _)) = sidecar {
-            match read_sidecar(&walk.files[j as usize].path, opts.sendfile_threshold) {
+            let side = &walk.files[j as usize];
+            match read_sidecar(walk, side, opts.sendfile_threshold) {
                 Ok(Some((bytes, stamp))) => {
                     used[slot] = Some(stamp);
                     variants.push((coding, bytes));
                 }
                 Ok(None) => {}
+                Err(err) if tree_changed(&err) => {
+                    return Err(TreeChanged(side.path.clone()).into());
+                }
+                Err(err) if is_exhausted(&err) => return Err(exhausted(&side.path, err)),
                 Err(err) => {
                     tracing::warn!(path = %walk.files[j as usize].path.display(), %err, "skipping sidecar")
                 }
@@ -195,8 +204,12 @@ pub(super) fn load_one(
 
 /// A sidecar's bytes and stamp; `None` when it is too large to hold in memory
 /// (variants are never sent from a file).
-pub(super) fn read_sidecar(path: &Path, below: u64) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
-    let file = open_regular(path)?;
+pub(super) fn read_sidecar(
+    walk: &Walk<'_>,
+    side: &FileJob,
+    below: u64,
+) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
+    let file = open_regular(walk, &side.path, &side.stamp)?;
     for _ in 0..MAX_READ_ATTEMPTS {
         let before = FileStamp::of(&file.metadata()?);
         if before.size >= below {
@@ -214,14 +227,49 @@ pub(super) fn read_sidecar(path: &Path, below: u64) -> io::Result<Option<(Vec<u8
     Err(io::Error::other("sidecar kept changing while read"))
 }
 
-/// Open a file the walk saw as regular. O_NOFOLLOW refuses a symlink swapped
-/// in since the check; O_NONBLOCK keeps a FIFO swapped in from blocking the
-/// open (a regular file ignores it, `sendfile` included).
-pub(super) fn open_regular(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
+/// Open a file the walk saw as regular, beneath the root's fd (no lookup
+/// step may leave the root, whatever was swapped for a symlink since the
+/// walk), and check it is the very file the walk stated: same device and
+/// inode. A different one means the tree changed under the build.
+pub(super) fn open_regular(walk: &Walk<'_>, path: &Path, seen: &FileStamp) -> io::Result<File> {
+    let rel = path
+        .strip_prefix(&walk.root)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EXDEV))?;
+    let dir = walk.root_dir.dir.as_fd();
+    let file = match crate::sys::open_beneath(dir, rel) {
+        // The cache of large-file fds is the one holder that can give some
+        // back; only if that is not enough does the build fail.
+        Err(err) if err.raw_os_error() == Some(libc::EMFILE) && walk.opts.open_files.shed() > 0 => {
+            crate::sys::open_beneath(dir, rel)?
+        }
+        other => other?,
+    };
+    let meta = file.metadata()?;
+    if (meta.dev(), meta.ino()) != (seen.dev, seen.ino) {
+        return Err(io::Error::other(Swapped));
+    }
+    Ok(file)
+}
+
+/// The file opened is not the one the walk stated.
+#[derive(Debug)]
+pub(super) struct Swapped;
+
+impl std::fmt::Display for Swapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("replaced since the walk")
+    }
+}
+
+impl std::error::Error for Swapped {}
+
+/// Whether an open or read error means the tree changed under the build:
+/// the path vanished, now leads outside the root (EXDEV from
+/// `RESOLVE_BENEATH`), or names another file.
+fn tree_changed(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::NotFound
+        || err.raw_os_error() == Some(libc::EXDEV)
+        || err.get_ref().is_some_and(|e| e.is::<Swapped>())
 }
 
 /// Which files [`load_file`] keeps in memory.

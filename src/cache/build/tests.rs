@@ -62,6 +62,7 @@ fn opts(root: &Path) -> BuildOptions {
         cache_control: CacheControl::default(),
         error_pages: Vec::new(),
         spa_fallback: false,
+        open_files: Default::default(),
     }
 }
 
@@ -230,7 +231,10 @@ fn files_at_threshold_are_sent_from_fd() {
         panic!("expected File")
     };
     assert_eq!(large.identity.len, 100);
-    assert_eq!(lf.stamp, FileStamp::of(&lf.file.metadata().unwrap()));
+    assert_eq!(
+        lf.stamp,
+        FileStamp::of(&lf.file().unwrap().metadata().unwrap())
+    );
     assert_eq!(snap.stats.mem_bytes, 99);
     assert_eq!(snap.stats.file_bytes, 100);
 

@@ -8,11 +8,12 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::TreeChanged;
-use crate::cache::{BuildOptions, FileStamp, PathIndex, Resource, SIDECARS};
+use super::{exhausted, is_exhausted, TreeChanged};
+use crate::cache::{BuildOptions, FileStamp, PathIndex, Resource, RootDir, SIDECARS};
 
 /// Deepest directory nesting walked below the root. Bounds recursion (and the
 /// blow-up from chains of symlinked directories) on hostile trees; deeper
@@ -36,6 +37,8 @@ pub(super) struct Walk<'a> {
     pub(super) opts: &'a BuildOptions,
     /// Canonical root; every path opened lies inside it (as of the check).
     pub(super) root: PathBuf,
+    /// The root, open: files are opened beneath it (`sys::open_beneath`).
+    pub(super) root_dir: Arc<RootDir>,
     /// `Resource::File(i)` here indexes `files`, not yet the snapshot.
     pub(super) index: PathIndex,
     pub(super) files: Vec<FileJob>,
@@ -45,10 +48,11 @@ pub(super) struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    pub(super) fn new(opts: &'a BuildOptions, root: PathBuf) -> Self {
+    pub(super) fn new(opts: &'a BuildOptions, root: PathBuf, root_dir: Arc<RootDir>) -> Self {
         Walk {
             opts,
             root,
+            root_dir,
             index: PathIndex::default(),
             files: Vec::new(),
             dirs: Vec::new(),
@@ -92,12 +96,13 @@ impl<'a> Walk<'a> {
     ) -> anyhow::Result<()> {
         // From here on `path` has no symlink in any component, as of the check:
         // a symlink is replaced by its canonical target, which must lie inside
-        // the root. A component swapped for a symlink after this check is not
-        // caught (that needs openat2 RESOLVE_BENEATH); the final component is,
-        // by O_NOFOLLOW in `open_regular`.
+        // the root. A component swapped for a symlink after this check cannot
+        // lead the load outside: files are opened beneath the root's fd, and
+        // must be the (dev, inode) stated here.
         let (path, meta) = if file_type.is_symlink() {
             let target = match fs::canonicalize(&path) {
                 Ok(target) => target,
+                Err(err) if is_exhausted(&err) => return Err(exhausted(&path, err)),
                 Err(err) => {
                     // A dangling link is a state of the tree, not a change.
                     tracing::warn!(path = %path.display(), %err, "skipping unresolvable symlink");
@@ -113,6 +118,7 @@ impl<'a> Walk<'a> {
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {
                     return Err(TreeChanged(target).into())
                 }
+                Err(err) if is_exhausted(&err) => return Err(exhausted(&target, err)),
                 Err(err) => {
                     tracing::warn!(path = %target.display(), %err, "skipping symlink target");
                     return Ok(());
@@ -124,6 +130,7 @@ impl<'a> Walk<'a> {
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {
                     return Err(TreeChanged(path).into())
                 }
+                Err(err) if is_exhausted(&err) => return Err(exhausted(&path, err)),
                 Err(err) => {
                     tracing::warn!(path = %path.display(), %err, "skipping unreadable entry");
                     return Ok(());
@@ -183,6 +190,7 @@ impl<'a> Walk<'a> {
             Err(err) if err.kind() == io::ErrorKind::NotFound => {
                 return Err(TreeChanged(path.to_path_buf()).into())
             }
+            Err(err) if is_exhausted(&err) => return Err(exhausted(path, err)),
             Err(err) => {
                 tracing::warn!(path = %path.display(), %err, "skipping unreadable directory");
                 return Ok(());
@@ -222,6 +230,7 @@ pub(super) fn read_dir_sorted(dir: &Path) -> io::Result<Vec<(OsString, fs::FileT
         // rest of the directory is still worth serving.
         match entry.and_then(|e| Ok((e.file_name(), e.file_type()?))) {
             Ok(child) => children.push(child),
+            Err(err) if is_exhausted(&err) => return Err(err),
             Err(err) => tracing::warn!(dir = %dir.display(), %err, "skipping directory entry"),
         }
     }
