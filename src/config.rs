@@ -118,6 +118,10 @@ pub struct Settings {
     /// Listen backlog per shard socket.
     #[arg(long, value_name = "N")]
     pub backlog: Option<u32>,
+    /// Which shard accepts a connection: `hash` (the kernel's reuseport flow
+    /// hash) or `cpu` (the shard on the CPU that handled its SYN).
+    #[arg(long, value_name = "hash|cpu")]
+    pub steer: Option<String>,
     /// `Server` header value; empty turns it off.
     #[arg(long, value_name = "STR")]
     pub server_header: Option<String>,
@@ -236,6 +240,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("cores", "every CPU in the affinity mask".into()),
         ("admin", DEFAULT_ADMIN.into()),
         ("backlog", DEFAULT_BACKLOG.to_string()),
+        ("steer", "hash".into()),
         ("server_header", DEFAULT_SERVER_HEADER.into()),
         (
             "max_requests_per_connection",
@@ -455,7 +460,7 @@ impl Settings {
     pub fn overlay(self, file: Settings) -> Settings {
         let flags = self;
         overlay!(flags, file;
-            root, listen, cores, admin, backlog, server_header,
+            root, listen, cores, admin, backlog, steer, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
@@ -562,6 +567,7 @@ pub struct Config {
     pub cpus: Vec<usize>,
     pub admin: SocketAddr,
     pub backlog: u32,
+    pub steer: Steer,
     /// Rendered `Server: …\r\n`, or empty.
     pub server_line: Vec<u8>,
     pub max_requests_per_connection: u32,
@@ -594,6 +600,16 @@ pub struct Config {
     /// Status code → page path relative to the root, `/`-separated.
     pub error_pages: Vec<(u16, String)>,
     pub spa_fallback: bool,
+}
+
+/// How connections are spread over the shards' listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// The kernel's `SO_REUSEPORT` hash of the flow.
+    Hash,
+    /// The shard on the CPU whose softirq handled the SYN (a classic BPF
+    /// program on each reuseport group; see `shard::steer`).
+    Cpu,
 }
 
 /// Access log line format.
@@ -770,6 +786,11 @@ impl Config {
             cpus,
             admin,
             backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
+            steer: match s.steer.as_deref() {
+                None | Some("hash") => Steer::Hash,
+                Some("cpu") => Steer::Cpu,
+                Some(other) => bail!("{}: `{other}` is not one of `hash`, `cpu`", s.name("steer")),
+            },
             server_line,
             max_requests_per_connection: max_requests,
             max_ranges,
