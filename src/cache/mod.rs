@@ -29,7 +29,9 @@ use crate::http::accept::Coding;
 pub use build::{build, sidecars_rejected};
 pub use compress::CompressOptions;
 pub use open_files::{OpenFiles, RootDir};
-pub use rules::{CacheControl, DotfileAllow, HeaderRules, StatusCacheControl};
+pub use rules::{
+    CacheControl, DotfileAllow, HeaderRules, StatusCacheControl, DEFAULT_DOTFILE_ALLOW,
+};
 pub use store::{Store, StoreStats};
 
 /// How a snapshot is built; derived once from `config::Config`.
