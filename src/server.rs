@@ -54,6 +54,11 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 
 /// Run the server until a shutdown signal has been handled.
 pub fn run(config: Config) -> anyhow::Result<()> {
+    // Watches first: every change made during or after the initial walk is
+    // then an event, and none falls between the walk and its watch.
+    let watcher = config
+        .watch
+        .then(|| crate::cache::watch::Watcher::establish(&config.root, config.watch_options()));
     let store =
         Arc::new(Store::open(config.build_options()).context("building the initial snapshot")?);
     if store.compress_pending() {
@@ -79,8 +84,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             })
             .context("spawning the compression thread")?;
     }
-    if config.watch {
-        crate::cache::watch::spawn(Arc::clone(&store), config.watch_options())
+    if let Some(watcher) = watcher {
+        watcher
+            .spawn(Arc::clone(&store))
             .context("spawning the watcher thread")?;
     }
     let metrics = Metrics::new(&config.cpus, config.metrics);
