@@ -43,6 +43,9 @@ pub const DEFAULT_SERVER_HEADER: &str = "shardhttpd";
 pub const DEFAULT_WATCH_DEBOUNCE_MS: u64 = 50;
 /// Rescan period without inotify, and retry period after a failed rebuild.
 pub const DEFAULT_RESCAN_INTERVAL_S: f64 = 2.0;
+/// A file written in place is published once its writer closes it, or
+/// after this long without a close (a log-like file never closes).
+pub const DEFAULT_WRITE_SETTLE_MAX_S: f64 = 10.0;
 
 /// Every setting, as given by flags or by the file; `None` means "not given".
 /// Flag names are the kebab-case of the TOML keys.
@@ -142,6 +145,13 @@ pub struct Settings {
     /// retrying a failed rebuild.
     #[arg(long, value_name = "SECS")]
     pub rescan_interval: Option<f64>,
+    /// Seconds a file written in place (IN_MODIFY without IN_CLOSE_WRITE) is
+    /// kept at its previous version before it is published anyway.
+    #[arg(long, value_name = "SECS")]
+    pub write_settle_max: Option<f64>,
+    /// Most fds kept open for files sent from disk (opened on demand, LRU).
+    #[arg(long, value_name = "N")]
+    pub max_open_files: Option<usize>,
     /// Build brotli, zstd and gzip variants of compressible files (on by default).
     #[arg(long, value_name = "BOOL")]
     pub compress: Option<bool>,
@@ -231,7 +241,8 @@ impl Settings {
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
-            watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
+            watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
+            compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
             error_pages, spa_fallback,
         )
@@ -276,6 +287,10 @@ pub struct Config {
     pub watch: bool,
     pub watch_debounce: Duration,
     pub rescan_interval: Duration,
+    /// Longest a file still open for writing is held at its old version.
+    pub write_settle_max: Duration,
+    /// Fds kept open for large files (`cache::OpenFiles`).
+    pub max_open_files: usize,
     /// `None`: no variants are built (sidecars are still used).
     pub compress: Option<crate::cache::CompressOptions>,
     pub cache_control: crate::cache::CacheControl,
@@ -410,6 +425,16 @@ impl Config {
                 s.rescan_interval,
                 DEFAULT_RESCAN_INTERVAL_S,
             )?,
+            write_settle_max: seconds(
+                "write_settle_max",
+                s.write_settle_max,
+                DEFAULT_WRITE_SETTLE_MAX_S,
+            )?,
+            max_open_files: match s.max_open_files {
+                None => crate::cache::open_files::DEFAULT_MAX_OPEN_FILES,
+                Some(0) => bail!("config key `max_open_files`: must be at least 1"),
+                Some(n) => n,
+            },
             compress,
             cache_control,
             error_pages,
@@ -428,6 +453,7 @@ impl Config {
             cache_control: self.cache_control.clone(),
             error_pages: self.error_pages.clone(),
             spa_fallback: self.spa_fallback,
+            open_files: std::sync::Arc::new(crate::cache::OpenFiles::new(self.max_open_files)),
         }
     }
 
@@ -435,6 +461,7 @@ impl Config {
         crate::cache::watch::WatchOptions {
             debounce: self.watch_debounce,
             rescan_interval: self.rescan_interval,
+            write_settle_max: self.write_settle_max,
         }
     }
 }

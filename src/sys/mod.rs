@@ -8,10 +8,12 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod epoll;
+mod fs;
 mod net;
 mod thread;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
+pub use fs::{nofile_limit, open_beneath};
 pub use net::{accept4, sendfile, sendmsg_more, set_defer_accept};
 pub use thread::{lower_thread_priority, trim_heap};
 
