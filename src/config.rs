@@ -82,6 +82,10 @@ pub struct Settings {
     /// Listen backlog per shard socket.
     #[arg(long, value_name = "N")]
     pub backlog: Option<u32>,
+    /// Which shard accepts a connection: `hash` (the kernel's reuseport flow
+    /// hash) or `cpu` (the shard on the CPU that handled its SYN).
+    #[arg(long, value_name = "hash|cpu")]
+    pub steer: Option<String>,
     /// `Server` header value; empty turns it off.
     #[arg(long, value_name = "STR")]
     pub server_header: Option<String>,
@@ -236,7 +240,7 @@ impl Settings {
     pub fn overlay(self, file: Settings) -> Settings {
         let flags = self;
         overlay!(flags, file;
-            root, listen, cores, admin, backlog, server_header,
+            root, listen, cores, admin, backlog, steer, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
@@ -265,6 +269,7 @@ pub struct Config {
     pub cpus: Vec<usize>,
     pub admin: SocketAddr,
     pub backlog: u32,
+    pub steer: Steer,
     /// Rendered `Server: …\r\n`, or empty.
     pub server_line: Vec<u8>,
     pub max_requests_per_connection: u32,
@@ -297,6 +302,16 @@ pub struct Config {
     /// Status code → page path relative to the root, `/`-separated.
     pub error_pages: Vec<(u16, String)>,
     pub spa_fallback: bool,
+}
+
+/// How connections are spread over the shards' listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// The kernel's `SO_REUSEPORT` hash of the flow.
+    Hash,
+    /// The shard on the CPU whose softirq handled the SYN (a classic BPF
+    /// program on each reuseport group; see `shard::steer`).
+    Cpu,
 }
 
 /// Access log line format.
@@ -388,6 +403,11 @@ impl Config {
                 .admin
                 .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("valid default")),
             backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
+            steer: match s.steer.as_deref() {
+                None | Some("hash") => Steer::Hash,
+                Some("cpu") => Steer::Cpu,
+                Some(other) => bail!("config key `steer`: `{other}` is not one of `hash`, `cpu`"),
+            },
             server_line,
             max_requests_per_connection: max_requests,
             max_ranges,

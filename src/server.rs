@@ -12,7 +12,7 @@ use signal_hook::iterator::Signals;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::cache::Store;
-use crate::config::Config;
+use crate::config::{Config, Steer};
 use crate::conn::ConnConfig;
 use crate::metrics::access_log::AccessLog;
 use crate::metrics::{admin, Metrics};
@@ -50,6 +50,24 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
     crate::sys::set_defer_accept(&socket, DEFER_ACCEPT_SECS)?;
     Ok(socket.into())
+}
+
+/// `--steer cpu`: every listener is marked with its shard's CPU, and each
+/// reuseport group (one per address, its sockets created in shard order by
+/// the caller) gets the program that returns the SYN's CPU's shard index.
+fn steer_by_cpu(cpus: &[usize], per_shard: &[Vec<TcpListener>]) -> std::io::Result<()> {
+    for (&cpu, listeners) in cpus.iter().zip(per_shard) {
+        for listener in listeners {
+            crate::sys::set_incoming_cpu(listener, cpu)?;
+        }
+    }
+    let program = crate::shard::steer::cpu_program(cpus);
+    // The program belongs to the group: attaching it through one member
+    // (shard 0's socket) covers every shard's socket of that address.
+    for listener in per_shard.first().into_iter().flatten() {
+        crate::sys::attach_reuseport_cbpf(listener, &program)?;
+    }
+    Ok(())
 }
 
 /// Run the server until a shutdown signal has been handled.
@@ -112,6 +130,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             listeners.push(listener);
         }
         per_shard.push(listeners);
+    }
+    if config.steer == Steer::Cpu {
+        steer_by_cpu(&config.cpus, &per_shard).context("setting up --steer cpu")?;
     }
 
     let access_log = match &config.access_log {
