@@ -172,6 +172,33 @@ pub struct Settings {
     /// Serve `/index.html` (200) for unknown paths without an extension.
     #[arg(long, value_name = "BOOL")]
     pub spa_fallback: Option<bool>,
+    /// Address to serve HTTPS on; repeat for several. Needs a certificate
+    /// (`--tls-cert`/`--tls-key` or `[[tls_certificates]]`).
+    #[arg(long, value_name = "ADDR")]
+    pub tls_listen: Option<Vec<SocketAddr>>,
+    /// PEM certificate chain (leaf first) for the TLS listeners.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert` (RSA, ECDSA P-256/P-384 or Ed25519).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// More certificate/key pairs chosen by SNI from their subjectAltNames
+    /// (config file only): `[[tls_certificates]]` tables of `cert`, `key`.
+    #[arg(skip)]
+    pub tls_certificates: Option<Vec<TlsPair>>,
+    /// Secret (at least 32 random bytes) from which session-ticket keys are
+    /// derived, so replicas resume each other's sessions. Default: random
+    /// per process.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ticket_key_file: Option<PathBuf>,
+}
+
+/// One `[[tls_certificates]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// The two spellings of the `cache_control` key.
@@ -234,6 +261,7 @@ impl Settings {
             watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
             error_pages, spa_fallback,
+            tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
         )
     }
 
@@ -282,6 +310,8 @@ pub struct Config {
     /// Status code → page path relative to the root, `/`-separated.
     pub error_pages: Vec<(u16, String)>,
     pub spa_fallback: bool,
+    /// TLS listeners and certificates; `None` without `tls_listen`.
+    pub tls: Option<crate::tls::TlsSettings>,
 }
 
 /// Access log line format.
@@ -307,6 +337,7 @@ impl Config {
     /// process's CPU affinity mask.
     pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
         let compress = compress_options(&s)?;
+        let tls = tls_settings(&s)?;
         let root = s.root.unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
         if !root.is_dir() {
             bail!("config key `root`: {} is not a directory", root.display());
@@ -414,6 +445,7 @@ impl Config {
             cache_control,
             error_pages,
             spa_fallback: s.spa_fallback.unwrap_or(false),
+            tls,
         })
     }
 
@@ -478,6 +510,43 @@ fn error_pages(pages: Option<&BTreeMap<String, String>>) -> anyhow::Result<Vec<(
         out.push((n, rel.to_owned()));
     }
     Ok(out)
+}
+
+/// `tls_*`: listeners need a certificate, a certificate needs its key.
+fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>> {
+    let mut pairs = Vec::new();
+    match (&s.tls_cert, &s.tls_key) {
+        (Some(cert), Some(key)) => pairs.push(crate::tls::CertPaths {
+            cert: cert.clone(),
+            key: key.clone(),
+            origin: "tls_cert".into(),
+        }),
+        (Some(_), None) => bail!("config key `tls_key`: needed with `tls_cert`"),
+        (None, Some(_)) => bail!("config key `tls_cert`: needed with `tls_key`"),
+        (None, None) => {}
+    }
+    for (i, p) in s.tls_certificates.iter().flatten().enumerate() {
+        pairs.push(crate::tls::CertPaths {
+            cert: p.cert.clone(),
+            key: p.key.clone(),
+            origin: format!("tls_certificates[{i}]"),
+        });
+    }
+    let listen = s.tls_listen.clone().unwrap_or_default();
+    if listen.is_empty() {
+        if !pairs.is_empty() || s.tls_ticket_key_file.is_some() {
+            bail!("config key `tls_listen`: certificates are configured but no TLS address is");
+        }
+        return Ok(None);
+    }
+    if pairs.is_empty() {
+        bail!("config key `tls_cert`: `tls_listen` needs a certificate (`tls_cert` and `tls_key`, or `[[tls_certificates]]`)");
+    }
+    Ok(Some(crate::tls::TlsSettings {
+        listen,
+        pairs,
+        ticket_key_file: s.tls_ticket_key_file.clone(),
+    }))
 }
 
 fn seconds(key: &str, value: Option<f64>, default: f64) -> anyhow::Result<Duration> {

@@ -26,6 +26,13 @@ fn main() -> ExitCode {
         }
     };
     if check {
+        if let Some(tls) = &config.tls {
+            let provider = shardhttpd::tls::provider();
+            if let Err(e) = shardhttpd::tls::load_all(&tls.pairs, &provider) {
+                eprintln!("shardhttpd: configuration error: {e:#}");
+                return ExitCode::from(2);
+            }
+        }
         println!(
             "configuration ok: {} shard(s) on CPUs {:?}, root {}",
             config.cpus.len(),

@@ -85,6 +85,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     let metrics = Metrics::new(&config.cpus, config.metrics);
     metrics.register(Box::new(store.rebuild_duration.clone()));
+    let tls = match &config.tls {
+        Some(settings) => {
+            let tls = crate::tls::Tls::new(settings).context("loading the TLS certificates")?;
+            for c in tls.store.collectors() {
+                metrics.register(c);
+            }
+            tls.store
+                .spawn_watcher()
+                .context("spawning the certificate watcher")?;
+            Some(tls)
+        }
+        None => None,
+    };
     let admin_listener = admin::bind(config.admin)
         .with_context(|| format!("binding the admin address {}", config.admin))?;
     let shared = Arc::new(Shared {
@@ -100,6 +113,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     // start-up error. Port 0: the first shard's socket picks the port and the
     // others join it.
     let mut addrs = config.listen.clone();
+    let plain = addrs.len();
+    if let Some(settings) = &config.tls {
+        addrs.extend(&settings.listen);
+    }
     let mut per_shard = Vec::with_capacity(config.cpus.len());
     for _ in &config.cpus {
         let mut listeners = Vec::with_capacity(addrs.len());
@@ -135,6 +152,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             waker,
             shared: Arc::clone(&shared),
             conn_cfg: conn_cfg.clone(),
+            tls: tls.as_ref().map(|t| Arc::clone(&t.config)),
+            plain_listeners: plain,
             metrics: Arc::clone(&metrics),
             access_log: access_log.as_ref().map(AccessLog::for_shard),
             started: started_tx.clone(),
@@ -156,8 +175,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .context("a shard thread exited during start-up")?
             .context("starting a shard")?;
     }
-    for addr in &addrs {
+    for addr in &addrs[..plain] {
         tracing::info!(shards = threads.len(), "listening addr={addr}");
+    }
+    for addr in &addrs[plain..] {
+        tracing::info!(shards = threads.len(), "listening tls_addr={addr}");
     }
     {
         let metrics = Arc::clone(&metrics);
@@ -177,6 +199,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 }
             }
             SIGHUP => {
+                if let Some(tls) = &tls {
+                    tls.store.reload();
+                }
                 if let Err(e) = store.rebuild() {
                     tracing::error!(
                         error = format!("{e:#}"),
