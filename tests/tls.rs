@@ -602,3 +602,66 @@ fn openssl_s_client_alpn_sni_resumption_and_no_tls11() {
         );
     }
 }
+
+/// `--check` loads every pair: a key that is not the certificate's, an
+/// expired certificate and a missing file each fail, naming key and file.
+#[test]
+fn check_validates_certificate_pairs() {
+    let site = Site::new("tls-check");
+    let ca = Ca::new();
+    let a = ca.leaf(site.base(), "a", &["localhost"]);
+    let b = ca.leaf(site.base(), "b", &["localhost"]);
+    let old = ca.leaf_with(site.base(), "old", &["localhost"], |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let root = site.root.display().to_string();
+    let check = |cert: &std::path::Path, key: &std::path::Path| {
+        let out = command()
+            .args(["--check", "--root", &root, "--listen", "127.0.0.1:0"])
+            .args(["--admin", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0"])
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (ok, text) = check(&a.cert, &a.key);
+    assert!(ok, "{text}");
+    let (ok, text) = check(&a.cert, &b.key);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("tls_key") && text.contains(&*b.key.display().to_string()),
+        "{text}"
+    );
+    assert!(text.contains("does not match"), "{text}");
+    let (ok, text) = check(&old.cert, &old.key);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("tls_cert") && text.contains("expired"),
+        "{text}"
+    );
+    let missing = site.base().join("missing.key");
+    let (ok, text) = check(&a.cert, &missing);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("tls_key") && text.contains("missing.key"),
+        "{text}"
+    );
+    let garbage = site.write("garbage.pem", b"not a pem file");
+    let (ok, text) = check(&garbage, &a.key);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("tls_cert") && text.contains("garbage.pem"),
+        "{text}"
+    );
+}
