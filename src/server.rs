@@ -171,6 +171,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         None => None,
     };
 
+    // Watches first: every change made during or after the initial walk is
+    // then an event, and none falls between the walk and its watch.
+    let watcher = config
+        .watch
+        .then(|| crate::cache::watch::Watcher::establish(&config.root, config.watch_options()));
     let Some(store) = first_build(&config, &mut signals)? else {
         return Ok(());
     };
@@ -199,8 +204,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             })
             .context("spawning the compression thread")?;
     }
-    if config.watch {
-        crate::cache::watch::spawn(Arc::clone(&store), config.watch_options())
+    if let Some(watcher) = watcher {
+        watcher
+            .spawn(Arc::clone(&store))
             .context("spawning the watcher thread")?;
     }
     let shared = Arc::new(Shared {
