@@ -73,6 +73,9 @@ struct RunArgs {
     /// Skip the shard sweep.
     #[arg(long)]
     no_sweep: bool,
+    /// Only the shard sweep: no matrix, no floor, no peers.
+    #[arg(long, conflicts_with = "no_sweep")]
+    sweep_only: bool,
     /// Connections in the shard sweep.
     #[arg(long, value_name = "N", default_value_t = 256)]
     sweep_concurrency: usize,
@@ -150,7 +153,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
     let ab = servers::installed("ab").is_some();
     let mut notes = plan.notes.clone();
     if !ab {
-        notes.push("ab is not installed: its rows are skipped".into());
+        notes.push("ab is not installed: its rows, HEAD among them, are skipped".into());
     }
     if servers::installed("httperf").is_none() {
         notes.push("httperf is not installed: no httperf rows".into());
@@ -161,6 +164,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
         ));
     }
     plan.cells.retain(|c| ab || c.tool != Tool::Ab);
+    if args.sweep_only {
+        plan.cells.clear();
+    }
 
     let out = args.out.clone();
     let work = out.join("work");
@@ -195,11 +201,13 @@ fn study(args: RunArgs) -> io::Result<bool> {
         nofile,
     };
     let mut running: Vec<Server> = Vec::new();
-    let (shard, _) = servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd")?;
-    running.push(shard);
-    running.push(servers::start_floor(&setup)?);
-    if args.no_peers {
-        notes.push("--no-peers: no peer servers measured".into());
+    if !args.sweep_only {
+        let (shard, _) = servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd")?;
+        running.push(shard);
+        running.push(servers::start_floor(&setup)?);
+    }
+    if args.no_peers || args.sweep_only {
+        notes.push("no peer servers measured".into());
     } else {
         for peer in servers::PEERS {
             if servers::installed(peer).is_none() {
@@ -290,10 +298,10 @@ fn study(args: RunArgs) -> io::Result<bool> {
         let elapsed = loop_start.elapsed().as_secs_f64();
         let left = (total - done) as f64 * (elapsed / done as f64);
         eprintln!(
-            "[{done}/{total}] {label}: {} rps, p50 {:.2} ms, p99 {:.2} ms, {:.2} µs/req, {} errors, client {:.0}% busy · {} left",
+            "[{done}/{total}] {label}: {} rps, p50 {:.2} ms, p99 {}, {:.2} µs/req, {} errors, client {:.0}% busy · {} left",
             rps_text(row.outcome.rps),
             row.outcome.p50_ms,
-            row.outcome.p99_ms,
+            report::ms(row.outcome.p99_ms, " ms"),
             row.server_cpu_us_per_req,
             row.outcome.errors,
             row.client_cpu_busy_pct,

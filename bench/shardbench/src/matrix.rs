@@ -100,12 +100,16 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
                     }
                 }
             }
-            for mode in [Mode::Pipeline, Mode::Ims, Mode::Head] {
+            for mode in [Mode::Pipeline, Mode::Ims] {
                 for &c in levels {
                     add(mode, SMALL, c, Tool::Wrk, &mut notes);
                 }
             }
-            // The classic tables' ab rows: small files, up to c=1000.
+            // HEAD on ab (wrk 4 cannot count HEAD responses), and the
+            // classic tables' ab rows: small files; all up to c=1000.
+            for &c in levels.iter().filter(|&&c| c <= 1000) {
+                add(Mode::Head, SMALL, c, Tool::Ab, &mut notes);
+            }
             for mode in [Mode::Close, Mode::KeepAlive] {
                 for doc in &DOCS[..2] {
                     for &c in levels.iter().filter(|&&c| c <= 1000) {
@@ -126,9 +130,10 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
             for doc in DOCS {
                 add(Mode::Close, doc, mid, Tool::Wrk, &mut notes);
             }
-            for mode in [Mode::Pipeline, Mode::Ims, Mode::Head] {
+            for mode in [Mode::Pipeline, Mode::Ims] {
                 add(mode, SMALL, mid, Tool::Wrk, &mut notes);
             }
+            add(Mode::Head, SMALL, mid, Tool::Ab, &mut notes);
             add(Mode::Close, SMALL, mid, Tool::Ab, &mut notes);
         }
         Kind::Tiny => {
@@ -146,8 +151,9 @@ mod tests {
     #[test]
     fn full_matrix_covers_every_classic_row() {
         let p = plan(Kind::Full, None, 100_000);
-        // 2 modes × 4 sizes × 5 levels + 3 rows × 5 + ab 2 × 2 × 4.
-        assert_eq!(p.cells.len(), 40 + 15 + 16);
+        // 2 modes × 4 sizes × 5 levels + 2 rows × 5, then on ab HEAD × 4
+        // and 2 modes × 2 sizes × 4 (up to c=1000).
+        assert_eq!(p.cells.len(), 40 + 10 + 4 + 16);
         assert!(p.notes.is_empty());
     }
 
