@@ -81,6 +81,8 @@ pub struct Outcome {
     pub p99_ms: f64,
     /// Socket errors plus responses other than 2xx/3xx.
     pub errors: u64,
+    /// Why the figures are missing or odd; empty normally.
+    pub note: String,
 }
 
 /// The command line for `spec`.
@@ -191,24 +193,32 @@ pub fn run(
         if procs::interrupted() {
             return Ok(None);
         }
-        return Err(io::Error::other(format!(
-            "{} ran far past its duration",
-            tool.name()
-        )));
+        return Ok(Some(Outcome {
+            p99_ms: f64::NAN,
+            note: format!("{} killed: a minute past its duration", tool.name()),
+            ..Outcome::default()
+        }));
     };
     let text = fs::read_to_string(out_file)?;
     let parsed = match tool {
         Tool::Wrk => parse_wrk(&text),
         Tool::Ab => parse_ab(&text),
     };
-    match parsed {
-        Some(o) => Ok(Some(o)),
-        None => Err(io::Error::other(format!(
-            "{} exited {status} with output I cannot read: {}",
+    // A run the tool could not report on is a row with a note, not the end
+    // of the study.
+    Ok(Some(parsed.unwrap_or_else(|| Outcome {
+        p99_ms: f64::NAN,
+        note: format!(
+            "{} exited {status} without a report: {}",
             tool.name(),
-            text.trim()
-        ))),
-    }
+            text.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+        ),
+        ..Outcome::default()
+    })))
 }
 
 /// `71.40us`, `1.29ms`, `2.00s`, `3m` → milliseconds.

@@ -255,6 +255,18 @@ fn study(args: RunArgs) -> io::Result<bool> {
         }
     }
     let names: Vec<String> = running.iter().map(|s| s.name.clone()).collect();
+    let somaxconn: usize = fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4096);
+    if plan.cells.iter().any(|c| c.concurrency > somaxconn) {
+        notes.push(format!(
+            "cells above c={somaxconn} (net.core.somaxconn) run at least {} s: the connections \
+             beyond the listen backlog wait for SYN retransmission, and shorter cells would \
+             measure the connect storm",
+            LONG_CELL.as_secs()
+        ));
+    }
     let jobs: Vec<(Cell, usize)> = plan
         .cells
         .iter()
@@ -272,14 +284,18 @@ fn study(args: RunArgs) -> io::Result<bool> {
         (1..=ctx.server.len()).collect()
     };
     let total = jobs.len() + 2 * sweep_shards.len();
-    let per_cell = duration.as_secs_f64() + 0.4;
+    let expected: f64 = jobs
+        .iter()
+        .map(|(c, _)| cell_duration(duration, c.concurrency, somaxconn).as_secs_f64() + 0.2)
+        .sum::<f64>()
+        + 2.0 * sweep_shards.len() as f64 * (duration.as_secs_f64() + 1.5);
     eprintln!(
         "{} cells ({} matrix over {}, {} sweep), about {} at {:.0} s per cell",
         total,
         jobs.len(),
         names.join(", "),
         2 * sweep_shards.len(),
-        hms(total as f64 * per_cell),
+        hms(expected),
         duration.as_secs_f64()
     );
     if args.dry_run {
@@ -327,7 +343,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
             port: s.port,
             path: cell.doc.path,
             concurrency: cell.concurrency,
-            duration: ctx.duration,
+            duration: cell_duration(ctx.duration, cell.concurrency, somaxconn),
             client_cpus: &ctx.client,
             last_modified: s.last_modified.as_deref(),
             work: &ctx.work,
@@ -457,6 +473,19 @@ fn study(args: RunArgs) -> io::Result<bool> {
     Ok(complete)
 }
 
+/// Shortest cell above the listen backlog.
+const LONG_CELL: Duration = Duration::from_secs(5);
+
+/// A cell's length: at least [`LONG_CELL`] when its connections overflow
+/// the listen backlog.
+fn cell_duration(base: Duration, concurrency: usize, somaxconn: usize) -> Duration {
+    if concurrency > somaxconn {
+        base.max(LONG_CELL)
+    } else {
+        base
+    }
+}
+
 /// Run one load and turn it into a row (section and names left to the
 /// caller). `None` when interrupted.
 fn measure(
@@ -483,6 +512,10 @@ fn measure(
         return Ok(None);
     };
     let elapsed = start.elapsed().as_secs_f64();
+    let mut note = outcome.note.clone();
+    if outcome.requests == 0 && note.is_empty() {
+        note = "no responses".into();
+    }
     let t1 = procs::tree_ticks(server_pid);
     let c1 = procs::cpu_ticks(&ctx.client);
     let server_s = t1.saturating_sub(t0) as f64 / ctx.tck as f64;
@@ -509,6 +542,7 @@ fn measure(
             0.0
         },
         outcome,
+        note,
         ..Row::default()
     }))
 }

@@ -8,6 +8,9 @@ use crate::load::{Mode, Tool};
 /// The classic concurrency levels.
 pub const CONCURRENCY: [usize; 5] = [1, 10, 100, 1000, 10_000];
 
+/// Most connections an ab row uses.
+pub const AB_MAX: usize = 1000;
+
 /// How much of the matrix to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -73,6 +76,8 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
     };
     let mut cells = Vec::new();
     let mut add = |mode, doc, c: usize, tool, notes: &mut Vec<String>| {
+        // ab is one single-threaded process: the classic tables stop at 1000.
+        let c = if tool == Tool::Ab { c.min(AB_MAX) } else { c };
         let concurrency = fit(c, notes);
         let cell = Cell {
             mode,
@@ -107,12 +112,12 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
             }
             // HEAD on ab (wrk 4 cannot count HEAD responses), and the
             // classic tables' ab rows: small files; all up to c=1000.
-            for &c in levels.iter().filter(|&&c| c <= 1000) {
+            for &c in levels.iter().filter(|&&c| c <= AB_MAX) {
                 add(Mode::Head, SMALL, c, Tool::Ab, &mut notes);
             }
             for mode in [Mode::Close, Mode::KeepAlive] {
                 for doc in &DOCS[..2] {
-                    for &c in levels.iter().filter(|&&c| c <= 1000) {
+                    for &c in levels.iter().filter(|&&c| c <= AB_MAX) {
                         add(mode, *doc, c, Tool::Ab, &mut notes);
                     }
                 }
@@ -174,5 +179,7 @@ mod tests {
         let floor = p.cells.iter().filter(|c| c.applies_to("floor")).count();
         assert_eq!(floor, 3 + 1 + 1, "keep-alive curve, close and pipelining");
         assert!(p.cells.iter().all(|c| c.applies_to("nginx")));
+        let p = plan(Kind::Quick, Some(&[10_000]), 100_000);
+        assert!(p.cells.iter().all(|c| c.tool == Tool::Wrk || c.concurrency == AB_MAX));
     }
 }

@@ -169,7 +169,8 @@ pub fn ms(v: f64, unit: &str) -> String {
             "p99 n/a".into()
         }
     } else {
-        format!("{v:.3}{unit}")
+        let places = if unit.is_empty() { 3 } else { 2 };
+        format!("{v:.places$}{unit}")
     }
 }
 
