@@ -9,6 +9,7 @@
 #   bench/run.sh                  # the full matrix, at most 15 minutes on 2 cores
 #   bench/run.sh --help           # every shardbench flag
 #
+# SHARDHTTPD_BIN=/path measures that binary instead of building one.
 # Results go to bench/results/<UTC timestamp>/ (ignored by git) unless --out
 # is given.
 set -euo pipefail
@@ -17,4 +18,6 @@ out=(--out "bench/results/$(date -u +%Y%m%dT%H%M%SZ)")
 for a in "$@"; do
     [[ $a == --out || $a == --out=* || $a == -h || $a == --help ]] && out=()
 done
-exec cargo run --release --quiet -p shardbench -- "${out[@]}" "$@"
+bin=()
+[[ -n ${SHARDHTTPD_BIN:-} ]] && bin=(--server-bin "$SHARDHTTPD_BIN")
+exec cargo run --release --quiet -p shardbench -- "${out[@]}" "${bin[@]}" "$@"

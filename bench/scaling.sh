@@ -8,6 +8,7 @@
 #   bench/scaling.sh                                      # client: first third of the CPUs
 #   bench/scaling.sh --client-cpus 0-7 --server-cpus 8-15 --sweep-concurrency 512
 #
+# SHARDHTTPD_BIN=/path measures that binary instead of building one.
 # Results go to bench/results/scaling-<UTC timestamp>/ (ignored by git)
 # unless --out is given.
 set -euo pipefail
@@ -16,4 +17,6 @@ out=(--out "bench/results/scaling-$(date -u +%Y%m%dT%H%M%SZ)")
 for a in "$@"; do
     [[ $a == --out || $a == --out=* || $a == -h || $a == --help ]] && out=()
 done
-exec cargo run --release --quiet -p shardbench -- --sweep-only "${out[@]}" "$@"
+bin=()
+[[ -n ${SHARDHTTPD_BIN:-} ]] && bin=(--server-bin "$SHARDHTTPD_BIN")
+exec cargo run --release --quiet -p shardbench -- --sweep-only "${out[@]}" "${bin[@]}" "$@"
