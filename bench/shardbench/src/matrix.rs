@@ -180,6 +180,9 @@ mod tests {
         assert_eq!(floor, 3 + 1 + 1, "keep-alive curve, close and pipelining");
         assert!(p.cells.iter().all(|c| c.applies_to("nginx")));
         let p = plan(Kind::Quick, Some(&[10_000]), 100_000);
-        assert!(p.cells.iter().all(|c| c.tool == Tool::Wrk || c.concurrency == AB_MAX));
+        assert!(p
+            .cells
+            .iter()
+            .all(|c| c.tool == Tool::Wrk || c.concurrency == AB_MAX));
     }
 }
