@@ -73,6 +73,9 @@ struct RunArgs {
     /// Skip the shard sweep.
     #[arg(long)]
     no_sweep: bool,
+    /// Only the shard sweep: no matrix, no floor, no peers.
+    #[arg(long, conflicts_with = "no_sweep")]
+    sweep_only: bool,
     /// Connections in the shard sweep.
     #[arg(long, value_name = "N", default_value_t = 256)]
     sweep_concurrency: usize,
@@ -85,7 +88,9 @@ struct RunArgs {
     /// CPUs for the servers (default: the CPUs the client does not use).
     #[arg(long, value_name = "LIST")]
     server_cpus: Option<String>,
-    /// Add the TLS rows (only when shardhttpd was built with TLS listeners).
+    /// Add the TLS rows (keep-alive and close over HTTPS, c ≤ 1000) for
+    /// shardhttpd and every peer with TLS, on a self-signed P-256
+    /// certificate made with openssl.
     #[arg(long)]
     tls: bool,
     /// Show the matrix and the time it will take, and exit.
@@ -124,7 +129,6 @@ struct Ctx {
     server: Vec<usize>,
     work: PathBuf,
     duration: Duration,
-    tck: u64,
 }
 
 /// The whole study. Ok(false) when interrupted.
@@ -146,11 +150,11 @@ fn study(args: RunArgs) -> io::Result<bool> {
     // The client and the server each hold one fd per connection, plus some.
     let cap = nofile.saturating_sub(256).max(1) as usize;
     let (client, server) = split_cpus(&args)?;
-    let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap);
+    let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap, args.tls);
     let ab = servers::installed("ab").is_some();
     let mut notes = plan.notes.clone();
     if !ab {
-        notes.push("ab is not installed: its rows are skipped".into());
+        notes.push("ab is not installed: its rows, HEAD among them, are skipped".into());
     }
     if servers::installed("httperf").is_none() {
         notes.push("httperf is not installed: no httperf rows".into());
@@ -161,6 +165,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
         ));
     }
     plan.cells.retain(|c| ab || c.tool != Tool::Ab);
+    if args.sweep_only {
+        plan.cells.clear();
+    }
 
     let out = args.out.clone();
     let work = out.join("work");
@@ -172,7 +179,6 @@ fn study(args: RunArgs) -> io::Result<bool> {
         server,
         work: work.clone(),
         duration,
-        tck: procs::ticks_per_second(),
     };
     let mut commands = vec![std::env::args().collect::<Vec<_>>().join(" ")];
     eprintln!(
@@ -194,12 +200,34 @@ fn study(args: RunArgs) -> io::Result<bool> {
         cpus: &ctx.server,
         nofile,
     };
+    let tls = if args.tls && !args.sweep_only {
+        let help = std::process::Command::new(&bin).arg("--help").output()?;
+        if !String::from_utf8_lossy(&help.stdout).contains("--tls-listen") {
+            notes.push("--tls: this shardhttpd has no TLS listener; TLS rows skipped".into());
+            None
+        } else if servers::installed("openssl").is_none() {
+            notes.push(
+                "--tls: openssl is not installed to make a certificate; TLS rows skipped".into(),
+            );
+            None
+        } else {
+            Some(servers::make_cert(&work, &mut commands)?)
+        }
+    } else {
+        None
+    };
+    if tls.is_none() {
+        plan.cells.retain(|c| !c.mode.is_tls());
+    }
     let mut running: Vec<Server> = Vec::new();
-    let (shard, _) = servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd")?;
-    running.push(shard);
-    running.push(servers::start_floor(&setup)?);
-    if args.no_peers {
-        notes.push("--no-peers: no peer servers measured".into());
+    if !args.sweep_only {
+        let (shard, _) =
+            servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd", tls.as_ref())?;
+        running.push(shard);
+        running.push(servers::start_floor(&setup)?);
+    }
+    if args.no_peers || args.sweep_only {
+        notes.push("no peer servers measured".into());
     } else {
         for peer in servers::PEERS {
             if servers::installed(peer).is_none() {
@@ -208,8 +236,15 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 notes.push(n);
                 continue;
             }
-            match servers::start_peer(peer, &setup) {
-                Ok(s) => running.push(s),
+            match servers::start_peer(peer, &setup, tls.as_ref()) {
+                Ok(s) => {
+                    if tls.is_some() && s.tls_port.is_none() {
+                        notes.push(format!(
+                            "{peer} has no TLS module installed: no TLS rows for it"
+                        ));
+                    }
+                    running.push(s)
+                }
                 Err(e) => {
                     let n = format!("SKIP {peer}: it did not start or serve the documents: {e}");
                     eprintln!("{n}");
@@ -217,17 +252,6 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 }
             }
         }
-    }
-    if args.tls {
-        let help = std::process::Command::new(&bin).arg("--help").output()?;
-        if String::from_utf8_lossy(&help.stdout).contains("--tls") {
-            notes.push(
-                "--tls: this shardhttpd has TLS flags, but this version of the tool has no TLS rows yet".into(),
-            );
-        } else {
-            notes.push("--tls: this shardhttpd has no TLS listener; TLS rows skipped".into());
-        }
-        eprintln!("note: {}", notes.last().map_or("", String::as_str));
     }
     for s in &mut running {
         commands.push(format!("# {} (port {})\n{}", s.name, s.port, s.command));
@@ -247,6 +271,18 @@ fn study(args: RunArgs) -> io::Result<bool> {
         }
     }
     let names: Vec<String> = running.iter().map(|s| s.name.clone()).collect();
+    let somaxconn: usize = fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4096);
+    if plan.cells.iter().any(|c| c.concurrency > somaxconn) {
+        notes.push(format!(
+            "cells above c={somaxconn} (net.core.somaxconn) run at least {} s: the connections \
+             beyond the listen backlog wait for SYN retransmission, and shorter cells would \
+             measure the connect storm",
+            LONG_CELL.as_secs()
+        ));
+    }
     let jobs: Vec<(Cell, usize)> = plan
         .cells
         .iter()
@@ -254,7 +290,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
             running
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| c.applies_to(&s.name))
+                .filter(|(_, s)| {
+                    c.applies_to(&s.name) && (!c.mode.is_tls() || s.tls_port.is_some())
+                })
                 .map(move |(i, _)| (*c, i))
         })
         .collect();
@@ -264,14 +302,18 @@ fn study(args: RunArgs) -> io::Result<bool> {
         (1..=ctx.server.len()).collect()
     };
     let total = jobs.len() + 2 * sweep_shards.len();
-    let per_cell = duration.as_secs_f64() + 0.4;
+    let expected: f64 = jobs
+        .iter()
+        .map(|(c, _)| cell_duration(duration, c.concurrency, somaxconn).as_secs_f64() + 0.2)
+        .sum::<f64>()
+        + 2.0 * sweep_shards.len() as f64 * (duration.as_secs_f64() + 1.5);
     eprintln!(
         "{} cells ({} matrix over {}, {} sweep), about {} at {:.0} s per cell",
         total,
         jobs.len(),
         names.join(", "),
         2 * sweep_shards.len(),
-        hms(total as f64 * per_cell),
+        hms(expected),
         duration.as_secs_f64()
     );
     if args.dry_run {
@@ -290,10 +332,10 @@ fn study(args: RunArgs) -> io::Result<bool> {
         let elapsed = loop_start.elapsed().as_secs_f64();
         let left = (total - done) as f64 * (elapsed / done as f64);
         eprintln!(
-            "[{done}/{total}] {label}: {} rps, p50 {:.2} ms, p99 {:.2} ms, {:.2} µs/req, {} errors, client {:.0}% busy · {} left",
+            "[{done}/{total}] {label}: {} rps, p50 {:.2} ms, p99 {}, {:.2} µs/req, {} errors, client {:.0}% busy · {} left",
             rps_text(row.outcome.rps),
             row.outcome.p50_ms,
-            row.outcome.p99_ms,
+            report::ms(row.outcome.p99_ms, " ms"),
             row.server_cpu_us_per_req,
             row.outcome.errors,
             row.client_cpu_busy_pct,
@@ -316,10 +358,14 @@ fn study(args: RunArgs) -> io::Result<bool> {
         let spec = Spec {
             tool: cell.tool,
             mode: cell.mode,
-            port: s.port,
+            port: if cell.mode.is_tls() {
+                s.tls_port.unwrap_or(s.port)
+            } else {
+                s.port
+            },
             path: cell.doc.path,
             concurrency: cell.concurrency,
-            duration: ctx.duration,
+            duration: cell_duration(ctx.duration, cell.concurrency, somaxconn),
             client_cpus: &ctx.client,
             last_modified: s.last_modified.as_deref(),
             work: &ctx.work,
@@ -352,7 +398,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 break 'sweep;
             }
             let name = format!("shardhttpd-{n}-{steer}");
-            let (mut s, admin) = servers::start_shardhttpd(&bin, &setup, n, steer, &name)?;
+            let (mut s, admin) = servers::start_shardhttpd(&bin, &setup, n, steer, &name, None)?;
             commands.push(format!("# {name}\n{}", s.command));
             let spec = Spec {
                 tool: Tool::Wrk,
@@ -449,6 +495,19 @@ fn study(args: RunArgs) -> io::Result<bool> {
     Ok(complete)
 }
 
+/// Shortest cell above the listen backlog.
+const LONG_CELL: Duration = Duration::from_secs(5);
+
+/// A cell's length: at least [`LONG_CELL`] when its connections overflow
+/// the listen backlog.
+fn cell_duration(base: Duration, concurrency: usize, somaxconn: usize) -> Duration {
+    if concurrency > somaxconn {
+        base.max(LONG_CELL)
+    } else {
+        base
+    }
+}
+
 /// Run one load and turn it into a row (section and names left to the
 /// caller). `None` when interrupted.
 fn measure(
@@ -468,16 +527,20 @@ fn measure(
             "_"
         )
     ));
-    let t0 = procs::tree_ticks(server_pid);
+    let t0 = procs::tree_cpu_ns(server_pid);
     let c0 = procs::cpu_ticks(&ctx.client);
     let start = Instant::now();
     let Some(outcome) = load::run(spec.tool, &cmd, spec.duration, &raw)? else {
         return Ok(None);
     };
     let elapsed = start.elapsed().as_secs_f64();
-    let t1 = procs::tree_ticks(server_pid);
+    let mut note = outcome.note.clone();
+    if outcome.requests == 0 && note.is_empty() {
+        note = "no responses".into();
+    }
+    let t1 = procs::tree_cpu_ns(server_pid);
     let c1 = procs::cpu_ticks(&ctx.client);
-    let server_s = t1.saturating_sub(t0) as f64 / ctx.tck as f64;
+    let server_s = t1.saturating_sub(t0) as f64 / 1e9;
     let (busy, all) = (c1.0.saturating_sub(c0.0), c1.1.saturating_sub(c0.1));
     Ok(Some(Row {
         tool: spec.tool.name().into(),
@@ -501,6 +564,7 @@ fn measure(
             0.0
         },
         outcome,
+        note,
         ..Row::default()
     }))
 }

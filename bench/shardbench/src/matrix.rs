@@ -8,6 +8,13 @@ use crate::load::{Mode, Tool};
 /// The classic concurrency levels.
 pub const CONCURRENCY: [usize; 5] = [1, 10, 100, 1000, 10_000];
 
+/// Most connections an ab row uses.
+pub const AB_MAX: usize = 1000;
+
+/// Most connections a TLS row uses: beyond, a handshake storm measures the
+/// listen backlog.
+pub const TLS_MAX: usize = 1000;
+
 /// How much of the matrix to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -58,7 +65,7 @@ pub struct Plan {
 
 /// The cells of `kind`; `levels` replaces its concurrency levels; each level
 /// is capped at `cap` (from RLIMIT_NOFILE), with a note when it is.
-pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
+pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan {
     let mut notes = Vec::new();
     let fit = |c: usize, notes: &mut Vec<String>| -> usize {
         if c > cap {
@@ -73,6 +80,8 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
     };
     let mut cells = Vec::new();
     let mut add = |mode, doc, c: usize, tool, notes: &mut Vec<String>| {
+        // ab is one single-threaded process: the classic tables stop at 1000.
+        let c = if tool == Tool::Ab { c.min(AB_MAX) } else { c };
         let concurrency = fit(c, notes);
         let cell = Cell {
             mode,
@@ -100,15 +109,26 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
                     }
                 }
             }
-            for mode in [Mode::Pipeline, Mode::Ims, Mode::Head] {
+            for mode in [Mode::Pipeline, Mode::Ims] {
                 for &c in levels {
                     add(mode, SMALL, c, Tool::Wrk, &mut notes);
                 }
             }
-            // The classic tables' ab rows: small files, up to c=1000.
+            // HEAD on ab (wrk 4 cannot count HEAD responses), and the
+            // classic tables' ab rows: small files; all up to c=1000.
+            for &c in levels.iter().filter(|&&c| c <= AB_MAX) {
+                add(Mode::Head, SMALL, c, Tool::Ab, &mut notes);
+            }
+            if tls {
+                for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
+                    for &c in levels.iter().filter(|&&c| c <= TLS_MAX) {
+                        add(mode, SMALL, c, Tool::Wrk, &mut notes);
+                    }
+                }
+            }
             for mode in [Mode::Close, Mode::KeepAlive] {
                 for doc in &DOCS[..2] {
-                    for &c in levels.iter().filter(|&&c| c <= 1000) {
+                    for &c in levels.iter().filter(|&&c| c <= AB_MAX) {
                         add(mode, *doc, c, Tool::Ab, &mut notes);
                     }
                 }
@@ -126,14 +146,25 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
             for doc in DOCS {
                 add(Mode::Close, doc, mid, Tool::Wrk, &mut notes);
             }
-            for mode in [Mode::Pipeline, Mode::Ims, Mode::Head] {
+            for mode in [Mode::Pipeline, Mode::Ims] {
                 add(mode, SMALL, mid, Tool::Wrk, &mut notes);
             }
+            add(Mode::Head, SMALL, mid, Tool::Ab, &mut notes);
             add(Mode::Close, SMALL, mid, Tool::Ab, &mut notes);
+            if tls {
+                for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
+                    add(mode, SMALL, mid.min(TLS_MAX), Tool::Wrk, &mut notes);
+                }
+            }
         }
         Kind::Tiny => {
             let c = levels.and_then(|l| l.first().copied()).unwrap_or(10);
             add(Mode::KeepAlive, SMALL, c, Tool::Wrk, &mut notes);
+            if tls {
+                for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
+                    add(mode, SMALL, c.min(TLS_MAX), Tool::Wrk, &mut notes);
+                }
+            }
         }
     }
     Plan { cells, notes }
@@ -145,15 +176,24 @@ mod tests {
 
     #[test]
     fn full_matrix_covers_every_classic_row() {
-        let p = plan(Kind::Full, None, 100_000);
-        // 2 modes × 4 sizes × 5 levels + 3 rows × 5 + ab 2 × 2 × 4.
-        assert_eq!(p.cells.len(), 40 + 15 + 16);
+        let p = plan(Kind::Full, None, 100_000, false);
+        // 2 modes × 4 sizes × 5 levels + 2 rows × 5, then on ab HEAD × 4
+        // and 2 modes × 2 sizes × 4 (up to c=1000).
+        assert_eq!(p.cells.len(), 40 + 10 + 4 + 16);
         assert!(p.notes.is_empty());
     }
 
     #[test]
+    fn tls_rows_only_when_asked() {
+        let p = plan(Kind::Full, None, 100_000, true);
+        let tls: Vec<&Cell> = p.cells.iter().filter(|c| c.mode.is_tls()).collect();
+        assert_eq!(tls.len(), 2 * 4, "keep-alive and close at c ≤ 1000");
+        assert!(tls.iter().all(|c| !c.applies_to("floor")));
+    }
+
+    #[test]
     fn concurrency_is_capped_and_reported() {
-        let p = plan(Kind::Full, Some(&[100, 1000, 10_000]), 4000);
+        let p = plan(Kind::Full, Some(&[100, 1000, 10_000]), 4000, false);
         assert!(p.cells.iter().all(|c| c.concurrency <= 4000));
         assert!(p.cells.iter().any(|c| c.concurrency == 4000));
         assert_eq!(
@@ -164,9 +204,14 @@ mod tests {
 
     #[test]
     fn the_floor_serves_only_the_small_page_rows() {
-        let p = plan(Kind::Quick, None, 100_000);
+        let p = plan(Kind::Quick, None, 100_000, false);
         let floor = p.cells.iter().filter(|c| c.applies_to("floor")).count();
         assert_eq!(floor, 3 + 1 + 1, "keep-alive curve, close and pipelining");
         assert!(p.cells.iter().all(|c| c.applies_to("nginx")));
+        let p = plan(Kind::Quick, Some(&[10_000]), 100_000, false);
+        assert!(p
+            .cells
+            .iter()
+            .all(|c| c.tool == Tool::Wrk || c.concurrency == AB_MAX));
     }
 }
