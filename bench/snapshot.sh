@@ -3,8 +3,17 @@
 # $FILES files, the initial build time, the snapshot's memory, and the time
 # from changing one file to the new bytes being served over HTTP.
 #
-#   bench/snapshot.sh                 # 10 000 files, default compression
+#   bench/snapshot.sh                 # 10 000 mixed files, default compression
 #   FILES=2000 EXTRA="--compress false" bench/snapshot.sh
+#   bench/snapshot.sh --files 200000 --file-size 1024   # issue 8's table
+#
+# With --files N --file-size B the root is N files of B bytes in
+# directories of 100 (issue 8's shape), and the report is issue 8's table:
+# start to serving, one-file change to served (median and max of $CHANGES),
+# the server CPU each change cost (utime+stime delta, /proc), RSS at rest
+# against the body bytes (ratio and overhead per file), RSS while changes
+# keep coming, and what the last rebuild examined and copied
+# (/status.json).
 #
 # Memory is reported two ways: the snapshot's own body bytes (identity and
 # variants, from the build log) and the server's RSS minus the RSS of the same
@@ -12,6 +21,14 @@
 set -euo pipefail
 
 FILES=${FILES:-10000}
+FILE_SIZE=
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --files) FILES=$2; shift 2 ;;
+    --file-size) FILE_SIZE=$2; shift 2 ;;
+    *) echo "usage: $0 [--files N] [--file-size BYTES]" >&2; exit 2 ;;
+    esac
+done
 CHANGES=${CHANGES:-20}
 CORES=${CORES:-2}
 EXTRA=${EXTRA:-}
@@ -26,6 +43,19 @@ fi
 WORK=$(mktemp -d /tmp/shardhttpd-snapbench.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
+if [[ -n $FILE_SIZE ]]; then
+python3 - "$WORK/www" "$FILES" "$FILE_SIZE" <<'PY'
+import os, sys
+root, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    d = os.path.join(root, "d%04d" % (i // 100))
+    if i % 100 == 0:
+        os.makedirs(d, exist_ok=True)
+    head = b"<!-- %d -->\n" % i
+    with open(os.path.join(d, "f%07d.html" % i), "wb") as f:
+        f.write(head + b"x" * max(0, size - len(head)))
+PY
+else
 python3 - "$WORK/www" "$FILES" <<'PY'
 import os, random, sys
 root, n = sys.argv[1], int(sys.argv[2])
@@ -49,6 +79,7 @@ for i in range(n):
     with open(os.path.join(d, "f%05d.%s" % (i, ext)), "wb") as f:
         f.write(data)
 PY
+fi
 mkdir -p "$WORK/tiny" && echo hi > "$WORK/tiny/index.html"
 du -sh --apparent-size "$WORK/www" | awk '{print "root: '"$FILES"' files, " $1 " on disk"}'
 
@@ -86,15 +117,33 @@ fi
 RSS=$(rss_kib "$PID")
 echo "snapshot bodies: identity $(field mem_bytes) B in memory, $(field file_bytes) B from fds, variants $(field encoded_bytes) B"
 echo "RSS: $((RSS / 1024)) MiB, minus a one-file server: $(((RSS - BASE_RSS) / 1024)) MiB"
+BODIES=$(($(field mem_bytes) + $(field encoded_bytes)))
+if ((BODIES > 0)); then
+    echo "RSS at rest / body bytes: $(echo "scale=2; $RSS * 1024 / $BODIES" | bc)x; overhead beyond the bodies: $(( (RSS * 1024 - BODIES) / FILES )) B per file"
+fi
 
-python3 - "$WORK/www" "$PORT" "$CHANGES" <<'PY'
-import http.client, os, statistics, sys, time
-root, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ADMIN=$(grep -o 'admin endpoint addr=127.0.0.1:[0-9]*' "$WORK/server.log" | head -1 | cut -d: -f2)
+python3 - "$WORK/www" "$PORT" "$CHANGES" "$PID" "$ADMIN" <<'PY'
+import http.client, json, os, statistics, sys, time
+root, port, n, pid, admin = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+tick = os.sysconf("SC_CLK_TCK")
+def cpu_ms():
+    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) * 1000 / tick
+def rss_mib():
+    for l in open("/proc/%d/status" % pid):
+        if l.startswith("VmRSS:"):
+            return int(l.split()[1]) / 1024
+def status():
+    c = http.client.HTTPConnection("127.0.0.1", admin, timeout=5)
+    c.request("GET", "/status.json")
+    return json.loads(c.getresponse().read())["snapshot"]
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
 target = [os.path.join(dp, f) for dp, _, fs in os.walk(root) for f in fs if f.endswith(".html")][0]
 url = target[len(root):]
-lat = []
+lat, cpu, peak = [], [], 0.0
 for i in range(n):
+    c0 = cpu_ms()
     marker = b"<!-- change %d -->" % i
     body = open(target, "rb").read().split(b"\n", 1)[-1]
     t0 = time.monotonic()
@@ -109,9 +158,17 @@ for i in range(n):
             break
         time.sleep(0.001)
     lat.append((time.monotonic() - t0) * 1000)
+    peak = max(peak, rss_mib())
     time.sleep(0.2)
+    cpu.append(cpu_ms() - c0)
 lat.sort()
 print("change to served (one file, %d changes): median %.0f ms, min %.0f ms, max %.0f ms"
       % (n, statistics.median(lat), lat[0], lat[-1]))
+print("server CPU per change (rebuild + the polling GETs): median %.0f ms, max %.0f ms (clock tick %d ms)"
+      % (statistics.median(cpu), max(cpu), 1000 // tick))
+s = status()
+print("last rebuild: %s paths examined, %s body bytes copied, %s segments"
+      % (s.get("paths_examined"), s.get("bytes_copied"), s.get("segments")))
+print("RSS while changes kept coming: peak %.0f MiB" % peak)
 PY
 grep "snapshot built" "$WORK/server.log" | tail -1 | sed 's/.*snapshot built/last incremental rebuild:/'

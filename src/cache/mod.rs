@@ -2,10 +2,11 @@
 //!
 //! A [`Snapshot`] maps every servable path to an [`Entry`] whose response
 //! heads are pre-rendered, so a hit on the hot path is one hash lookup and one
-//! write. Small bodies are copied into one anonymous arena at build time, so a
-//! file rewritten or truncated on disk can never reach a response (no shared
-//! file mapping, no SIGBUS); large ones are sent with `sendfile` from an fd
-//! opened at build time (see [`LargeFile`]).
+//! write. Small bodies are copied into anonymous memory segments at build
+//! time, so a file rewritten or truncated on disk can never reach a response
+//! (no shared file mapping, no SIGBUS); generations share the segments whose
+//! bodies did not change ([`Segment`]). Large ones are sent from an fd opened
+//! on demand beneath the root (see [`LargeFile`]).
 //!
 //! A rebuild reuses every unchanged file of the previous snapshot (same
 //! [`FileStamp`]) and only reads and compresses what changed; the
@@ -163,7 +164,9 @@ pub struct Repr {
 /// Where a representation's bytes are.
 #[derive(Debug, Clone)]
 pub enum Body {
-    /// `len` bytes at `off` in the snapshot's arena.
+    /// `len` bytes at `off` in the snapshot's body segments: the bits from
+    /// [`SEGMENT_SHIFT`] up name the segment, the bits below the offset in
+    /// it. Adding a range's start to `off` stays within the body's segment.
     Mem { off: usize, len: usize },
     /// Sent with `sendfile` from an fd opened at build time.
     File(LargeFile),
@@ -214,6 +217,26 @@ impl FileStamp {
     }
 }
 
+/// Bits of a [`Body::Mem`] offset that address a byte within its segment
+/// (1 TiB); the bits above are the segment's index in the snapshot.
+pub const SEGMENT_SHIFT: u32 = 40;
+
+/// Pack a segment index and an offset into a [`Body::Mem`] offset.
+pub(crate) fn pack_off(segment: usize, off: usize) -> usize {
+    (segment << SEGMENT_SHIFT) | off
+}
+
+/// The segment index and offset a [`Body::Mem`] offset packs.
+pub(crate) fn unpack_off(off: usize) -> (usize, usize) {
+    (off >> SEGMENT_SHIFT, off & ((1 << SEGMENT_SHIFT) - 1))
+}
+
+/// Read-only anonymous memory holding bodies. Generations share the
+/// segments whose bodies they all still serve, so a rebuild copies only
+/// what changed, and a connection pinning an old generation pins little
+/// beyond what the current one holds anyway.
+pub type Segment = Arc<memmap2::Mmap>;
+
 /// Totals for logs and metrics.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SnapshotStats {
@@ -231,6 +254,16 @@ pub struct SnapshotStats {
     pub reused: u64,
     /// Entries read (and compressed) by this build.
     pub loaded: u64,
+    /// Files and directories this build stat'ed or listed.
+    pub paths_examined: u64,
+    /// Body bytes this build copied into new memory (changed files, and
+    /// live bodies of compacted segments); bodies in shared segments are
+    /// not copied.
+    pub bytes_copied: u64,
+    /// Body segments the snapshot references, and how many it shares with
+    /// the previous generation.
+    pub segments: u64,
+    pub segments_shared: u64,
 }
 
 /// Normalised path → resource. Keys come from the walk, not from clients,
@@ -247,7 +280,7 @@ pub struct Snapshot {
     index: PathIndex,
     entries: Vec<Entry>,
     /// Read-only anonymous memory holding every `Body::Mem`.
-    arena: Option<memmap2::Mmap>,
+    segments: Vec<Segment>,
     /// Status code → entry served as that error's body.
     error_pages: Vec<(u16, u32)>,
     /// The entry of `/index.html` when the SPA fallback is on.
@@ -268,10 +301,11 @@ impl Snapshot {
 
     /// The bytes of a `Body::Mem`.
     pub fn mem(&self, off: usize, len: usize) -> &[u8] {
-        match &self.arena {
-            Some(arena) => &arena[off..off + len],
-            None => &[],
+        if len == 0 {
+            return &[];
         }
+        let (segment, at) = unpack_off(off);
+        &self.segments[segment][at..at + len]
     }
 
     /// The page configured for an error status, if the snapshot has it.
@@ -317,7 +351,7 @@ impl Snapshot {
             compressed: false,
             index: PathIndex::default(),
             entries: Vec::new(),
-            arena: None,
+            segments: Vec::new(),
             error_pages: Vec::new(),
             spa_index: None,
             status_cache_control: StatusCacheControl::default(),

@@ -65,6 +65,14 @@ pub struct StoreStats {
     pub last_rebuild_seconds: f64,
     /// When the last rebuild succeeded (Unix seconds, 0 before the first).
     pub last_success_unix_seconds: u64,
+    /// Files and directories the build of the snapshot being served
+    /// stat'ed or listed.
+    pub last_build_paths_examined: u64,
+    /// Body bytes that build copied into new memory (the rest it shares
+    /// with the previous generation).
+    pub last_build_bytes_copied: u64,
+    /// Body segments of the snapshot being served.
+    pub segments: u64,
 }
 
 impl Store {
@@ -263,6 +271,9 @@ impl Store {
             rebuilds_failed: self.rebuilds_failed.load(Ordering::Relaxed),
             last_rebuild_seconds: self.last_rebuild_us.load(Ordering::Relaxed) as f64 / 1e6,
             last_success_unix_seconds: self.last_success_unix.load(Ordering::Relaxed),
+            last_build_paths_examined: s.paths_examined,
+            last_build_bytes_copied: s.bytes_copied,
+            segments: s.segments,
         }
     }
 }

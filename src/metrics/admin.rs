@@ -274,6 +274,9 @@ impl Rates {
                     .collect(),
                 rebuilds_ok: snapshot.rebuilds_ok,
                 rebuilds_failed: snapshot.rebuilds_failed,
+                paths_examined: snapshot.last_build_paths_examined,
+                bytes_copied: snapshot.last_build_bytes_copied,
+                segments: snapshot.segments,
             },
             cores,
         }
@@ -309,6 +312,12 @@ struct SnapshotStatus {
     bytes: std::collections::BTreeMap<String, u64>,
     rebuilds_ok: u64,
     rebuilds_failed: u64,
+    /// Paths the last published build stat'ed or listed.
+    paths_examined: u64,
+    /// Body bytes the last published build copied.
+    bytes_copied: u64,
+    /// Body segments of the snapshot (shared between generations).
+    segments: u64,
 }
 
 #[derive(Serialize)]

@@ -316,7 +316,23 @@ fn snapshot_families(snap: &StoreStats) -> Vec<MetricFamily> {
             .mut_metric()
             .push(counter(&[("reason", reason)], n as f64));
     }
-    vec![generation, files, bytes, rebuilds, sidecars]
+    let mut examined = family(
+        "shardhttpd_snapshot_build_paths_examined",
+        "Files and directories stat'ed or listed by the build of the snapshot being served.",
+        MetricType::GAUGE,
+    );
+    examined
+        .mut_metric()
+        .push(gauge(&[], snap.last_build_paths_examined as f64));
+    let mut copied = family(
+        "shardhttpd_snapshot_build_bytes_copied",
+        "Body bytes the build of the snapshot being served copied; the rest is shared with the previous generation.",
+        MetricType::GAUGE,
+    );
+    copied
+        .mut_metric()
+        .push(gauge(&[], snap.last_build_bytes_copied as f64));
+    vec![generation, files, bytes, rebuilds, sidecars, examined, copied]
 }
 
 fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {

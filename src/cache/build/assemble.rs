@@ -11,6 +11,7 @@ use super::load::{Loaded, LoadedBody};
 use super::plan::{add_dir_slashes, Plan, Step};
 use super::render::render_entry;
 use super::walk::Walk;
+use crate::cache::{pack_off, unpack_off, Segment, SEGMENT_SHIFT};
 use crate::cache::{
     Body, BuildOptions, Entry, LargeFile, Repr, Resource, Snapshot, SnapshotStats, Source, SIDECARS,
 };
@@ -216,13 +217,14 @@ pub(super) fn assemble(
         _ => None,
     };
 
+    let segments = arena.finish(old, &mut entries, &mut stats)?;
     Ok(Snapshot {
         generation,
         stats,
         compressed: opts.compress.is_some(),
         index,
         entries,
-        arena: arena.finish(old)?,
+        segments,
         error_pages,
         spa_index,
         status_cache_control: opts.status_cache_control.clone(),
@@ -241,30 +243,55 @@ impl Bytes {
     }
 }
 
-/// The new arena's layout: every body's source, back to back. The arena is
-/// allocated once at the end, at its exact size.
+/// Segment index standing for "the new segment" while entries are
+/// assembled; [`ArenaPlan::finish`] rewrites it to the real index.
+const NEW_SEGMENT: usize = (1 << (usize::BITS - SEGMENT_SHIFT)) - 1;
+
+/// Most segments a snapshot references. Past this the smallest shared ones
+/// are compacted into the new one, so a long run of one-file changes does
+/// not leave thousands of tiny mappings.
+const MAX_SEGMENTS: usize = 32;
+
+/// Where the new snapshot's bodies live. New bytes are laid out back to back
+/// in one new segment, allocated at the end at its exact size. Reused bodies
+/// keep pointing into the old snapshot's segments, which the new one shares,
+/// unless a segment is mostly dead (less than half of it still served) or
+/// one of too many: then its live bodies are copied into the new segment.
 #[derive(Default)]
 pub(super) struct ArenaPlan {
     parts: Vec<Bytes>,
     pub(super) len: usize,
+    /// Bytes still served from each old segment, by its index there.
+    live: Vec<usize>,
 }
 
 impl ArenaPlan {
     pub(super) fn push(&mut self, bytes: Bytes) -> Body {
-        let len = match &bytes {
-            Bytes::Old { len, .. } => *len,
-            Bytes::New(v) => v.len(),
-        };
-        let off = self.len;
-        self.len += len;
-        if len > 0 {
-            self.parts.push(bytes);
+        match bytes {
+            Bytes::Old { off, len } => {
+                if len > 0 {
+                    let (segment, _) = unpack_off(off);
+                    if self.live.len() <= segment {
+                        self.live.resize(segment + 1, 0);
+                    }
+                    self.live[segment] += len;
+                }
+                Body::Mem { off, len }
+            }
+            Bytes::New(v) => {
+                let len = v.len();
+                let off = pack_off(NEW_SEGMENT, self.len);
+                self.len += len;
+                if len > 0 {
+                    self.parts.push(Bytes::New(v));
+                }
+                Body::Mem { off, len }
+            }
         }
-        Body::Mem { off, len }
     }
 
-    /// Carry an old representation over: its arena bytes are copied (cheap,
-    /// and the new snapshot owns all of its memory), its fd is shared.
+    /// Carry an old representation over: its body stays where it is (in a
+    /// segment the new snapshot shares), its fd is shared.
     pub(super) fn carry(&mut self, _old: &Snapshot, repr: &Repr) -> ReprParts {
         let body = match &repr.body {
             Body::Mem { .. } => self.push(Bytes::from_old(&repr.body)),
@@ -277,8 +304,8 @@ impl ArenaPlan {
         }
     }
 
-    /// Carry a whole old entry over, its heads as they are, its arena
-    /// bodies laid out anew; counts its bytes into `stats`.
+    /// Carry a whole old entry over, its heads as they are; counts its bytes
+    /// into `stats`.
     pub(super) fn carry_entry(&mut self, entry: &Entry, stats: &mut SnapshotStats) -> Entry {
         let mut entry = entry.clone();
         match &entry.identity.body {
@@ -299,27 +326,105 @@ impl ArenaPlan {
         entry
     }
 
-    /// Copy every part into fresh anonymous memory and seal it read-only.
-    pub(super) fn finish(self, old: Option<&Snapshot>) -> anyhow::Result<Option<memmap2::Mmap>> {
-        if self.len == 0 {
-            return Ok(None);
+    /// Decide which old segments are shared and which compacted, write the
+    /// new segment (new bodies, then the live bodies of compacted
+    /// segments), seal it read-only, and point every `Body::Mem` of
+    /// `entries` at its final segment. Counts copies into `stats`.
+    pub(super) fn finish(
+        self,
+        old: Option<&Snapshot>,
+        entries: &mut [Entry],
+        stats: &mut SnapshotStats,
+    ) -> anyhow::Result<Vec<Segment>> {
+        let old_segments: &[Segment] = old.map_or(&[], |o| &o.segments);
+        // Share a segment while at least half of it is still served.
+        let mut share: Vec<bool> = (0..old_segments.len())
+            .map(|s| {
+                let live = self.live.get(s).copied().unwrap_or(0);
+                live > 0 && live * 2 >= old_segments[s].len()
+            })
+            .collect();
+        // Too many: compact the smallest shared ones.
+        let reserved = usize::from(self.len > 0 || self.live.iter().any(|&l| l > 0));
+        let mut shared: Vec<usize> = (0..share.len()).filter(|&s| share[s]).collect();
+        if shared.len() + reserved > MAX_SEGMENTS {
+            shared.sort_by_key(|&s| old_segments[s].len());
+            for &s in &shared[..shared.len() + reserved - MAX_SEGMENTS] {
+                share[s] = false;
+            }
         }
-        let mut map = memmap2::MmapOptions::new()
-            .len(self.len)
-            .map_anon()
-            .context("allocating the snapshot arena")?;
+        let compacted: usize = (0..share.len())
+            .filter(|&s| !share[s])
+            .map(|s| self.live.get(s).copied().unwrap_or(0))
+            .sum();
+        let total = self.len + compacted;
+
+        let mut map = if total > 0 {
+            Some(
+                memmap2::MmapOptions::new()
+                    .len(total)
+                    .map_anon()
+                    .context("allocating a snapshot body segment")?,
+            )
+        } else {
+            None
+        };
         let mut at = 0;
-        for part in &self.parts {
-            let bytes = match part {
-                Bytes::Old { off, len } => old.map_or(&[][..], |o| o.mem(*off, *len)),
-                Bytes::New(v) => v.as_slice(),
-            };
-            map[at..at + bytes.len()].copy_from_slice(bytes);
-            at += bytes.len();
+        if let Some(map) = &mut map {
+            for part in &self.parts {
+                let Bytes::New(bytes) = part else {
+                    unreachable!("only new bytes are laid out")
+                };
+                map[at..at + bytes.len()].copy_from_slice(bytes);
+                at += bytes.len();
+            }
         }
         debug_assert_eq!(at, self.len);
-        Ok(Some(
-            map.make_read_only().context("sealing the snapshot arena")?,
-        ))
+
+        // Final indices: the shared old segments in order, then the new one.
+        let mut index_of = vec![usize::MAX; old_segments.len()];
+        let mut segments: Vec<Segment> = Vec::new();
+        for (s, segment) in old_segments.iter().enumerate() {
+            if share[s] {
+                index_of[s] = segments.len();
+                segments.push(Arc::clone(segment));
+            }
+        }
+        let shared_count = segments.len();
+        let new_index = segments.len();
+        for entry in entries.iter_mut() {
+            let reprs = std::iter::once(&mut entry.identity)
+                .chain(entry.encoded.iter_mut().map(|(_, r)| r));
+            for repr in reprs {
+                let Body::Mem { off, len } = &mut repr.body else {
+                    continue;
+                };
+                let (segment, within) = unpack_off(*off);
+                if segment == NEW_SEGMENT {
+                    *off = pack_off(new_index, within);
+                } else if share.get(segment).copied().unwrap_or(false) {
+                    *off = pack_off(index_of[segment], within);
+                } else if *len == 0 {
+                    *off = pack_off(new_index, 0);
+                } else {
+                    let map = map.as_mut().expect("compacted bytes have room");
+                    let bytes = &old_segments[segment][within..within + *len];
+                    map[at..at + *len].copy_from_slice(bytes);
+                    *off = pack_off(new_index, at);
+                    at += *len;
+                }
+            }
+        }
+        debug_assert_eq!(at, total);
+        if let Some(map) = map {
+            segments.push(Arc::new(
+                map.make_read_only()
+                    .context("sealing a snapshot body segment")?,
+            ));
+        }
+        stats.bytes_copied = total as u64;
+        stats.segments = segments.len() as u64;
+        stats.segments_shared = shared_count as u64;
+        Ok(segments)
     }
 }

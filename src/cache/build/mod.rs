@@ -54,8 +54,8 @@ pub fn sidecars_rejected() -> [(&'static str, u64); 2] {
 }
 
 /// What a build produced.
-// Built once per rebuild and moved straight into the store: boxing the
-// snapshot would only add an allocation.
+// Built once per rebuild and moved straight into an `Arc`: boxing would only
+// add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum Built {
     New(Snapshot),
@@ -229,7 +229,9 @@ pub fn rebuild(
     let planned = started.elapsed();
     let loaded = load_all(opts, &walk, &plan)?;
     let load_done = started.elapsed();
-    let snapshot = assemble(opts, walk, plan, loaded, old, generation)?;
+    let examined = walk.examined + 1;
+    let mut snapshot = assemble(opts, walk, plan, loaded, old, generation)?;
+    snapshot.stats.paths_examined = examined;
     tracing::info!(
         generation,
         files = snapshot.stats.files,
@@ -238,6 +240,9 @@ pub fn rebuild(
         mem_bytes = snapshot.stats.mem_bytes,
         file_bytes = snapshot.stats.file_bytes,
         encoded_bytes = snapshot.stats.encoded_bytes.iter().sum::<u64>(),
+        paths_examined = snapshot.stats.paths_examined,
+        bytes_copied = snapshot.stats.bytes_copied,
+        segments = snapshot.stats.segments,
         walk_ms = walked.as_millis() as u64,
         plan_ms = (planned - walked).as_millis() as u64,
         load_ms = (load_done - planned).as_millis() as u64,

@@ -278,7 +278,7 @@ fn files_at_threshold_are_sent_from_fd() {
     o.sendfile_threshold = 0;
     let snap = build(&o, 2).unwrap();
     assert!(!is_mem(&snap, b"/empty.txt"));
-    assert!(snap.arena.is_none());
+    assert!(snap.segments.is_empty());
 }
 
 #[test]
@@ -362,7 +362,7 @@ fn zero_length_file_needs_no_arena() {
         panic!("expected Mem")
     };
     assert_eq!(snap.mem(off, len), b"");
-    assert!(snap.arena.is_none());
+    assert!(snap.segments.is_empty());
     assert!(entry
         .identity
         .head_200
@@ -812,4 +812,48 @@ fn last_modified_is_clamped() {
     );
     let far = UNIX_EPOCH + Duration::from_secs(u64::MAX / 4);
     assert_eq!(last_modified_secs(i128::MAX, far), MAX_HTTP_DATE_SECS);
+}
+
+#[test]
+fn a_rebuild_copies_only_changed_bodies_and_shares_the_rest() {
+    let dir = TempDir::new("segments");
+    for i in 0..200 {
+        dir.write(
+            &format!("d{}/f{i:03}.txt", i % 10),
+            &[b'a' + (i % 26) as u8; 1000],
+        );
+    }
+    let o = opts(&dir.0);
+    let first = build(&o, 1).unwrap();
+    assert_eq!(first.stats.bytes_copied, 200_000);
+    assert_eq!(first.stats.segments, 1);
+    let mut prev = first;
+    for round in 0..100u32 {
+        let body = format!("round {round:04} of the changed file\n");
+        dir.write("d3/f003.txt", body.as_bytes());
+        let next = rebuilt(&o, u64::from(round) + 2, &prev).expect("changed");
+        // Only the changed file's bytes, plus now and then a compaction.
+        assert!(
+            next.stats.bytes_copied as usize == body.len()
+                || next.stats.bytes_copied < 200_000 + 1000,
+            "round {round}: copied {}",
+            next.stats.bytes_copied
+        );
+        assert!(next.stats.segments as usize <= 32, "round {round}");
+        let e = next.entry(file_idx(&next, b"/d3/f003.txt"));
+        assert_eq!(body_of(&next, e), body.as_bytes());
+        let e = next.entry(file_idx(&next, b"/d7/f197.txt"));
+        assert_eq!(body_of(&next, e), &[b'a' + (197 % 26) as u8; 1000][..]);
+        prev = next;
+    }
+    // The second rebuild copies one file's bytes and shares the big segment.
+    dir.write("d5/f005.txt", b"just this");
+    let next = rebuilt(&o, 1000, &prev).unwrap();
+    assert_eq!(next.stats.bytes_copied, 9);
+    assert!(next.stats.segments_shared >= 1);
+    assert!(next.stats.paths_examined >= 200, "a full walk, for now");
+}
+
+fn body_of<'s>(snap: &'s Snapshot, e: &crate::cache::Entry) -> &'s [u8] {
+    body(snap, &e.identity)
 }

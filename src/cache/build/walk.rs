@@ -45,6 +45,8 @@ pub(super) struct Walk<'a> {
     /// Some file's name ends in a sidecar suffix; when none does, sidecar
     /// lookups are skipped.
     pub(super) has_sidecars: bool,
+    /// Paths stat'ed or listed, for [`SnapshotStats::paths_examined`](crate::cache::SnapshotStats).
+    pub(super) examined: u64,
     /// URLs of walked directories (`""` for the root); `url + "/"` is added
     /// once it is known whether one of their index files is servable.
     pub(super) dirs: Vec<Box<[u8]>>,
@@ -59,6 +61,7 @@ impl<'a> Walk<'a> {
             index: PathIndex::default(),
             files: Vec::new(),
             has_sidecars: false,
+            examined: 0,
             dirs: Vec::new(),
         }
     }
@@ -107,6 +110,7 @@ impl<'a> Walk<'a> {
         url: &mut Vec<u8>,
         ancestors: &mut Vec<DirId>,
     ) -> anyhow::Result<()> {
+        self.examined += 1;
         // From here on `path` has no symlink in any component, as of the check:
         // a symlink is replaced by its canonical target, which must lie inside
         // the root. A component swapped for a symlink after this check cannot
