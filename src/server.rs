@@ -241,6 +241,27 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     log_fds(fds_before);
 
+    // SIGHUP rebuilds run on their own thread: the signal thread must stay
+    // free for SIGTERM, which a long rebuild would otherwise hold up past
+    // the service manager's patience. One queued request coalesces a burst.
+    let (rebuild_tx, rebuild_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    {
+        let store = Arc::clone(&store);
+        std::thread::Builder::new()
+            .name("rebuild".into())
+            .spawn(move || {
+                for () in rebuild_rx {
+                    if let Err(e) = store.rebuild() {
+                        tracing::error!(
+                            error = format!("{e:#}"),
+                            "snapshot rebuild failed; serving the old one"
+                        );
+                    }
+                }
+            })
+            .context("spawning the rebuild thread")?;
+    }
+
     for signal in signals.forever() {
         match signal {
             SIGUSR1 => {
@@ -249,12 +270,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 }
             }
             SIGHUP => {
-                if let Err(e) = store.rebuild() {
-                    tracing::error!(
-                        error = format!("{e:#}"),
-                        "snapshot rebuild failed; serving the old one"
-                    );
-                }
+                // Full: a rebuild is already queued, and it will see this
+                // change too.
+                let _ = rebuild_tx.try_send(());
             }
             _ => {
                 tracing::info!(signal, "shutting down");
