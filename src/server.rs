@@ -138,7 +138,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
     let access_log = match &config.access_log {
         Some(path) => Some(
-            AccessLog::open(path, config.access_log_format).map_err(|e| {
+            AccessLog::open(
+                path,
+                config.access_log_format,
+                Arc::clone(&metrics.access_log_dropped),
+            )
+            .map_err(|e| {
                 anyhow::Error::new(SetupError(format!(
                     "opening access log {}: {e}",
                     path.display()
@@ -148,7 +153,6 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         None => None,
     };
 
-    let fds_before = open_fds();
     let Some(store) = first_build(&config, &mut signals)? else {
         return Ok(());
     };
@@ -239,8 +243,6 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     for addr in &addrs {
         tracing::info!(shards = threads.len(), "listening addr={addr}");
     }
-    log_fds(fds_before);
-
     // SIGHUP rebuilds run on their own thread: the signal thread must stay
     // free for SIGTERM, which a long rebuild would otherwise hold up past
     // the service manager's patience. One queued request coalesces a burst.
@@ -251,12 +253,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .name("rebuild".into())
             .spawn(move || {
                 for () in rebuild_rx {
-                    if let Err(e) = store.rebuild() {
-                        tracing::error!(
-                            error = format!("{e:#}"),
-                            "snapshot rebuild failed; serving the old one"
-                        );
-                    }
+                    rebuild_on_hup(&store);
                 }
             })
             .context("spawning the rebuild thread")?;
@@ -291,6 +288,25 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!("stopped");
     drop(claims);
     Ok(())
+}
+
+/// SIGHUP: say it arrived, rebuild, and say whether anything changed.
+fn rebuild_on_hup(store: &Store) {
+    let before = store.load().generation;
+    tracing::info!(
+        generation = before,
+        "SIGHUP received; rebuilding the snapshot"
+    );
+    match store.rebuild() {
+        Ok(now) if now == before => {
+            tracing::info!("SIGHUP rebuild: snapshot unchanged generation={now}")
+        }
+        Ok(now) => tracing::info!("SIGHUP rebuild: snapshot changed generation={now}"),
+        Err(e) => tracing::error!(
+            error = format!("{e:#}"),
+            "snapshot rebuild failed; serving the old one"
+        ),
+    }
 }
 
 /// Build the first snapshot on its own thread while this one reports
@@ -356,6 +372,7 @@ fn read_bytes() -> Option<u64> {
 fn log_start(config: &Config) {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        pid = std::process::id(),
         config = %config
             .config_path
             .as_ref()
@@ -374,41 +391,4 @@ fn log_start(config: &Config) {
         "shard:cpu map {}",
         map.join(" ")
     );
-}
-
-fn open_fds() -> Option<u64> {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as u64)
-        .ok()
-}
-
-/// Open file descriptors against the limit, once the snapshot holds its
-/// fds (those opened by the first build: `before` was counted ahead of it).
-fn log_fds(before: Option<u64>) {
-    let open = open_fds();
-    let limit = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
-        });
-    let held = match (before, open) {
-        (Some(b), Some(o)) => o.saturating_sub(b).to_string(),
-        _ => "?".to_owned(),
-    };
-    match (open, limit) {
-        (Some(open), Some(limit)) => {
-            let soft: Option<u64> = limit.parse().ok();
-            if soft.is_some_and(|soft| open * 10 > soft * 8) {
-                tracing::warn!(
-                    open, limit = %limit, snapshot_fds = %held,
-                    "file descriptors near the limit; raise LimitNOFILE (systemd) or ulimit -n"
-                );
-            } else {
-                tracing::info!(open, limit = %limit, snapshot_fds = %held, "file descriptors");
-            }
-        }
-        _ => tracing::info!(snapshot_fds = %held, "file descriptors"),
-    }
 }

@@ -8,7 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -34,11 +34,19 @@ pub struct AccessLog {
     format: LogFormat,
     /// A reopen was asked for and not yet done.
     reopen: Arc<AtomicBool>,
+    /// Lines dropped by every shard, for `/metrics` and `/status.json`
+    /// (touched only when a line is dropped, never per request).
+    dropped: Arc<AtomicU64>,
 }
 
 impl AccessLog {
-    /// Open `path` for appending and start the writer thread.
-    pub fn open(path: &Path, format: LogFormat) -> std::io::Result<AccessLog> {
+    /// Open `path` for appending and start the writer thread; dropped lines
+    /// are added to `dropped`.
+    pub fn open(
+        path: &Path,
+        format: LogFormat,
+        dropped: Arc<AtomicU64>,
+    ) -> std::io::Result<AccessLog> {
         let file = open_append(path)?;
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let path = path.to_owned();
@@ -47,7 +55,12 @@ impl AccessLog {
         std::thread::Builder::new()
             .name("access-log".into())
             .spawn(move || writer(path, file, rx, &flag))?;
-        Ok(AccessLog { tx, format, reopen })
+        Ok(AccessLog {
+            tx,
+            format,
+            reopen,
+            dropped,
+        })
     }
 
     /// Ask the writer to reopen the file (SIGUSR1). Never blocks: the
@@ -203,12 +216,17 @@ impl ShardLog {
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(Msg::Lines { mut buf, .. })) => {
-                self.dropped += lines;
+                self.count_dropped(lines);
                 buf.clear();
                 self.buf = buf;
             }
-            Err(_) => self.dropped += lines,
+            Err(_) => self.count_dropped(lines),
         }
+    }
+
+    fn count_dropped(&mut self, lines: u64) {
+        self.dropped += lines;
+        self.log.dropped.fetch_add(lines, Ordering::Relaxed);
     }
 
     fn render_time(&mut self, secs: u64) {

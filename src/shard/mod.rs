@@ -250,6 +250,11 @@ impl Shard {
                 }
                 if now >= deadline {
                     let tokens: Vec<u64> = self.conns.tokens().collect();
+                    tracing::warn!(
+                        shard = self.index,
+                        connections = tokens.len(),
+                        "shutdown grace ran out; force-closing connections"
+                    );
                     for token in tokens {
                         self.close(token, CloseReason::Shutdown);
                     }

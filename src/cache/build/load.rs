@@ -80,10 +80,14 @@ pub(super) fn load_all(
         .min(todo.len());
     let cursor = AtomicUsize::new(0);
     let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    // The workers log inside the caller's span (the log filter drops a
+    // repeated start-up build's lines by its span).
+    let span = tracing::Span::current();
     let done: Vec<Vec<(usize, Loaded)>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
+                    let _span = span.enter();
                     // Builders share CPUs with the shards: the request path
                     // wins whenever both want a core.
                     crate::sys::lower_thread_priority();
@@ -145,7 +149,11 @@ pub(super) fn load_one(
             tracing::debug!(path = %job.path.display(), "skipping file replaced by a non-file");
             return Ok(Loaded::Skip);
         }
-        Err(err) if is_forbidden(&err) => return Ok(Loaded::Forbidden),
+        Err(err) if is_forbidden(&err) => {
+            // Once per file and build: every request for it gets a 403.
+            tracing::warn!(path = %job.path.display(), %err, "unreadable file; answering 403");
+            return Ok(Loaded::Forbidden);
+        }
         Err(err) if tree_changed(&err) => {
             tracing::debug!(path = %job.path.display(), %err, "file changed since the walk");
             return Err(TreeChanged(job.path.clone()).into());

@@ -179,6 +179,7 @@ impl<'a> Walk<'a> {
         let children = match read_dir_sorted(path) {
             Ok(children) => children,
             Err(err) if is_forbidden(&err) => {
+                tracing::warn!(path = %path.display(), %err, "unreadable directory; answering 403");
                 // It exists, so name it (301, then 403) rather than 404.
                 self.index.insert(url.as_slice().into(), Resource::AddSlash);
                 url.push(b'/');
