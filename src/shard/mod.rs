@@ -33,9 +33,11 @@ const ACCEPT_BATCH: usize = 64;
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// How long accept may keep failing for lack of fds before the shard starts
 /// shedding queued clients (accept with the reserve fd, close at once), so
-/// they get a quick close instead of hanging until the fds free up; short
-/// episodes (a build briefly holding many fds) only delay them.
-const SHED_AFTER: Duration = Duration::from_secs(1);
+/// they get a quick close instead of hanging until the fds free up. Short
+/// episodes (a build or a burst briefly holding many fds) only delay the
+/// queued clients, which are then served; from this age on an episode is
+/// taken as lasting, and every client arriving during it is closed at once.
+const SHED_AFTER: Duration = Duration::from_secs(3);
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 1024;
 /// The token of the wake-up eventfd.
