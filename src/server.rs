@@ -275,6 +275,27 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     for addr in &addrs[plain..] {
         tracing::info!(shards = threads.len(), "listening tls_addr={addr}");
     }
+    // SIGHUP's work (certificate reload, snapshot rebuild) runs on its own
+    // thread: the signal thread must stay free for SIGTERM, which a long
+    // rebuild would otherwise hold up past the service manager's patience.
+    // One queued request coalesces a burst.
+    let (rebuild_tx, rebuild_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    {
+        let store = Arc::clone(&store);
+        let certs = tls.as_ref().map(|t| Arc::clone(&t.store));
+        std::thread::Builder::new()
+            .name("rebuild".into())
+            .spawn(move || {
+                for () in rebuild_rx {
+                    if let Some(certs) = &certs {
+                        certs.reload();
+                    }
+                    rebuild_on_hup(&store);
+                }
+            })
+            .context("spawning the rebuild thread")?;
+    }
+
     for signal in signals.forever() {
         match signal {
             SIGUSR1 => {
@@ -283,10 +304,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 }
             }
             SIGHUP => {
-                if let Some(tls) = &tls {
-                    tls.store.reload();
-                }
-                rebuild_on_hup(&store);
+                // Full: a rebuild is already queued, and it will see this
+                // change too.
+                let _ = rebuild_tx.try_send(());
             }
             _ => {
                 tracing::info!(signal, "shutting down");

@@ -8,7 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -32,6 +32,8 @@ enum Msg {
 pub struct AccessLog {
     tx: SyncSender<Msg>,
     format: LogFormat,
+    /// A reopen was asked for and not yet done.
+    reopen: Arc<AtomicBool>,
     /// Lines dropped by every shard, for `/metrics` and `/status.json`
     /// (touched only when a line is dropped, never per request).
     dropped: Arc<AtomicU64>,
@@ -48,19 +50,27 @@ impl AccessLog {
         let file = open_append(path)?;
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let path = path.to_owned();
+        let reopen = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&reopen);
         std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || writer(path, file, rx))?;
+            .spawn(move || writer(path, file, rx, &flag))?;
         Ok(AccessLog {
             tx,
             format,
+            reopen,
             dropped,
         })
     }
 
-    /// Ask the writer to reopen the file (SIGUSR1).
+    /// Ask the writer to reopen the file (SIGUSR1). Never blocks: the
+    /// request is a flag the writer checks after every buffer, and the
+    /// message only wakes it; with the queue full (a stuck disk) the writer
+    /// is busy and sees the flag anyway. The signal thread must stay free
+    /// for SIGTERM.
     pub fn reopen(&self) {
-        let _ = self.tx.send(Msg::Reopen);
+        self.reopen.store(true, Ordering::Release);
+        let _ = self.tx.try_send(Msg::Reopen);
     }
 
     pub fn for_shard(&self) -> ShardLog {
@@ -81,19 +91,19 @@ fn open_append(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
-fn writer(path: PathBuf, mut file: File, rx: Receiver<Msg>) {
+fn writer(path: PathBuf, mut file: File, rx: Receiver<Msg>, reopen: &AtomicBool) {
     for msg in rx {
-        match msg {
-            Msg::Lines { mut buf, back } => {
-                // O_APPEND and one write per buffer of whole lines: lines stay
-                // whole even if another process appends to the same file.
-                if let Err(e) = file.write_all(&buf) {
-                    tracing::warn!(error = %e, "access log write failed");
-                }
-                buf.clear();
-                let _ = back.send(buf);
+        if let Msg::Lines { mut buf, back } = msg {
+            // O_APPEND and one write per buffer of whole lines: lines stay
+            // whole even if another process appends to the same file.
+            if let Err(e) = file.write_all(&buf) {
+                tracing::warn!(error = %e, "access log write failed");
             }
-            Msg::Reopen => match open_append(&path) {
+            buf.clear();
+            let _ = back.send(buf);
+        }
+        if reopen.swap(false, Ordering::AcqRel) {
+            match open_append(&path) {
                 Ok(f) => {
                     file = f;
                     tracing::info!(path = %path.display(), "access log reopened");
@@ -101,7 +111,7 @@ fn writer(path: PathBuf, mut file: File, rx: Receiver<Msg>) {
                 Err(e) => {
                     tracing::error!(error = %e, "access log reopen failed; keeping the old file")
                 }
-            },
+            }
         }
     }
 }

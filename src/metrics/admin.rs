@@ -1,24 +1,47 @@
-//! The admin listener: one small blocking thread, never a shard, serving
-//! `/metrics`, `/healthz`, `/readyz`, `/status.json` and the `/status` page.
+//! The admin listener: one small thread, never a shard, serving `/metrics`,
+//! `/healthz`, `/readyz`, `/status.json` and the `/status` page.
+//!
+//! Clients are served from one non-blocking epoll loop rather than a thread
+//! each, so a slow client costs a buffer, not a worker: a request head must
+//! arrive whole within [`HEAD_DEADLINE`] and its answer leave within
+//! [`WRITE_DEADLINE`], whatever the client's pace, and when
+//! [`MAX_CLIENTS`] are connected the one closest to its deadline is dropped
+//! to admit a newcomer. Clients dripping bytes therefore cannot keep
+//! `/healthz` from answering (a Kubernetes liveness probe has seconds, not
+//! minutes).
 
-use std::io::{Read, Write};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use super::Metrics;
 use crate::cache::StoreStats;
+use crate::sys::{Epoll, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 
-/// How long one admin client may take to send its request or read the
-/// answer; the admin thread serves clients one at a time.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a client has to send its whole request head, counted from
+/// accept (not per read, so one byte a second cannot stretch it).
+const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+/// How long the answer may take to leave once rendered.
+const WRITE_DEADLINE: Duration = Duration::from_secs(2);
 /// Rates in `/status.json` are computed over samples this far apart.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// Largest admin request head read.
 const MAX_REQUEST: usize = 8 * 1024;
+/// Most admin clients connected at once; a newcomer beyond this evicts the
+/// client closest to its deadline. Each costs one fd and at most
+/// [`MAX_REQUEST`] bytes, and is gone within the two deadlines anyway.
+const MAX_CLIENTS: usize = 256;
+/// Pause before accepting again after an error such as EMFILE.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Events taken per `epoll_wait`.
+const EVENTS: usize = 64;
+/// The listener's token; clients count up from 0 and never reach it.
+const LISTENER: u64 = u64::MAX;
 
 /// The self-contained live status page (no external scripts).
 const STATUS_PAGE: &str = include_str!("status.html");
@@ -33,160 +56,224 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(listener)
 }
 
-/// Most admin clients served at once; more wait in the accept queue.
-const MAX_CLIENTS: usize = 16;
-
-/// What the admin client threads share.
+/// What the admin loop answers from.
 struct State {
     metrics: Arc<Metrics>,
     snapshot: SnapshotSource,
-    rates: Mutex<Rates>,
-    clients: AtomicUsize,
+    rates: Rates,
 }
 
-/// Serve admin requests forever on the calling thread. Each client gets a
-/// short-lived thread, so a slow one cannot hold off a Prometheus scrape.
+/// One admin connection: reading its head, then writing its answer.
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    len: usize,
+    /// The rendered answer, once the head is complete.
+    out: Vec<u8>,
+    sent: usize,
+    deadline: Instant,
+}
+
+/// Serve admin requests forever on the calling thread.
 pub fn serve(listener: TcpListener, metrics: Arc<Metrics>, snapshot: SnapshotSource) {
-    let socket = socket2::Socket::from(listener);
-    // accept() times out so the sampler runs even with no admin traffic.
-    let _ = socket.set_read_timeout(Some(SAMPLE_INTERVAL));
-    let listener: TcpListener = socket.into();
-    let state = Arc::new(State {
-        rates: Mutex::new(Rates::new(&metrics)),
+    if let Err(e) = run(listener, metrics, snapshot) {
+        tracing::error!(error = %e, "admin endpoint failed");
+    }
+}
+
+fn run(listener: TcpListener, metrics: Arc<Metrics>, snapshot: SnapshotSource) -> io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let epoll = Epoll::new()?;
+    epoll.add(&listener, LISTENER, EPOLLIN)?;
+    let mut state = State {
+        rates: Rates::new(&metrics),
         metrics,
         snapshot,
-        clients: AtomicUsize::new(0),
-    });
+    };
+    let mut clients: HashMap<u64, Client> = HashMap::new();
+    let mut next_token = 0u64;
+    let mut events = Events::with_capacity(EVENTS);
+    // The last accept failed (EMFILE...): the edge that announced the
+    // queued clients will not come again, so retry on a timer.
+    let mut accept_failed = false;
     loop {
-        state
-            .rates
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .sample(&state.metrics);
-        if state.clients.load(Ordering::Acquire) >= MAX_CLIENTS {
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
+        let now = Instant::now();
+        // Wake for the next sample and the earliest deadline.
+        let timeout = clients
+            .values()
+            .map(|c| c.deadline.saturating_duration_since(now))
+            .fold(
+                if accept_failed {
+                    ACCEPT_RETRY
+                } else {
+                    SAMPLE_INTERVAL
+                },
+                Duration::min,
+            );
+        epoll.wait(&mut events, Some(timeout))?;
+        state.rates.sample(&state.metrics);
+        if accept_failed {
+            accept_failed = !accept_all(&listener, &epoll, &mut clients, &mut next_token, &state);
         }
-        match listener.accept() {
-            Ok((stream, _)) => {
-                state.clients.fetch_add(1, Ordering::AcqRel);
-                let client = Arc::clone(&state);
-                let spawned = std::thread::Builder::new()
-                    .name("admin-client".into())
-                    .spawn(move || {
-                        let _ = handle(stream, &client);
-                        client.clients.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if spawned.is_err() {
-                    state.clients.fetch_sub(1, Ordering::AcqRel);
+        for (token, _) in events.iter() {
+            if token == LISTENER {
+                accept_failed =
+                    !accept_all(&listener, &epoll, &mut clients, &mut next_token, &state);
+            } else if let Some(client) = clients.get_mut(&token) {
+                if !client.progress(&state) {
+                    clients.remove(&token);
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
+        }
+        let now = Instant::now();
+        clients.retain(|_, c| c.deadline > now);
+    }
+}
+
+/// Accept until the queue is empty. Edge-triggered: the edge that announced
+/// these connections will not come again. False when accept failed and
+/// must be retried.
+fn accept_all(
+    listener: &TcpListener,
+    epoll: &Epoll,
+    clients: &mut HashMap<u64, Client>,
+    next_token: &mut u64,
+    state: &State,
+) -> bool {
+    loop {
+        let stream = match crate::sys::accept4(listener) {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(e) => {
+                // EMFILE and the like: try again shortly rather than spin.
                 tracing::warn!(error = %e, "admin accept failed");
-                std::thread::sleep(Duration::from_millis(100));
+                return false;
             }
+        };
+        if clients.len() >= MAX_CLIENTS {
+            if let Some(&oldest) = clients
+                .iter()
+                .min_by_key(|(_, c)| c.deadline)
+                .map(|(t, _)| t)
+            {
+                clients.remove(&oldest);
+            }
+        }
+        let token = *next_token;
+        *next_token += 1;
+        let mut client = Client {
+            stream,
+            buf: Vec::new(),
+            len: 0,
+            out: Vec::new(),
+            sent: 0,
+            deadline: Instant::now() + HEAD_DEADLINE,
+        };
+        if epoll
+            .add(&client.stream, token, EPOLLIN | EPOLLOUT | EPOLLRDHUP)
+            .is_err()
+        {
+            continue;
+        }
+        // The request is often here already.
+        if client.progress(state) {
+            clients.insert(token, client);
         }
     }
 }
 
-fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
-    let metrics = &state.metrics;
-    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-    let mut buf = vec![0u8; MAX_REQUEST];
-    let mut len = 0;
-    let path = loop {
-        let n = stream.read(&mut buf[len..])?;
-        if n == 0 {
-            return Ok(());
+impl Client {
+    /// Read what has arrived and write what can go. Returns false when the
+    /// client is done (answered, closed or broken).
+    fn progress(&mut self, state: &State) -> bool {
+        if self.out.is_empty() {
+            match self.read_head(state) {
+                Ok(true) => {}
+                Ok(false) => return true,
+                Err(_) => return false,
+            }
         }
-        len += n;
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf[..len]) {
-            Ok(httparse::Status::Complete(_)) => {
-                if req.method != Some("GET") && req.method != Some("HEAD") {
-                    return respond(
-                        &mut stream,
-                        "405 Method Not Allowed",
-                        "text/plain",
-                        b"GET only\n",
-                    );
+        while self.sent < self.out.len() {
+            match (&self.stream).write(&self.out[self.sent..]) {
+                Ok(0) => return false,
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Read until the head is complete (then render the answer into `out`
+    /// and return true) or the socket is drained (false).
+    fn read_head(&mut self, state: &State) -> io::Result<bool> {
+        if self.buf.is_empty() {
+            self.buf = vec![0; MAX_REQUEST];
+        }
+        loop {
+            let n = match (&self.stream).read(&mut self.buf[self.len..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            self.len += n;
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut req = httparse::Request::new(&mut headers);
+            let answer = match req.parse(&self.buf[..self.len]) {
+                Ok(httparse::Status::Complete(_)) => {
+                    if req.method != Some("GET") && req.method != Some("HEAD") {
+                        render("405 Method Not Allowed", "text/plain", b"GET only\n")
+                    } else {
+                        let path = req.path.unwrap_or("/");
+                        answer(path.split('?').next().unwrap_or("/"), state)
+                    }
                 }
-                let path = req.path.unwrap_or("/");
-                break path.split('?').next().unwrap_or("/").to_owned();
-            }
-            Ok(httparse::Status::Partial) if len < buf.len() => continue,
-            _ => {
-                return respond(
-                    &mut stream,
-                    "400 Bad Request",
-                    "text/plain",
-                    b"bad request\n",
-                )
-            }
+                Ok(httparse::Status::Partial) if self.len < self.buf.len() => continue,
+                _ => render("400 Bad Request", "text/plain", b"bad request\n"),
+            };
+            self.out = answer;
+            self.buf = Vec::new();
+            self.deadline = Instant::now() + WRITE_DEADLINE;
+            return Ok(true);
         }
-    };
-    match path.as_str() {
+    }
+}
+
+/// The whole answer to `GET path`.
+fn answer(path: &str, state: &State) -> Vec<u8> {
+    let metrics = &state.metrics;
+    match path {
         "/metrics" => {
             let body = metrics.render(&(state.snapshot)());
-            respond(
-                &mut stream,
-                "200 OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                &body,
-            )
+            render("200 OK", "text/plain; version=0.0.4; charset=utf-8", &body)
         }
-        "/healthz" => respond(&mut stream, "200 OK", "text/plain", b"ok\n"),
+        "/healthz" => render("200 OK", "text/plain", b"ok\n"),
         "/readyz" => {
             if metrics.ready() {
-                respond(&mut stream, "200 OK", "text/plain", b"ready\n")
+                render("200 OK", "text/plain", b"ready\n")
             } else {
-                respond(
-                    &mut stream,
-                    "503 Service Unavailable",
-                    "text/plain",
-                    b"not ready\n",
-                )
+                render("503 Service Unavailable", "text/plain", b"not ready\n")
             }
         }
         "/status.json" => {
-            let status = state
-                .rates
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .status(metrics, (state.snapshot)());
+            let status = state.rates.status(metrics, (state.snapshot)());
             let body = serde_json::to_vec(&status).unwrap_or_default();
-            respond(&mut stream, "200 OK", "application/json", &body)
+            render("200 OK", "application/json", &body)
         }
-        "/status" | "/" => respond(
-            &mut stream,
-            "200 OK",
-            "text/html; charset=utf-8",
-            STATUS_PAGE.as_bytes(),
-        ),
-        _ => respond(&mut stream, "404 Not Found", "text/plain", b"not found\n"),
+        "/status" | "/" => render("200 OK", "text/html; charset=utf-8", STATUS_PAGE.as_bytes()),
+        _ => render("404 Not Found", "text/plain", b"not found\n"),
     }
 }
 
-fn respond(
-    stream: &mut TcpStream,
-    status: &str,
-    content_type: &str,
-    body: &[u8],
-) -> std::io::Result<()> {
-    let head = format!(
+fn render(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
         body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    stream.flush()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
 }
 
 /// Per-core request and byte rates from the two latest samples.

@@ -35,6 +35,13 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// An idle shard trims the heap once this many connections have closed
 /// since the last trim (checked on the publish tick, only with none open).
 const TRIM_AFTER_CLOSES: u64 = 256;
+/// How long accept may keep failing for lack of fds before the shard starts
+/// shedding queued clients (accept with the reserve fd, close at once), so
+/// they get a quick close instead of hanging until the fds free up. Short
+/// episodes (a build or a burst briefly holding many fds) only delay the
+/// queued clients, which are then served; from this age on an episode is
+/// taken as lasting, and every client arriving during it is closed at once.
+const SHED_AFTER: Duration = Duration::from_secs(3);
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 1024;
 /// The token of the wake-up eventfd.
@@ -134,6 +141,13 @@ struct Shard {
     at_cap: bool,
     /// Connections closed since the heap was last trimmed.
     closed_since_trim: u64,
+    /// Since when accept has been failing for lack of fds (EMFILE/ENFILE).
+    out_of_fds_since: Option<Instant>,
+    /// An fd held in reserve: out of fds, the shard closes it to accept one
+    /// queued client, closes that client, and opens it again.
+    reserve: Option<std::fs::File>,
+    /// Clients shed in the current out-of-fds episode.
+    shed: u64,
 }
 
 impl Shard {
@@ -170,6 +184,9 @@ impl Shard {
             accept_failing: false,
             at_cap: false,
             closed_since_trim: 0,
+            out_of_fds_since: None,
+            reserve: open_reserve(),
+            shed: 0,
         })
     }
 
@@ -245,6 +262,10 @@ impl Shard {
                     self.closed_since_trim = 0;
                     sys::trim_heap();
                 }
+                // Let go of a replaced snapshot even when no connection
+                // comes to do it: an old generation holds its arena (and a
+                // shard out of fds accepts nothing).
+                self.cache.load();
                 self.metrics.publish(self.index, &self.counters);
                 if let Some(log) = &mut self.log {
                     log.flush();
@@ -323,7 +344,15 @@ impl Shard {
                 Ok((stream, peer)) => {
                     if self.accept_failing {
                         self.accept_failing = false;
-                        tracing::info!(shard = self.index, "accepting again");
+                        self.out_of_fds_since = None;
+                        if self.reserve.is_none() {
+                            self.reserve = open_reserve();
+                        }
+                        tracing::info!(
+                            shard = self.index,
+                            shed = std::mem::take(&mut self.shed),
+                            "accepting again"
+                        );
                     }
                     let tls = match &self.tls {
                         Some(config) if i >= self.plain_listeners => {
@@ -370,12 +399,51 @@ impl Shard {
                         tracing::warn!(shard = self.index, error = %e, "accept failing; retrying every 100 ms");
                     }
                     self.accept_failing = true;
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        let since = *self.out_of_fds_since.get_or_insert(now);
+                        if now.duration_since(since) >= SHED_AFTER {
+                            self.shed_queued(i);
+                        }
+                    }
                     self.accept_pending[i] = false;
                     self.accept_retry = Some(now + ACCEPT_RETRY);
                     return;
                 }
             }
         }
+    }
+
+    /// Out of fds for a while: accept the clients queued on listener `i`
+    /// with the reserve fd and close them at once, so they see a close
+    /// rather than a hang (the trick libuv and HAProxy use). The reserve is
+    /// opened again afterwards; if another thread took the fd meanwhile it
+    /// stays closed until accepting works again.
+    fn shed_queued(&mut self, i: usize) {
+        let Some(listener) = &self.listeners[i] else {
+            return;
+        };
+        let Some(reserve) = self.reserve.take() else {
+            return;
+        };
+        drop(reserve);
+        let mut shed = 0u64;
+        for _ in 0..ACCEPT_BATCH {
+            match sys::accept4(listener) {
+                // Dropped at once: the fd goes back for the next one.
+                Ok(_) => shed += 1,
+                Err(_) => break,
+            }
+        }
+        if shed > 0 && self.shed == 0 {
+            tracing::warn!(
+                shard = self.index,
+                "out of file descriptors; closing queued connections until accepting works again"
+            );
+        }
+        // Logged with the episode's total when accepting works again; not
+        // counted as connections, which they never became.
+        self.shed += shed;
+        self.reserve = open_reserve();
     }
 
     fn on_conn_event(&mut self, token: u64, ready: u32, now: Instant) {
@@ -453,4 +521,10 @@ impl Shard {
             }
         }
     }
+}
+
+/// The fd kept for shedding clients when out of fds: any cheap read-only
+/// open works, and `/` exists everywhere (std opens it close-on-exec).
+fn open_reserve() -> Option<std::fs::File> {
+    std::fs::File::open("/").ok()
 }
