@@ -86,7 +86,8 @@ impl Preflight {
         }
         check_tls(config)?;
         let mut claims = Claims::default();
-        for &addr in &config.listen {
+        let tls_listen = config.tls.iter().flat_map(|t| t.listen.iter());
+        for &addr in config.listen.iter().chain(tls_listen) {
             if addr.port() == 0 || self.inherited.contains(&addr) {
                 continue;
             }
@@ -137,7 +138,8 @@ impl Preflight {
 /// the error names the config key and the file.
 fn check_tls(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
-        crate::tls::load_all(&tls.pairs, &crate::tls::provider())?;
+        crate::tls::load_all(&tls.pairs, &crate::tls::provider())
+            .map_err(|e| setup(format!("{e:#}")))?;
     }
     Ok(())
 }
