@@ -820,11 +820,26 @@ impl Config {
                 .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("admin")))?[0],
             None => DEFAULT_ADMIN.parse().expect("valid default"),
         };
-        if let Some(clash) = listen.iter().find(|l| overlaps(**l, admin)) {
+        let tls_listen: &[SocketAddr] = tls.as_ref().map_or(&[], |t| t.listen.as_slice());
+        if let Some(clash) = listen
+            .iter()
+            .chain(tls_listen)
+            .find(|l| overlaps(**l, admin))
+        {
             bail!(
                 "{}: {admin} is also a listen address ({clash}); the admin listener needs its own port",
                 s.name("admin")
             );
+        }
+        // Shards share each port with SO_REUSEPORT, so the same port in both
+        // lists would split connections between TLS and cleartext silently.
+        for t in tls_listen {
+            if let Some(clash) = listen.iter().find(|l| overlaps(**l, *t)) {
+                bail!(
+                    "{}: {t} is also a cleartext listen address ({clash}); TLS needs its own port",
+                    s.name("tls_listen")
+                );
+            }
         }
         let cpus = match s.cores.as_deref() {
             None => allowed.to_vec(),
@@ -1549,6 +1564,22 @@ mod tests {
             Config::validate(s, &[0]).is_ok(),
             "port 0 twice is two ports"
         );
+    }
+
+    #[test]
+    fn tls_cannot_share_a_cleartext_or_admin_port() {
+        for (extra, key) in [
+            ("listen = \"127.0.0.1:8443\"\n", "tls_listen"),
+            ("admin = \"0.0.0.0:8443\"\n", "admin"),
+        ] {
+            let s = Settings::from_toml(&format!(
+                "root = \".\"\ntls_listen = \"127.0.0.1:8443\"\ntls_cert = \"c.pem\"\n\
+                 tls_key = \"k.pem\"\n{extra}"
+            ))
+            .unwrap();
+            let err = format!("{:#}", Config::validate(s, &[0]).unwrap_err());
+            assert!(err.contains(key) && err.contains("8443"), "{err}");
+        }
     }
 
     #[test]

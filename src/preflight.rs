@@ -86,7 +86,8 @@ impl Preflight {
         }
         check_tls(config)?;
         let mut claims = Claims::default();
-        for &addr in &config.listen {
+        let tls_listen = config.tls.iter().flat_map(|t| t.listen.iter());
+        for &addr in config.listen.iter().chain(tls_listen) {
             if addr.port() == 0 || self.inherited.contains(&addr) {
                 continue;
             }
@@ -96,15 +97,17 @@ impl Preflight {
                     // Still try the privilege: EACCES comes before EADDRINUSE.
                     probe_privilege(addr)?;
                     notes.push(format!(
-                        "{addr} is in use by a running shardhttpd; a second instance would be refused"
+                        "{addr} is in use by a running shardhttpd{}; a second instance would be refused",
+                        holder(addr)
                     ));
                     continue;
                 }
                 Err(Claim::HeldByShardhttpd) => {
                     return Err(setup(format!(
-                    "listen address {addr} is already in use by another shardhttpd on this host; \
-                         stop it first, or choose another `listen` address"
-                )))
+                    "listen address {addr} is already in use by another shardhttpd{} on this host; \
+                         stop it first, or choose another `listen` address",
+                        holder(addr)
+                    )))
                 }
                 Err(Claim::Io(e)) => {
                     return Err(setup(format!("claiming listen address {addr}: {e}")))
@@ -135,9 +138,10 @@ impl Preflight {
 /// the error names the config key and the file.
 fn check_tls(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
-        crate::tls::load_all(&tls.pairs, &crate::tls::provider())?;
+        crate::tls::load_all(&tls.pairs, &crate::tls::provider())
+            .map_err(|e| setup(format!("{e:#}")))?;
         if let Some(path) = &tls.ticket_key_file {
-            crate::tls::tickets::Ticketer::from_file(path)?;
+            crate::tls::tickets::Ticketer::from_file(path).map_err(|e| setup(format!("{e:#}")))?;
         }
     }
     Ok(())
@@ -218,10 +222,23 @@ enum Claim {
     Io(io::Error),
 }
 
+/// `" (pid N)"` for the process holding `addr`'s claim, when it can be told.
+fn holder(addr: SocketAddr) -> String {
+    std::os::unix::net::SocketAddr::from_abstract_name(claim_name(addr).as_bytes())
+        .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
+        .and_then(|s| crate::sys::peer_pid(&s))
+        .map(|pid| format!(" (pid {pid})"))
+        .unwrap_or_default()
+}
+
+fn claim_name(addr: SocketAddr) -> String {
+    format!("shardhttpd/listen/{addr}")
+}
+
 /// Take the per-address lock: an abstract Unix socket, unique per address
 /// within the network namespace and released when the process exits.
 fn claim(addr: SocketAddr) -> Result<UnixListener, Claim> {
-    let name = format!("shardhttpd/listen/{addr}");
+    let name = claim_name(addr);
     let unix =
         std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(Claim::Io)?;
     UnixListener::bind_addr(&unix).map_err(|e| match e.kind() {

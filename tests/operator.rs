@@ -104,6 +104,10 @@ fn second_instance_on_the_same_port_is_refused() {
     assert_eq!(out.status.code(), Some(2), "second instance: {err}");
     assert!(err.contains(&addr), "the message names the address: {err}");
     assert!(err.contains("already in use"), "{err}");
+    assert!(
+        err.contains(&format!("shardhttpd (pid {})", first.pid())),
+        "names the holder: {err}"
+    );
     // The first one still serves, alone.
     assert_eq!(first.get("/index.html").status, 200);
 }

@@ -15,7 +15,8 @@ mod thread;
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 pub use fs::{nofile_limit, open_beneath};
 pub use net::{
-    accept4, attach_reuseport_cbpf, sendfile, sendmsg_more, set_defer_accept, set_incoming_cpu,
+    accept4, attach_reuseport_cbpf, peer_pid, sendfile, sendmsg_more, set_defer_accept,
+    set_incoming_cpu,
 };
 pub use thread::{lower_thread_priority, trim_heap};
 

@@ -151,3 +151,24 @@ pub fn attach_reuseport_cbpf(
     ))?;
     Ok(())
 }
+
+/// The PID of the process at the other end of a connected Unix socket
+/// (`SO_PEERCRED`), to name who holds an address claim.
+pub fn peer_pid(stream: &std::os::unix::net::UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a live ucred and `len` its exact size; the kernel
+    // writes at most `len` bytes and updates `len`.
+    syscall!(getsockopt(
+        stream.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_PEERCRED,
+        (&mut cred as *mut libc::ucred).cast(),
+        &mut len
+    ))?;
+    u32::try_from(cred.pid).map_err(|_| io::Error::other("no peer pid"))
+}
