@@ -183,6 +183,11 @@ tree_ticks() {
 }
 
 # True if something accepts connections on 127.0.0.1:PORT.
+# URL scheme of the servers under test; bench/run.sh --tls sets https (curl
+# then skips verification: the certificate is the run's own, self-signed).
+SCHEME=${SCHEME:-http}
+curl_tls() { [[ $SCHEME == https ]] && printf '%s\n' -k; return 0; }
+
 port_open() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
@@ -198,7 +203,8 @@ wait_ready() {
             return 1
         fi
         if command -v curl >/dev/null; then
-            curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/" && return 0
+            # shellcheck disable=SC2046 # curl_tls prints zero or one word
+            curl -s $(curl_tls) -o /dev/null --max-time 1 "$SCHEME://127.0.0.1:$port/" && return 0
         else
             port_open "$port" && return 0
         fi
@@ -217,7 +223,8 @@ check_body() {
         say "(curl not found: skipping the body check for $name $path; wrk still counts non-2xx)"
         return 0
     fi
-    got=$(curl -s -o /dev/null --max-time 5 -w '%{http_code} %{size_download}' "http://127.0.0.1:$port$path") || true
+    # shellcheck disable=SC2046 # curl_tls prints zero or one word
+    got=$(curl -s $(curl_tls) -o /dev/null --max-time 5 -w '%{http_code} %{size_download}' "$SCHEME://127.0.0.1:$port$path") || true
     if [[ $got != "200 $size" ]]; then
         warn "$name answered '$got' for $path, expected '200 $size'"
         return 1

@@ -6,7 +6,7 @@
 #
 #   bench/run.sh [--quick] [--full] [--rounds N] [--duration SECS]
 #                [--servers LIST] [--server-cpu N] [--client-cpu N]
-#                [--port-base PORT] [--no-build] [--keep]
+#                [--port-base PORT] [--tls rsa|ecdsa] [--no-build] [--keep]
 #
 #   --quick          3 s per measurement and 1 round (default: 10 s, 3 rounds)
 #   --full           also run keep-alive with c=10000 (raises `ulimit -n`)
@@ -17,6 +17,12 @@
 #   --client-cpu N   CPU wrk is pinned to (default 0)
 #   --port-base PORT first of four loopback ports, one per server (default
 #                    18080: shardhttpd, h2o, nginx, lighttpd in that order)
+#   --tls KEY        HTTPS instead: every server gets the same self-signed
+#                    certificate (KEY: rsa = RSA-2048, ecdsa = ECDSA P-256,
+#                    made with openssl) and the TLS workloads run instead:
+#                    tls-keep-alive (c=100, 100 B), tls-close (c=50, a new
+#                    TLS connection per request; wrk resumes sessions where
+#                    the server offers it), tls-100k (c=100, 100 KiB)
 #   --no-build       do not run `cargo build --release` first
 #   --keep           keep the temporary directory (docroot, configs, logs)
 #
@@ -63,6 +69,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source bench/lib.sh
 
 full=0
+tls=
 server_cpu=1
 client_cpu=0
 servers_wanted=shardhttpd,h2o,nginx,lighttpd
@@ -77,6 +84,7 @@ script_opt() {
     --server-cpu) server_cpu=${2:?--server-cpu needs a CPU} OPT_WORDS=2 ;;
     --client-cpu) client_cpu=${2:?--client-cpu needs a CPU} OPT_WORDS=2 ;;
     --port-base) port_base=${2:?--port-base needs a port} OPT_WORDS=2 ;;
+    --tls) tls=${2:?--tls needs rsa or ecdsa} OPT_WORDS=2 ;;
     *) return 1 ;;
     esac
 }
@@ -113,6 +121,22 @@ chmod 755 "$tmp" "$docroot"
 chmod 644 "$docroot"/*
 
 if ((EUID == 0)); then run_as_root=1; else run_as_root=0; fi
+
+# ---------------------------------------------------------------- TLS ----
+
+if [[ -n $tls ]]; then
+    command -v openssl >/dev/null || die "--tls needs openssl"
+    case $tls in
+    rsa) keyopt=(-newkey rsa:2048) ;;
+    ecdsa) keyopt=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
+    *) die "--tls takes rsa or ecdsa, not '$tls'" ;;
+    esac
+    openssl req -x509 "${keyopt[@]}" -nodes -days 7 -subj /CN=localhost \
+        -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+        -keyout "$tmp/key.pem" -out "$tmp/cert.pem" 2>/dev/null || die "openssl could not make a certificate"
+    chmod 644 "$tmp/key.pem" "$tmp/cert.pem"
+    SCHEME=https
+fi
 
 # ------------------------------------------------------- peer configs ----
 
@@ -159,8 +183,10 @@ http {
     scgi_temp_path $tmp/nginx/scgi;
 
     server {
-        listen 127.0.0.1:$port backlog=4096;
+        listen 127.0.0.1:$port backlog=4096$([[ -n $tls ]] && echo " ssl");
         root $docroot;
+$([[ -n $tls ]] && printf '        %s\n' "ssl_certificate $tmp/cert.pem;" "ssl_certificate_key $tmp/key.pem;" \
+        "ssl_protocols TLSv1.2 TLSv1.3;" "ssl_session_cache shared:SSL:10m;")
     }
 }
 EOF
@@ -178,6 +204,7 @@ error-log: $tmp/h2o-error.log
 listen:
   host: 127.0.0.1
   port: $port
+$([[ -n $tls ]] && printf '  %s\n' "ssl:" "  certificate-file: $tmp/cert.pem" "  key-file: $tmp/key.pem")
 hosts:
   default:
     paths:
@@ -206,6 +233,14 @@ server.max-keep-alive-requests = 1000000
 server.max-keep-alive-idle = 65
 mimetype.assign = (".txt" => "text/plain", ".bin" => "application/octet-stream")
 EOF
+    if [[ -n $tls ]]; then
+        cat >>"$tmp/lighttpd.conf" <<EOF
+server.modules += ("mod_openssl")
+ssl.engine = "enable"
+ssl.pemfile = "$tmp/cert.pem"
+ssl.privkey = "$tmp/key.pem"
+EOF
+    fi
 }
 
 # ------------------------------------------------------- start servers ----
@@ -229,6 +264,11 @@ for s in "${wanted[@]}"; do
         # `--cores 1` is a count: the first CPU of the taskset mask.
         cmd=(taskset -c "$server_cpu" "$bin" --root "$docroot" --listen "127.0.0.1:$p"
             --admin 127.0.0.1:0 --cores 1)
+        if [[ -n $tls ]]; then
+            cmd=(taskset -c "$server_cpu" "$bin" --root "$docroot" --listen 127.0.0.1:0
+                --tls-listen "127.0.0.1:$p" --tls-cert "$tmp/cert.pem" --tls-key "$tmp/key.pem"
+                --admin 127.0.0.1:0 --cores 1)
+        fi
         ;;
     h2o | nginx | lighttpd)
         if ! command -v "$s" >/dev/null; then
@@ -267,6 +307,13 @@ workloads=(
     "100k-file|100|/100k.bin"
 )
 ((full)) && workloads+=("c10k|10000|/100.txt")
+if [[ -n $tls ]]; then
+    workloads=(
+        "tls-keep-alive|100|/100.txt"
+        "tls-close|50|/100.txt"
+        "tls-100k|100|/100k.bin"
+    )
+fi
 
 # set_wrk WORKLOAD PORT SECONDS: the pinned wrk command line, into WRK.
 set_wrk() {
@@ -277,9 +324,9 @@ set_wrk() {
     case $name in
     pipelined-16) WRK+=(-s bench/pipeline.lua) ;;
     # wrk only takes headers written "Name: value", with the space.
-    close) WRK+=(-H "Connection: close") ;;
+    close | tls-close) WRK+=(-H "Connection: close") ;;
     esac
-    WRK+=("http://127.0.0.1:$2$path")
+    WRK+=("$SCHEME://127.0.0.1:$2$path")
 }
 
 declare -A rps_runs=() us_runs=() err_sum=()
