@@ -291,6 +291,14 @@ pub struct Settings {
     /// (connections wait in the kernel's queue) until one closes.
     #[arg(long, value_name = "N")]
     pub max_connections_per_core: Option<usize>,
+    /// `Strict-Transport-Security` value added to successful TLS responses,
+    /// e.g. `max-age=31536000; includeSubDomains`.
+    #[arg(long, value_name = "VALUE")]
+    pub hsts: Option<String>,
+    /// Cleartext listeners answer every request with a 301 to the same host
+    /// and path over HTTPS (on the first `tls_listen` port).
+    #[arg(long, value_name = "BOOL")]
+    pub redirect_https: Option<bool>,
 }
 
 /// One `[[tls_certificates]]` entry.
@@ -372,6 +380,8 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ),
         ("spa_fallback", "false".into()),
         ("tls_listen", "none (no TLS listener)".into()),
+        ("hsts", "none (no Strict-Transport-Security)".into()),
+        ("redirect_https", "false".into()),
         (
             "max_connections_per_core",
             "(RLIMIT_NOFILE - 64 - max_open_files) / shards, at least 64".into(),
@@ -589,7 +599,7 @@ impl Settings {
             error_pages, spa_fallback, dotfile_allow, index_files, default_type,
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
-            max_connections_per_core,
+            max_connections_per_core, hsts, redirect_https,
         )
     }
 
@@ -736,6 +746,10 @@ pub struct Config {
     pub tls: Option<crate::tls::TlsSettings>,
     /// Connections one shard holds at most before it pauses accepting.
     pub max_connections_per_core: usize,
+    /// `Strict-Transport-Security` value for TLS responses.
+    pub hsts: Option<String>,
+    /// Cleartext listeners redirect to HTTPS.
+    pub redirect_https: bool,
 }
 
 /// How connections are spread over the shards' listeners.
@@ -1005,8 +1019,28 @@ impl Config {
             headers: site.headers,
             error_pages,
             spa_fallback: s.spa_fallback.unwrap_or(false),
-            tls,
             max_connections_per_core,
+            hsts: match &s.hsts {
+                Some(v) if v.is_empty() || v.bytes().any(|b| b < 0x20 || b == 0x7f) => bail!(
+                    "{}: must be a non-empty header value without control characters",
+                    s.name("hsts")
+                ),
+                Some(_) if tls.is_none() => {
+                    bail!(
+                        "{}: needs `tls_listen` (it is sent over TLS only)",
+                        s.name("hsts")
+                    )
+                }
+                v => v.clone(),
+            },
+            redirect_https: match s.redirect_https {
+                Some(true) if tls.is_none() => bail!(
+                    "{}: needs `tls_listen` (the redirect goes to its port)",
+                    s.name("redirect_https")
+                ),
+                v => v.unwrap_or(false),
+            },
+            tls,
         })
     }
 

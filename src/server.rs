@@ -232,7 +232,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         steer_by_cpu(&config.cpus, &per_shard).context("setting up --steer cpu")?;
     }
 
-    let conn_cfg = ConnConfig::new(&config);
+    let mut conn_cfg = ConnConfig::new(&config);
+    if conn_cfg.redirect_https.is_some() {
+        // The port the first TLS listener got (port 0 picks at bind).
+        conn_cfg.redirect_https = addrs.get(plain).map(|a| a.port());
+    }
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let mut wakers = Vec::new();
     let mut threads = Vec::new();

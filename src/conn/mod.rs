@@ -71,6 +71,10 @@ pub struct ConnConfig {
     pub zero_copy: bool,
     /// `max_connections_per_core`: the shard pauses accepting at this many.
     pub max_conns: usize,
+    /// `Strict-Transport-Security: …\r\n` for TLS responses, or empty.
+    pub hsts_line: Vec<u8>,
+    /// `redirect_https`: cleartext requests get a 301 to this HTTPS port.
+    pub redirect_https: Option<u16>,
 }
 
 impl ConnConfig {
@@ -91,6 +95,19 @@ impl ConnConfig {
             server_line: cfg.server_line.clone(),
             zero_copy: cfg.sendfile,
             max_conns: cfg.max_connections_per_core,
+            hsts_line: cfg
+                .hsts
+                .as_ref()
+                .map(|v| format!("Strict-Transport-Security: {v}\r\n").into_bytes())
+                .unwrap_or_default(),
+            redirect_https: if cfg.redirect_https {
+                cfg.tls
+                    .as_ref()
+                    .and_then(|t| t.listen.first())
+                    .map(|a| a.port())
+            } else {
+                None
+            },
         }
     }
 }
@@ -622,6 +639,11 @@ impl Conn {
             server_line: &env.cfg.server_line,
             max_ranges: env.cfg.max_ranges,
             scratch: env.scratch,
+            conn_lines: if self.tls.is_some() {
+                &env.cfg.hsts_line
+            } else {
+                b""
+            },
         };
         if body > env.cfg.max_discard {
             let (status, bytes) = respond::error(
@@ -639,7 +661,12 @@ impl Conn {
             self.reading = Reading::Done(CloseReason::Error);
             return false;
         }
-        let (status, bytes) = respond::respond(&req, &mut renv, persist, &mut self.out);
+        let (status, bytes) = match env.cfg.redirect_https {
+            Some(port) if self.tls.is_none() => {
+                respond::redirect_https(&req, &mut renv, persist, &mut self.out, port)
+            }
+            _ => respond::respond(&req, &mut renv, persist, &mut self.out),
+        };
         env.record(self.peer, self.tls.as_deref(), Some(&req), status, bytes);
         self.queued(env.now);
         self.rstart += head_len;

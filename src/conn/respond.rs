@@ -49,6 +49,9 @@ pub struct Env<'a> {
     pub server_line: &'a [u8],
     pub max_ranges: usize,
     pub scratch: &'a mut Scratch,
+    /// Header lines this connection adds to its successful responses
+    /// (`Strict-Transport-Security` over TLS); empty otherwise.
+    pub conn_lines: &'a [u8],
 }
 
 #[derive(Default)]
@@ -74,6 +77,7 @@ pub fn respond(
             buf.extend_from_slice(env.server_line);
             buf.extend_from_slice(env.date.line());
             buf.extend_from_slice(ALLOW);
+            buf.extend_from_slice(env.conn_lines);
             buf.extend_from_slice(persist.line());
             buf.extend_from_slice(b"\r\n");
             return (Status::NoContent, 0);
@@ -212,6 +216,7 @@ fn serve(
             buf.extend_from_slice(env.server_line);
             buf.extend_from_slice(env.date.line());
             buf.extend_from_slice(&repr.common);
+            buf.extend_from_slice(env.conn_lines);
             buf.extend_from_slice(persist.line());
             buf.extend_from_slice(b"\r\n");
             return (Status::NotModified, 0);
@@ -271,6 +276,7 @@ fn serve(
     let buf = out.buf();
     buf.extend_from_slice(&repr.head_200);
     buf.extend_from_slice(env.date.line());
+    buf.extend_from_slice(env.conn_lines);
     buf.extend_from_slice(persist.line());
     buf.extend_from_slice(b"\r\n");
     if head_only {
@@ -299,6 +305,7 @@ fn partial(
     buf.extend_from_slice(env.date.line());
     buf.extend_from_slice(&repr.common);
     buf.extend_from_slice(repr.encoding_line);
+    buf.extend_from_slice(env.conn_lines);
     buf.extend_from_slice(persist.line());
     if let [r] = ranges.as_slice() {
         let len = r.end - r.start + 1;
@@ -378,6 +385,64 @@ fn redirect_slash(
     };
     let query = query.split(|&b| b == b'#').next().unwrap_or(b"");
     let location = slash_location(&env.scratch.path, query);
+    error(
+        env,
+        out,
+        Status::MovedPermanently,
+        "moved permanently",
+        &location,
+        persist,
+        head_only,
+    )
+}
+
+/// `redirect_https`: 301 to the same host (its port replaced by `port`,
+/// left out when 443) and target over HTTPS, as nginx's
+/// `return 301 https://$host$request_uri`. Host and target were validated
+/// by the parser, so neither can break the header.
+pub fn redirect_https(
+    req: &Request<'_>,
+    env: &mut Env<'_>,
+    persist: Persist,
+    out: &mut Output,
+    port: u16,
+) -> (Status, u64) {
+    let head_only = req.method == Method::Head;
+    let Some(host) = req.host.filter(|h| !h.is_empty()) else {
+        return error(
+            env,
+            out,
+            Status::BadRequest,
+            "a Host header is needed for the redirect to HTTPS",
+            b"",
+            persist,
+            head_only,
+        );
+    };
+    let name = if host.first() == Some(&b'[') {
+        let close = host
+            .iter()
+            .position(|&b| b == b']')
+            .unwrap_or(host.len() - 1);
+        &host[..=close]
+    } else {
+        match host.iter().rposition(|&b| b == b':') {
+            Some(colon) => &host[..colon],
+            None => host,
+        }
+    };
+    let target = match path::path_part(req.target) {
+        Ok(t) if t.first() == Some(&b'/') => t,
+        _ => b"/",
+    };
+    let mut location = Vec::with_capacity(name.len() + target.len() + 32);
+    location.extend_from_slice(b"Location: https://");
+    location.extend_from_slice(name);
+    if port != 443 {
+        let _ = write!(location, ":{port}");
+    }
+    location.extend_from_slice(target);
+    location.extend_from_slice(b"\r\n");
     error(
         env,
         out,
