@@ -49,6 +49,11 @@ enum Signal {
 /// `stat` per file and swaps nothing.
 const SAFETY_RESCAN: Duration = Duration::from_secs(60);
 
+/// Set in the environment, the watcher behaves as if inotify were missing
+/// and only rescans: how the tests reach the fallback a container without
+/// inotify (or out of watches) takes. Read once, at start.
+pub const NO_INOTIFY_ENV: &str = "SHARDHTTPD_NO_INOTIFY";
+
 /// Start the watcher thread. It runs for the life of the process.
 pub fn spawn(store: Arc<Store>, opts: WatchOptions) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -59,7 +64,12 @@ pub fn spawn(store: Arc<Store>, opts: WatchOptions) -> io::Result<JoinHandle<()>
 fn run(store: &Store, opts: WatchOptions) {
     let link = std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf());
     let (tx, rx) = mpsc::channel();
-    let mut watch = match Watch::new(&link, tx.clone()) {
+    let watched = if std::env::var_os(NO_INOTIFY_ENV).is_some() {
+        Err(notify::Error::generic(&format!("{NO_INOTIFY_ENV} is set")))
+    } else {
+        Watch::new(&link, tx.clone())
+    };
+    let mut watch = match watched {
         Ok(watch) => Some(watch),
         Err(err) => {
             fall_back(&err.to_string(), opts);
