@@ -4,7 +4,7 @@
 # Sourced, never run. Nothing here starts traffic to anything but 127.0.0.1,
 # and nothing here signals a process the caller did not start itself.
 #
-# Method (see the shared performance notes (PERFORMANCE.md), "Measuring"):
+# Method (bench/README.md, "Method"):
 #   - server CPU per request = (utime + stime) ticks of the server's whole
 #     process tree, read from /proc/PID/stat before and after a wrk run,
 #     divided by the requests wrk reports. This stays meaningful when wrk
@@ -68,12 +68,29 @@ check_common_opts() {
     command -v taskset >/dev/null || die "taskset is not installed (util-linux)"
 }
 
-# build_release: `cargo build --release`, unless --no-build.
+# build_release: `cargo build --release` (unless --no-build), and BIN set to
+# the shardhttpd binary cargo reports, so CARGO_TARGET_DIR and
+# .cargo/config.toml are honoured. $SHARDHTTPD_BIN, if set, is used instead.
 build_release() {
-    if ((build)); then
+    if [[ -n ${SHARDHTTPD_BIN:-} ]]; then
+        BIN=$SHARDHTTPD_BIN
+    elif ((build)); then
         say "== cargo build --release"
-        cargo build --release
+        BIN=$(cargo build --release -p shardhttpd --bin shardhttpd --message-format=json-render-diagnostics |
+            sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+    else
+        local target
+        target=$(cargo metadata --format-version 1 --no-deps |
+            sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+        BIN=$target/release/shardhttpd
     fi
+    [[ -n $BIN && -x $BIN ]] || die "no shardhttpd binary at '${BIN:-}' (build it, or set SHARDHTTPD_BIN)"
+    say "== using $BIN"
+}
+
+# port_opt NAME VALUE: dies unless VALUE is a port number 1-65535.
+port_opt() {
+    [[ $2 =~ ^[0-9]+$ ]] && (($2 >= 1 && $2 <= 65535)) || die "$1 needs a port number 1-65535, not '$2'"
 }
 
 # make_tmp NAME: a new temporary directory in $tmp. On exit every server

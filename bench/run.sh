@@ -6,7 +6,7 @@
 #
 #   bench/run.sh [--quick] [--full] [--rounds N] [--duration SECS]
 #                [--servers LIST] [--server-cpu N] [--client-cpu N]
-#                [--no-build] [--keep]
+#                [--port-base PORT] [--no-build] [--keep]
 #
 #   --quick          3 s per measurement and 1 round (default: 10 s, 3 rounds)
 #   --full           also run keep-alive with c=10000 (raises `ulimit -n`)
@@ -15,18 +15,21 @@
 #   --servers LIST   comma-separated subset of shardhttpd,h2o,nginx,lighttpd
 #   --server-cpu N   CPU the servers are pinned to (default 1)
 #   --client-cpu N   CPU wrk is pinned to (default 0)
+#   --port-base PORT first of four loopback ports, one per server (default
+#                    18080: shardhttpd, h2o, nginx, lighttpd in that order)
 #   --no-build       do not run `cargo build --release` first
 #   --keep           keep the temporary directory (docroot, configs, logs)
 #
-# What it does (method: the shared performance notes (PERFORMANCE.md), "Measuring"):
+# What it does (method: bench/README.md, "Method"):
 #
-#   1. `cargo build --release`.
+#   1. `cargo build --release`, then uses the binary cargo reports (so
+#      CARGO_TARGET_DIR is honoured; SHARDHTTPD_BIN overrides it).
 #   2. Creates a temporary docroot with 100.txt (100 bytes) and 100k.bin
 #      (102400 bytes), and a config per peer server with the fair settings
-#      PERFORMANCE.md lists (one worker/thread, no access log, sendfile, high
+#      bench/README.md lists (one worker/thread, no access log, sendfile, high
 #      keep-alive request limits, fd limits enough for c=10000).
-#   3. Starts every installed server on its own port (shardhttpd 18080, h2o
-#      18081, nginx 18082, lighttpd 18083 on 127.0.0.1), pinned with
+#   3. Starts every installed server on its own port (shardhttpd PORT, h2o
+#      PORT+1, nginx PORT+2, lighttpd PORT+3 on 127.0.0.1), pinned with
 #      `taskset -c SERVER_CPU`; a server that is not installed is skipped with
 #      a loud message. Each must answer 200 with the right body size for both
 #      files before anything is measured.
@@ -63,6 +66,7 @@ full=0
 server_cpu=1
 client_cpu=0
 servers_wanted=shardhttpd,h2o,nginx,lighttpd
+port_base=18080
 cmdline="bench/run.sh $*"
 
 # Options of this script; parse_opts (lib.sh) takes the common ones.
@@ -72,10 +76,13 @@ script_opt() {
     --servers) servers_wanted=${2:?--servers needs a list} OPT_WORDS=2 ;;
     --server-cpu) server_cpu=${2:?--server-cpu needs a CPU} OPT_WORDS=2 ;;
     --client-cpu) client_cpu=${2:?--client-cpu needs a CPU} OPT_WORDS=2 ;;
+    --port-base) port_base=${2:?--port-base needs a port} OPT_WORDS=2 ;;
     *) return 1 ;;
     esac
 }
 parse_opts "$@"
+port_opt --port-base "$port_base"
+((port_base <= 65532)) || die "--port-base leaves no room for four ports"
 [[ $server_cpu != "$client_cpu" ]] || die "server and client must be on different CPUs"
 for cpu in "$server_cpu" "$client_cpu"; do
     taskset -c "$cpu" true 2>/dev/null || die "CPU $cpu is not available to this process"
@@ -203,7 +210,7 @@ EOF
 
 # ------------------------------------------------------- start servers ----
 
-declare -A port=([shardhttpd]=18080 [h2o]=18081 [nginx]=18082 [lighttpd]=18083)
+declare -A port=([shardhttpd]=$port_base [h2o]=$((port_base + 1)) [nginx]=$((port_base + 2)) [lighttpd]=$((port_base + 3)))
 declare -A pid=()
 servers=()
 failed=0
@@ -218,11 +225,7 @@ for s in "${wanted[@]}"; do
     p=${port[$s]}
     case $s in
     shardhttpd)
-        bin=./target/release/shardhttpd
-        if [[ ! -x $bin ]]; then
-            warn "SKIPPING shardhttpd: $bin not built"
-            continue
-        fi
+        bin=$BIN
         # `--cores 1` is a count: the first CPU of the taskset mask.
         cmd=(taskset -c "$server_cpu" "$bin" --root "$docroot" --listen "127.0.0.1:$p"
             --admin 127.0.0.1:0 --cores 1)

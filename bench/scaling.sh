@@ -6,7 +6,7 @@
 #
 #   bench/scaling.sh [--cpus-server LIST] [--cpus-client LIST] [--shards LIST]
 #                    [--connections N] [--duration SECS] [--rounds N]
-#                    [--quick] [--no-build] [--keep]
+#                    [--port-base PORT] [--quick] [--no-build] [--keep]
 #
 #   --cpus-server LIST  CPUs for the server, e.g. 8-15 (default: see below)
 #   --cpus-client LIST  CPUs for wrk, e.g. 0-7; wrk gets one thread per CPU
@@ -15,8 +15,12 @@
 #   --connections N     wrk connections (default 256)
 #   --duration SECS     measured run length (default 10; a 1 s warm-up precedes)
 #   --rounds N          interleaved rounds, median reported (default 3)
+#   --port-base PORT    first loopback port; shard count i gets PORT+i
+#                       (default 18090)
 #   --quick             3 s runs, 1 round
-#   --no-build          skip `cargo build --release`
+#   --no-build          skip `cargo build --release` (the binary is still
+#                       the one cargo's target directory holds; SHARDHTTPD_BIN
+#                       overrides it)
 #   --keep              keep the temporary directory (docroot, logs)
 #
 # Default CPU split: on 2 CPUs, server 1 and client 0 (only N=1 is possible,
@@ -47,6 +51,7 @@ connections=256
 shards_spec=1,2,4,8
 cpus_server=
 cpus_client=
+port_base=18090
 cmdline="bench/scaling.sh $*"
 
 # Options of this script; parse_opts (lib.sh) takes the common ones.
@@ -56,10 +61,12 @@ script_opt() {
     --cpus-client) cpus_client=${2:?--cpus-client needs a CPU list} OPT_WORDS=2 ;;
     --shards) shards_spec=${2:?--shards needs a list} OPT_WORDS=2 ;;
     --connections) connections=${2:?--connections needs a number} OPT_WORDS=2 ;;
+    --port-base) port_base=${2:?--port-base needs a port} OPT_WORDS=2 ;;
     *) return 1 ;;
     esac
 }
 parse_opts "$@"
+port_opt --port-base "$port_base"
 
 # CPUs this process may use, in order.
 read -r -a avail <<<"$(expand_cpus "$(taskset -pc $$ | awk -F': ' '{print $2}')")"
@@ -108,8 +115,7 @@ if ((connections > 1000)); then
 fi
 
 build_release
-bin=./target/release/shardhttpd
-[[ -x $bin ]] || die "$bin is missing; build it first"
+bin=$BIN
 
 make_tmp shardhttpd-scaling
 docroot=$tmp/www
@@ -129,7 +135,7 @@ cores_arg() {
 declare -A pid=() port=()
 i=0
 for n in "${shards[@]}"; do
-    port[$n]=$((18090 + i))
+    port[$n]=$((port_base + i))
     i=$((i + 1))
     cpus=$(IFS=,; echo "${server_arr[*]:0:n}")
     cmd=(taskset -c "$cpus" "$bin" --root "$docroot" --listen "127.0.0.1:${port[$n]}"

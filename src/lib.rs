@@ -19,6 +19,7 @@ pub mod config;
 pub mod conn;
 pub mod http;
 pub mod metrics;
+pub mod preflight;
 pub mod server;
 pub mod shard;
 pub mod sys;

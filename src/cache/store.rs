@@ -21,6 +21,10 @@ const OPEN_ATTEMPTS: usize = 3;
 /// bodies and get their variants from a background rebuild.
 const SYNC_COMPRESS_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
+/// Name of the span around the start-up build that repeats the identity
+/// build with compression; events inside it are duplicates and are not logged.
+pub const REPEAT_BUILD_SPAN: &str = "repeat_build";
+
 /// Rebuild durations span a no-change walk of a small root (well under a
 /// millisecond) to a cold build of a large root at brotli 11 (minutes).
 const REBUILD_BUCKETS: [f64; 15] = [
@@ -82,9 +86,38 @@ impl Store {
         };
         let mut snapshot = initial_build(&identity_opts)?;
         if opts.compress.is_some() && snapshot.stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
-            snapshot = initial_build(&opts)?;
+            let started = Instant::now();
+            // The same tree again, with variants: what it would log (the
+            // build line, warnings about the same files) the identity build
+            // has just logged. The binary's subscriber drops events inside
+            // this span; one line below says what it added.
+            snapshot = {
+                let _quiet = tracing::info_span!(REPEAT_BUILD_SPAN).entered();
+                initial_build(&opts)?
+            };
+            tracing::info!(
+                encoded_bytes = snapshot.stats.encoded_bytes.iter().sum::<u64>(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "compressed variants built before serving"
+            );
         }
         crate::sys::trim_heap();
+        let limit = crate::sys::nofile_limit();
+        tracing::info!(
+            large_files = snapshot.stats.large_files,
+            max_open_files = opts.open_files.capacity(),
+            nofile_limit = limit.unwrap_or(0),
+            "large files are opened on demand; at most max_open_files fds are kept open"
+        );
+        if let Some(limit) = limit {
+            if opts.open_files.capacity() as u64 >= limit / 2 {
+                tracing::warn!(
+                    max_open_files = opts.open_files.capacity(),
+                    nofile_limit = limit,
+                    "max_open_files is at least half the fd limit; connections may run out of fds"
+                );
+            }
+        }
         Ok(Store {
             current: Arc::new(ArcSwap::from_pointee(snapshot)),
             opts,

@@ -41,6 +41,12 @@ const NOT_SCHEDULED: Duration = Duration::from_secs(365 * 24 * 3600);
 /// cannot keep the shard from its other connections (16 × 16 KiB).
 const MAX_READS_PER_EVENT: usize = 16;
 
+/// Most times one event goes back to answering buffered requests after the
+/// output drained below its bound (each time followed by at most one flush),
+/// so a deep pipeline of small answers cannot keep the shard from its other
+/// connections; the rest continues on the resume list.
+const MAX_ROUNDS_PER_EVENT: usize = 8;
+
 /// Most idle buffers a shard keeps for reuse; beyond that they are freed.
 const POOL_MAX: usize = 1024;
 
@@ -289,8 +295,9 @@ impl Conn {
     fn drive(&mut self, env: &mut ShardEnv<'_>) -> Step {
         self.resume = false;
         let mut reads = 0;
+        let mut rounds = 0;
         loop {
-            self.answer(env);
+            let stalled = self.answer(env);
             if !self.out.is_empty() && !self.write_blocked {
                 match self.out.flush(&self.stream) {
                     Ok(Flush::Done) => self.flushed(env),
@@ -312,6 +319,17 @@ impl Conn {
                         return Step::Close(reason);
                     }
                 }
+            }
+            // Requests left buffered behind a backlog are answered as soon
+            // as the output drains below the bound: no readiness edge will
+            // announce bytes that are already in our buffer.
+            if stalled && !self.out.is_backlogged(env.snapshot) {
+                if rounds == MAX_ROUNDS_PER_EVENT {
+                    self.resume = true;
+                    break;
+                }
+                rounds += 1;
+                continue;
             }
             if !(self.readable && self.wants_read(env.snapshot)) {
                 break;
@@ -431,11 +449,13 @@ impl Conn {
     }
 
     /// Answer every complete request in the buffer, in order, until the
-    /// output is backlogged or the connection stops reading.
-    fn answer(&mut self, env: &mut ShardEnv<'_>) {
+    /// output is backlogged or the connection stops reading. Returns true
+    /// when it stopped on the backlog with bytes still buffered: the caller
+    /// must come back once the output drains.
+    fn answer(&mut self, env: &mut ShardEnv<'_>) -> bool {
         loop {
             match self.reading {
-                Reading::Done(_) | Reading::Lingering(_) => return,
+                Reading::Done(_) | Reading::Lingering(_) => return false,
                 Reading::Discard { remaining } => {
                     let take = remaining.min((self.rend - self.rstart) as u64);
                     self.rstart += take as usize;
@@ -443,16 +463,19 @@ impl Conn {
                         self.reading = Reading::Discard {
                             remaining: remaining - take,
                         };
-                        return;
+                        return false;
                     }
                     self.reading = Reading::Idle;
                 }
                 Reading::Idle | Reading::Head => {
-                    if self.rstart == self.rend
-                        || self.out.is_backlogged(env.snapshot)
-                        || !self.answer_one(env)
-                    {
-                        return;
+                    if self.rstart == self.rend {
+                        return false;
+                    }
+                    if self.out.is_backlogged(env.snapshot) {
+                        return true;
+                    }
+                    if !self.answer_one(env) {
+                        return false;
                     }
                 }
             }

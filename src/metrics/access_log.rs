@@ -8,7 +8,9 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::config::LogFormat;
@@ -30,18 +32,30 @@ enum Msg {
 pub struct AccessLog {
     tx: SyncSender<Msg>,
     format: LogFormat,
+    /// Lines dropped by every shard, for `/metrics` and `/status.json`
+    /// (touched only when a line is dropped, never per request).
+    dropped: Arc<AtomicU64>,
 }
 
 impl AccessLog {
-    /// Open `path` for appending and start the writer thread.
-    pub fn open(path: &Path, format: LogFormat) -> std::io::Result<AccessLog> {
+    /// Open `path` for appending and start the writer thread; dropped lines
+    /// are added to `dropped`.
+    pub fn open(
+        path: &Path,
+        format: LogFormat,
+        dropped: Arc<AtomicU64>,
+    ) -> std::io::Result<AccessLog> {
         let file = open_append(path)?;
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let path = path.to_owned();
         std::thread::Builder::new()
             .name("access-log".into())
             .spawn(move || writer(path, file, rx))?;
-        Ok(AccessLog { tx, format })
+        Ok(AccessLog {
+            tx,
+            format,
+            dropped,
+        })
     }
 
     /// Ask the writer to reopen the file (SIGUSR1).
@@ -192,12 +206,17 @@ impl ShardLog {
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(Msg::Lines { mut buf, .. })) => {
-                self.dropped += lines;
+                self.count_dropped(lines);
                 buf.clear();
                 self.buf = buf;
             }
-            Err(_) => self.dropped += lines,
+            Err(_) => self.count_dropped(lines),
         }
+    }
+
+    fn count_dropped(&mut self, lines: u64) {
+        self.dropped += lines;
+        self.log.dropped.fetch_add(lines, Ordering::Relaxed);
     }
 
     fn render_time(&mut self, secs: u64) {

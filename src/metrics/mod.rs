@@ -11,7 +11,7 @@ pub mod access_log;
 pub mod admin;
 mod counters;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,8 @@ pub struct Metrics {
     pub started: Instant,
     /// Set while shutting down: `/readyz` fails.
     pub draining: AtomicBool,
+    /// Access-log lines dropped because the writer fell behind.
+    pub access_log_dropped: Arc<AtomicU64>,
 }
 
 impl Metrics {
@@ -96,6 +98,7 @@ impl Metrics {
             registry,
             started: Instant::now(),
             draining: AtomicBool::new(false),
+            access_log_dropped: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -127,6 +130,16 @@ impl Metrics {
         let mut families = self.registry.gather();
         families.extend(self.shard_families());
         families.extend(snapshot_families(snap));
+        let mut dropped = family(
+            "shardhttpd_access_log_dropped_total",
+            "Access-log lines dropped because the writer fell behind.",
+            MetricType::COUNTER,
+        );
+        dropped.mut_metric().push(counter(
+            &[],
+            self.access_log_dropped.load(Ordering::Relaxed) as f64,
+        ));
+        families.push(dropped);
         families.sort_by(|a, b| a.get_name().cmp(b.get_name()));
         let mut out = Vec::with_capacity(16 * 1024);
         if let Err(e) = TextEncoder::new().encode(&families, &mut out) {

@@ -4,6 +4,7 @@
 //! snapshot pointer, read through a per-shard `arc_swap::Cache`.
 
 mod slab;
+pub mod steer;
 mod timer;
 
 use std::io;
@@ -230,6 +231,11 @@ impl Shard {
                 }
                 if now >= deadline {
                     let tokens: Vec<u64> = self.conns.tokens().collect();
+                    tracing::warn!(
+                        shard = self.index,
+                        connections = tokens.len(),
+                        "shutdown grace ran out; force-closing connections"
+                    );
                     for token in tokens {
                         self.close(token, CloseReason::Shutdown);
                     }

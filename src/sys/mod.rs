@@ -8,11 +8,15 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod epoll;
+mod fs;
 mod net;
 mod thread;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
-pub use net::{accept4, sendfile, sendmsg_more, set_defer_accept};
+pub use fs::{nofile_limit, open_beneath};
+pub use net::{
+    accept4, attach_reuseport_cbpf, sendfile, sendmsg_more, set_defer_accept, set_incoming_cpu,
+};
 pub use thread::{lower_thread_priority, trim_heap};
 
 /// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and
