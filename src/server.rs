@@ -99,6 +99,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     log_start(&config);
     let (mut claims, _) = Preflight::default().run(&config)?;
     let metrics = Metrics::new(&config.cpus, config.metrics);
+    let tls = match &config.tls {
+        Some(settings) => {
+            let tls = crate::tls::Tls::new(settings).context("loading the TLS certificates")?;
+            for c in tls.store.collectors() {
+                metrics.register(c);
+            }
+            tls.store
+                .spawn_watcher()
+                .context("spawning the certificate watcher")?;
+            Some(tls)
+        }
+        None => None,
+    };
     let admin_listener = preflight::bind_admin(config.admin)?;
     let published: Arc<OnceLock<Arc<Store>>> = Arc::new(OnceLock::new());
     {
@@ -119,6 +132,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     // at once. Port 0: the first shard's socket picks the port and the
     // others join it.
     let mut addrs = config.listen.clone();
+    // `addrs[..plain]` are cleartext, the rest TLS (in every shard's list).
+    let plain = addrs.len();
+    if let Some(settings) = &config.tls {
+        addrs.extend(&settings.listen);
+    }
     let mut per_shard = Vec::with_capacity(config.cpus.len());
     for _ in &config.cpus {
         let mut sockets = Vec::with_capacity(addrs.len());
@@ -153,6 +171,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         None => None,
     };
 
+    // Watches first: every change made during or after the initial walk is
+    // then an event, and none falls between the walk and its watch.
+    let watcher = config
+        .watch
+        .then(|| crate::cache::watch::Watcher::establish(&config.root, config.watch_options()));
     let Some(store) = first_build(&config, &mut signals)? else {
         return Ok(());
     };
@@ -181,8 +204,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             })
             .context("spawning the compression thread")?;
     }
-    if config.watch {
-        crate::cache::watch::spawn(Arc::clone(&store), config.watch_options())
+    if let Some(watcher) = watcher {
+        watcher
+            .spawn(Arc::clone(&store))
             .context("spawning the watcher thread")?;
     }
     let shared = Arc::new(Shared {
@@ -219,6 +243,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             waker,
             shared: Arc::clone(&shared),
             conn_cfg: conn_cfg.clone(),
+            tls: tls.as_ref().map(|t| Arc::clone(&t.config)),
+            plain_listeners: plain,
             metrics: Arc::clone(&metrics),
             access_log: access_log.as_ref().map(AccessLog::for_shard),
             started: started_tx.clone(),
@@ -240,8 +266,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .context("a shard thread exited during start-up")?
             .context("starting a shard")?;
     }
-    for addr in &addrs {
+    for addr in &addrs[..plain] {
         tracing::info!(shards = threads.len(), "listening addr={addr}");
+    }
+    for addr in &addrs[plain..] {
+        tracing::info!(shards = threads.len(), "listening tls_addr={addr}");
     }
     for signal in signals.forever() {
         match signal {
@@ -250,7 +279,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                     log.reopen();
                 }
             }
-            SIGHUP => rebuild_on_hup(&store),
+            SIGHUP => {
+                if let Some(tls) = &tls {
+                    tls.store.reload();
+                }
+                rebuild_on_hup(&store);
+            }
             _ => {
                 tracing::info!(signal, "shutting down");
                 metrics.draining.store(true, Ordering::Release);

@@ -121,11 +121,13 @@ pub struct ShardLog {
 
 impl ShardLog {
     /// Append one line for an answered request (`req` is None when the head
-    /// could not be parsed).
+    /// could not be parsed; `tls` is the protocol version and cipher suite
+    /// of a TLS connection, in the JSON format only).
     pub fn line(
         &mut self,
         unix_secs: u64,
         peer: Option<SocketAddr>,
+        tls: Option<(&str, &str)>,
         req: Option<&Request<'_>>,
         status: Status,
         bytes: u64,
@@ -181,7 +183,11 @@ impl ShardLog {
                 escape_json(buf, referer.unwrap_or(b""));
                 buf.extend_from_slice(b"\",\"user_agent\":\"");
                 escape_json(buf, agent.unwrap_or(b""));
-                buf.extend_from_slice(b"\"}\n");
+                let (tls_version, tls_cipher) = tls.unwrap_or(("", ""));
+                let _ = writeln!(
+                    buf,
+                    "\",\"tls_version\":\"{tls_version}\",\"tls_cipher\":\"{tls_cipher}\"}}"
+                );
             }
         }
         if self.buf.len() >= FLUSH_BYTES {

@@ -1122,3 +1122,4 @@ pub fn threads(pid: u32) -> BTreeMap<String, u32> {
     }
     out
 }
+pub mod tls;
