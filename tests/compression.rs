@@ -128,7 +128,7 @@ fn head_matches_get_per_encoding() {
 }
 
 #[test]
-fn vary_and_etag_on_200_206_304() {
+fn vary_and_etag_on_200_206_304_412_416() {
     let (site, _) = site_with_script("cmp-vary");
     let server = Server::start(&site.root, &[]);
     let mut etags = HashSet::new();
@@ -184,6 +184,29 @@ fn vary_and_etag_on_200_206_304() {
         assert_eq!(not_modified.status, 304, "{ae}: {not_modified:?}");
         assert_eq!(not_modified.must("vary"), "Accept-Encoding", "{ae} 304");
         assert_eq!(not_modified.must("etag"), etag, "{ae} 304");
+
+        // Errors about the representation vary with Accept-Encoding too: a
+        // cache must not answer another encoding's request with them.
+        let failed = get_with(
+            &server,
+            "/app.js",
+            &[("Accept-Encoding", ae), ("If-Match", "\"other\"")],
+        );
+        assert_eq!(failed.status, 412, "{ae}: {failed:?}");
+        assert_eq!(failed.must("vary"), "Accept-Encoding", "{ae} 412");
+        let beyond = format!("bytes={}-", full.body.len() + 10);
+        let unsatisfiable = get_with(
+            &server,
+            "/app.js",
+            &[("Accept-Encoding", ae), ("Range", &beyond)],
+        );
+        assert_eq!(unsatisfiable.status, 416, "{ae}: {unsatisfiable:?}");
+        assert_eq!(unsatisfiable.must("vary"), "Accept-Encoding", "{ae} 416");
+        assert_eq!(
+            unsatisfiable.must("content-range"),
+            format!("bytes */{}", full.body.len()),
+            "{ae} 416"
+        );
     }
     // A validator of one encoding does not match another.
     let identity = get_with(&server, "/app.js", &[]);

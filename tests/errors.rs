@@ -103,20 +103,25 @@ fn content_length_with_transfer_encoding_is_400() {
     expect_error(&server, raw, 400, "CL + TE");
 }
 
+/// A request body is never accepted, and `Transfer-Encoding` alone (no
+/// Content-Length) cannot be skipped safely either: 413, then close, and the
+/// request hidden in the "body" is never answered.
 #[test]
 fn chunked_body_on_get_is_refused() {
     let (_site, server) = start("te-only", &[]);
-    let mut c = server.connect();
-    let _ = c.try_send(
-        b"GET /index.html HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-    );
-    let r = c.read_response().expect("response to chunked GET");
-    // Either refused outright (400/411/413/501) or the empty chunked body is
-    // consumed and the file served; never a hang or a parse mix-up.
-    assert!(
-        matches!(r.status, 200 | 400 | 411 | 413 | 501),
-        "chunked GET: {r:?}"
-    );
+    for (method, version) in [("GET", "1.1"), ("POST", "1.1"), ("GET", "1.0")] {
+        let raw = format!(
+            "{method} /index.html HTTP/{version}\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+             0\r\n\r\n{}",
+            get("/style.css")
+        );
+        expect_error(
+            &server,
+            raw.as_bytes(),
+            413,
+            &format!("{method} with Transfer-Encoding alone, HTTP/{version}"),
+        );
+    }
 }
 
 #[test]

@@ -397,6 +397,18 @@ fn directories_redirect_and_serve_index() {
     assert_eq!(r.status, 301, "{r:?}");
     assert_common_headers(&r, "GET");
     assert_eq!(r.must("location"), "/dir/");
+    // The query survives the redirect (the fragment never reaches a server).
+    for (target, location) in [
+        ("/dir?v=1", "/dir/?v=1"),
+        ("/dir?a=1&b=%20x", "/dir/?a=1&b=%20x"),
+    ] {
+        let r = server.get(target);
+        assert_eq!(r.status, 301, "{target}: {r:?}");
+        assert_eq!(r.must("location"), location, "{target}");
+    }
+    let r = server.send("HEAD /dir?v=2 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status, 301, "{r:?}");
+    assert_eq!(r.must("location"), "/dir/?v=2");
 
     let r = server.get("/dir/");
     assert_eq!(r.status, 200, "{r:?}");

@@ -359,7 +359,19 @@ fn shutdown_grace_bounds_the_drain() {
         took >= Duration::from_millis(800),
         "exited after {took:?}, before the grace period, with a response in flight"
     );
-    eprintln!("exit after grace: {status} in {took:?}");
+    // Cutting off a client at the end of the grace period is the documented
+    // outcome of a drain, not a failure: the exit is still clean.
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after the grace period: {status}\n{}",
+        server.log_text()
+    );
+    assert!(
+        server.log_lines().iter().any(|l| l.contains("stopped")),
+        "no `stopped` line after the drain\n{}",
+        server.log_text()
+    );
     // The stalled response must not look complete.
     let mut got = stalled.take_buffered().len();
     let mut buf = vec![0u8; 1 << 20];

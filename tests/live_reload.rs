@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::metrics;
 use support::*;
 
 /// The promise: a change is served within this.
@@ -397,17 +398,106 @@ fn file_copied_in_pieces_is_served_once_complete() {
     });
 }
 
+/// With `--watch false` nothing rebuilds on its own: not on an inotify
+/// event, and not on a rescan timer either (watched here for ten rescan
+/// intervals and longer than the 2 s default). Only SIGHUP does, and the
+/// snapshot generation says exactly when.
 #[test]
 fn watch_off_waits_for_sighup() {
     let site = Site::new("live-nowatch");
-    let server = Server::start(&site.root, &["--watch", "false"]);
+    let server = Server::start(
+        &site.root,
+        &["--watch", "false", "--rescan-interval", "0.25"],
+    );
+    let admin = server.admin_addr();
+    assert_eq!(metrics::generation(admin), 1);
     assert_eq!(server.get("/later.txt").status, 404);
     site.write("later.txt", b"later");
-    // Without the watcher nothing changes on its own.
-    assert!(!poll_until(Duration::from_millis(300), || server
-        .get("/later.txt")
-        .status
-        == 200));
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(2500) {
+        let samples = metrics::scrape(admin);
+        let rebuilds = metrics::sum(&samples, "shardhttpd_snapshot_rebuilds_total", &[]);
+        assert_eq!(
+            rebuilds,
+            0.0,
+            "a rebuild ran with the watcher off after {:?}\n{}",
+            watched.elapsed(),
+            server.log_text()
+        );
+        assert_eq!(
+            server.get("/later.txt").status,
+            404,
+            "served without SIGHUP"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !server
+            .log_lines()
+            .iter()
+            .any(|l| l.contains("watching the document root") || l.contains("periodic rescans")),
+        "a watcher runs with --watch false\n{}",
+        server.log_text()
+    );
     server.signal("HUP");
-    await_body(&server, "/later.txt", "after SIGHUP", "later");
+    metrics::await_value(admin, "shardhttpd_snapshot_generation", &[], 2.0);
+    assert!(body_is(&server.get("/later.txt"), 200, "later"));
+    metrics::await_value(
+        admin,
+        "shardhttpd_snapshot_rebuilds_total",
+        &[("result", "success")],
+        1.0,
+    );
+}
+
+/// Without inotify (forced by the test hook `SHARDHTTPD_NO_INOTIFY`) the
+/// watcher says so and rescans every `--rescan-interval`: a change is served
+/// within a few intervals, and a rescan that finds nothing changed counts as
+/// a rebuild but swaps nothing (the generation stays).
+#[test]
+fn rescans_without_inotify() {
+    let site = Site::new("live-rescan");
+    let server = Server::start_env(
+        &site.root,
+        &["--rescan-interval", "0.2"],
+        &[("SHARDHTTPD_NO_INOTIFY", "1")],
+    );
+    let admin = server.admin_addr();
+    server
+        .wait_for_log("falling back to periodic rescans", Duration::from_secs(5))
+        .expect("the fallback to rescans is logged");
+    // Rescans run with nothing changed: rebuild attempts grow, the
+    // generation does not.
+    let mut samples = Vec::new();
+    let rescanned = poll_until(Duration::from_secs(10), || {
+        samples = metrics::scrape(admin);
+        metrics::sum(
+            &samples,
+            "shardhttpd_snapshot_rebuilds_total",
+            &[("result", "success")],
+        ) >= 3.0
+    });
+    assert!(
+        rescanned,
+        "fewer than 3 rescans in 10 s at 0.2 s: {samples:#?}"
+    );
+    assert_eq!(
+        metrics::sum(&samples, "shardhttpd_snapshot_generation", &[]),
+        1.0
+    );
+
+    site.write("new.txt", b"found by a rescan");
+    let t = await_body(
+        &server,
+        "/new.txt",
+        "create, by rescan",
+        "found by a rescan",
+    );
+    eprintln!("rescan picked up a new file after {t:?}");
+    assert_eq!(metrics::generation(admin), 2);
+    std::fs::remove_file(site.root.join("new.txt")).unwrap();
+    await_change(&server, "/new.txt", "delete, by rescan", |r| {
+        r.status == 404
+    });
+    assert_eq!(metrics::generation(admin), 3);
 }

@@ -23,9 +23,9 @@ use support::{
     Server, TempDir,
 };
 
-/// Longer than the shards' 250 ms publish interval, so every request sent
-/// before it is visible to a scrape.
-const PUBLISH_WAIT: Duration = Duration::from_millis(1500);
+/// How long a scrape may take to show what the shards counted (they publish
+/// every 250 ms; this allows for a loaded machine).
+const PUBLISH_WITHIN: Duration = Duration::from_secs(10);
 /// Grafana's variables, as the validation substitutes them.
 const GRAFANA_VARS: &[(&str, &str)] = &[
     ("${__rate_interval}", "1m"),
@@ -138,6 +138,18 @@ fn parse_exposition(text: &str) -> Vec<Sample> {
             }
         })
         .collect()
+}
+
+/// Scrapes until the sum of `name` over every series is `want`: waits on what
+/// the shards have published rather than on a fixed sleep.
+#[track_caller]
+fn published(admin: SocketAddr, name: &str, want: f64) {
+    let mut last = 0.0;
+    let ok = poll_until(PUBLISH_WITHIN, || {
+        last = sum(&parse_exposition(&scrape(admin)), name, &[]);
+        last == want
+    });
+    assert!(ok, "{name} is {last} after {PUBLISH_WITHIN:?}, want {want}");
 }
 
 /// Sum of `name` over the samples whose labels include all of `filter`.
@@ -813,7 +825,7 @@ fn promtool_check_metrics_finds_nothing_in_the_exposition() {
     for (path, want) in PATHS {
         assert_eq!(server.get(path).status, *want, "GET {path}");
     }
-    thread::sleep(PUBLISH_WAIT);
+    published(admin, "shardhttpd_http_requests_total", PATHS.len() as f64);
     let body = scrape(admin);
     assert!(body.contains(r#"code="404""#), "{body}");
     let (ok, out) = promtool(&["check", "metrics"], body.as_bytes(), &repo());
@@ -1014,7 +1026,8 @@ fn requests_total_grows_by_exactly_n_after_a_publish_interval() {
     const N: usize = KEEPALIVE_CONNS * PER_CONN + FRESH;
     let server = Server::start(&example_site(), &["--cores", &shard_count().to_string()]);
     let admin = server.admin_addr();
-    thread::sleep(PUBLISH_WAIT);
+    // Every shard has published (its shard_info series is there).
+    published(admin, "shardhttpd_shard_info", shard_count() as f64);
     let before = parse_exposition(&scrape(admin));
     // A second scrape must not change anything: the admin thread's own
     // requests are not counted.
@@ -1049,7 +1062,11 @@ fn requests_total_grows_by_exactly_n_after_a_publish_interval() {
         .map(|t| t.join().unwrap())
         .sum::<usize>();
 
-    thread::sleep(PUBLISH_WAIT);
+    published(
+        admin,
+        "shardhttpd_http_requests_total",
+        total(&before) + N as f64,
+    );
     let after = parse_exposition(&scrape(admin));
     assert_eq!(
         total(&after) - total(&before),
@@ -1108,7 +1125,7 @@ fn two_cores_both_count_connections_from_a_client_opening_many() {
         ));
         assert_eq!(r.status, 200);
     }
-    thread::sleep(PUBLISH_WAIT);
+    published(admin, "shardhttpd_connections_closed_total", CONNS as f64);
     let samples = parse_exposition(&scrape(admin));
     let accepted = per_core(&samples, "shardhttpd_connections_accepted_total");
     let requests = per_core(&samples, "shardhttpd_http_requests_total");
@@ -1149,7 +1166,10 @@ fn metrics_off_counts_no_requests() {
     for _ in 0..20 {
         server.get("/index.html");
     }
-    thread::sleep(PUBLISH_WAIT);
+    drop(conn);
+    // Connections are counted with metrics off too: once all 21 have been
+    // published as closed, so would any request counted with them.
+    published(admin, "shardhttpd_connections_closed_total", 21.0);
     let samples = parse_exposition(&scrape(admin));
     for name in [
         "shardhttpd_http_requests_total",

@@ -1,7 +1,9 @@
-//! Bodies sent with `sendfile` from an fd (files at or above
-//! `--sendfile-threshold`): whole bodies, ranges, HEAD, keep-alive and
-//! pipelining after them, a small memory budget, and the write timeout for a
-//! reader that stops reading.
+//! Bodies sent from an fd (files at or above `--sendfile-threshold`): whole
+//! bodies, ranges, HEAD, keep-alive and pipelining after them, a small
+//! memory budget, and the write timeout for a reader that stops reading.
+//! Every test runs twice: with the default verified copy (`pread`, `fstat`,
+//! write) and with zero-copy `sendfile` (`--sendfile true`), which has its
+//! own code path for every byte and must send exactly the same bodies.
 
 mod support;
 
@@ -18,6 +20,44 @@ fn byte(i: usize) -> u8 {
     (i % 251) as u8
 }
 
+/// The two ways a large body leaves the server.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    VerifiedCopy,
+    ZeroCopy,
+}
+
+impl Mode {
+    /// `flags` plus the flag that selects this mode.
+    fn flags<'a>(self, flags: &[&'a str]) -> Vec<&'a str> {
+        let mut v = flags.to_vec();
+        v.extend(match self {
+            Mode::VerifiedCopy => ["--sendfile", "false"],
+            Mode::ZeroCopy => ["--sendfile", "true"],
+        });
+        v
+    }
+}
+
+/// One `#[test]` per mode for each scenario below.
+macro_rules! both_modes {
+    ($($scenario:ident),* $(,)?) => {
+        mod verified_copy {
+            $(#[test] fn $scenario() { super::$scenario(super::Mode::VerifiedCopy) })*
+        }
+        mod zero_copy {
+            $(#[test] fn $scenario() { super::$scenario(super::Mode::ZeroCopy) })*
+        }
+    };
+}
+
+both_modes!(
+    large_file_whole_body_then_keep_alive,
+    ranges_on_a_large_file,
+    tiny_memory_budget_still_serves_everything,
+    reader_that_stops_reading_is_dropped_after_write_timeout,
+);
+
 fn big_site(tag: &str, size: usize) -> (Site, Vec<u8>) {
     let site = Site::new(tag);
     let data: Vec<u8> = (0..size).map(byte).collect();
@@ -25,10 +65,12 @@ fn big_site(tag: &str, size: usize) -> (Site, Vec<u8>) {
     (site, data)
 }
 
-#[test]
-fn large_file_whole_body_then_keep_alive() {
+fn large_file_whole_body_then_keep_alive(mode: Mode) {
     let (site, data) = big_site("sf-whole", BIG);
-    let server = Server::start(&site.root, &["--sendfile-threshold", "1048576"]);
+    let server = Server::start(
+        &site.root,
+        &mode.flags(&["--sendfile-threshold", "1048576"]),
+    );
     let mut c = server.connect();
     // Big, small, big, pipelined in one write: the connection must switch
     // between fd and memory bodies cleanly.
@@ -54,10 +96,12 @@ fn large_file_whole_body_then_keep_alive() {
     assert_eq!(r.body, INDEX_HTML, "after HEAD of a large file");
 }
 
-#[test]
-fn ranges_on_a_large_file() {
+fn ranges_on_a_large_file(mode: Mode) {
     let (site, data) = big_site("sf-range", BIG);
-    let server = Server::start(&site.root, &["--sendfile-threshold", "1048576"]);
+    let server = Server::start(
+        &site.root,
+        &mode.flags(&["--sendfile-threshold", "1048576"]),
+    );
     let mut c = server.connect();
     for (spec, lo, hi) in [
         ("bytes=1000-1999", 1000, 1999),
@@ -93,10 +137,9 @@ fn ranges_on_a_large_file() {
     }
 }
 
-#[test]
-fn tiny_memory_budget_still_serves_everything() {
+fn tiny_memory_budget_still_serves_everything(mode: Mode) {
     let (site, data) = big_site("sf-budget", 200_000);
-    let server = Server::start(&site.root, &["--cache-max-bytes", "1000"]);
+    let server = Server::start(&site.root, &mode.flags(&["--cache-max-bytes", "1000"]));
     for (path, body) in [
         ("/index.html", INDEX_HTML.to_vec()),
         ("/big.bin", data),
@@ -123,13 +166,15 @@ fn socket_count(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-#[test]
-fn reader_that_stops_reading_is_dropped_after_write_timeout() {
+fn reader_that_stops_reading_is_dropped_after_write_timeout(mode: Mode) {
     // Larger than what loopback socket buffers can hold, so the server's
     // writes stall.
     const SIZE: usize = 64 * 1024 * 1024;
     let (site, _data) = big_site("sf-write-timeout", SIZE);
-    let mut server = Server::start(&site.root, &["--write-timeout", "1", "--cores", "1"]);
+    let mut server = Server::start(
+        &site.root,
+        &mode.flags(&["--write-timeout", "1", "--cores", "1"]),
+    );
     let idle = socket_count(server.pid());
     let mut c = server.connect();
     c.send(get("/big.bin").as_bytes());

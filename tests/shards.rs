@@ -20,10 +20,10 @@ fn have_two_cpus(test: &str) -> bool {
     let parallel = thread::available_parallelism().map_or(1, |n| n.get());
     let allowed = allowed_cpus();
     if parallel < 2 || allowed.len() < 2 {
-        eprintln!(
-            "\n*** SKIP {test}: needs 2 CPUs, have available_parallelism={parallel}, \
-             Cpus_allowed_list={allowed:?} ***\n"
-        );
+        loud(&format!(
+            "SKIP {test}: needs 2 CPUs, have available_parallelism={parallel}, \
+             Cpus_allowed_list={allowed:?}"
+        ));
         return false;
     }
     true
@@ -303,7 +303,7 @@ fn connections_spread_over_both_shards() {
 #[test]
 fn listens_on_ipv4_and_ipv6() {
     if TcpListener::bind("[::1]:0").is_err() {
-        eprintln!("\n*** SKIP listens_on_ipv4_and_ipv6: cannot bind [::1] here ***\n");
+        loud("SKIP listens_on_ipv4_and_ipv6: cannot bind [::1] here");
         return;
     }
     let site = Site::new("dual-stack");

@@ -156,6 +156,11 @@ impl Inbox {
     }
 }
 
+/// Set in the environment, the watcher behaves as if inotify were missing
+/// and only rescans: how the tests reach the fallback a container without
+/// inotify (or out of watches) takes. Read once, at start.
+pub const NO_INOTIFY_ENV: &str = "SHARDHTTPD_NO_INOTIFY";
+
 /// Watches established before the initial build; [`Watcher::spawn`] hands
 /// them to the watcher thread.
 pub struct Watcher {
@@ -174,7 +179,12 @@ impl Watcher {
             pending: Mutex::new(Pending::default()),
         });
         let (wake_tx, wake_rx) = mpsc::sync_channel(1);
-        let watch = match Watch::new(&link, Arc::clone(&inbox), wake_tx) {
+        let watched = if std::env::var_os(NO_INOTIFY_ENV).is_some() {
+            Err(notify::Error::generic(&format!("{NO_INOTIFY_ENV} is set")))
+        } else {
+            Watch::new(&link, Arc::clone(&inbox), wake_tx)
+        };
+        let watch = match watched {
             Ok(watch) => Some(watch),
             Err(err) => {
                 fall_back(&err.to_string(), opts);

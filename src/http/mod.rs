@@ -105,3 +105,28 @@ impl Status {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Status;
+
+    #[test]
+    fn status_line_carries_the_code_and_a_reason() {
+        for (i, status) in Status::ALL.into_iter().enumerate() {
+            assert_eq!(status as usize, i, "ALL is in declaration order");
+            let line = std::str::from_utf8(status.line()).unwrap();
+            let rest = line
+                .strip_prefix(&format!("HTTP/1.1 {} ", status.code()))
+                .unwrap_or_else(|| panic!("{status:?}: {line:?}"));
+            let reason = rest.strip_suffix("\r\n").expect("CRLF");
+            assert!(
+                reason.len() > 1 && !reason.contains('\r'),
+                "{status:?}: {line:?}"
+            );
+        }
+        assert_eq!(Status::NotFound.line(), b"HTTP/1.1 404 Not Found\r\n");
+        let codes: std::collections::BTreeSet<u16> =
+            Status::ALL.iter().map(|s| s.code()).collect();
+        assert_eq!(codes.len(), Status::ALL.len(), "codes are distinct");
+    }
+}

@@ -7,6 +7,8 @@
 #![allow(dead_code)]
 
 pub mod caches;
+pub mod metrics;
+pub mod procfs;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -268,6 +270,11 @@ impl Server {
     /// 127.0.0.1:0`, and `--listen 127.0.0.1:0` unless `extra` has a
     /// `--listen`.
     pub fn start(root: &Path, extra: &[&str]) -> Server {
+        Server::start_env(root, extra, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables.
+    pub fn start_env(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args: Vec<String> = vec!["--root".into(), root.display().to_string()];
         let listens = extra.iter().filter(|a| **a == "--listen").count();
         if listens == 0 {
@@ -275,14 +282,20 @@ impl Server {
         }
         args.extend(["--admin".into(), "127.0.0.1:0".into()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        Server::spawn(&args, listens.max(1))
+        Server::spawn_env(&args, listens.max(1), env)
     }
 
     /// Spawns the binary with exactly `args` and waits for `listens`
     /// listening lines.
     pub fn spawn(args: &[String], listens: usize) -> Server {
+        Server::spawn_env(args, listens, &[])
+    }
+
+    /// [`Server::spawn`] with extra environment variables.
+    pub fn spawn_env(args: &[String], listens: usize, env: &[(&str, &str)]) -> Server {
         let mut child = command()
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1050,6 +1063,12 @@ pub fn assert_error_then_close(conn: &mut Conn, want: u16, what: &str) -> Respon
         .unwrap_or_else(|e| panic!("{what}: no response: {e}"));
     assert_eq!(r.status, want, "{what}: {r:?}");
     assert_common_headers(&r, "GET");
+    // The client must learn from the response itself that the connection
+    // ends, not only from the close that follows (RFC 9112 §9.6).
+    assert!(
+        r.says_close(),
+        "{what}: an error that closes must say `Connection: close`: {r:?}"
+    );
     assert!(!r.body.is_empty(), "{what}: error body should not be empty");
     assert!(r.body.len() < 4096, "{what}: error body should be short");
     assert_closed(conn, what);
