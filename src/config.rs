@@ -32,6 +32,9 @@ pub const DEFAULT_KEEPALIVE_TIMEOUT_S: f64 = 60.0;
 /// nginx's `send_timeout`: a reader that takes nothing for this long is dropped.
 pub const DEFAULT_WRITE_TIMEOUT_S: f64 = 60.0;
 pub const DEFAULT_SHUTDOWN_GRACE_S: f64 = 10.0;
+/// How long the new process of a SIGUSR2 upgrade has to say it is ready
+/// (its snapshot built, every shard in its loop) before the old one gives up.
+pub const DEFAULT_UPGRADE_TIMEOUT_S: f64 = 30.0;
 /// Files at least this large are sent with `sendfile` from an fd.
 pub const DEFAULT_SENDFILE_THRESHOLD: u64 = 1024 * 1024;
 /// Memory for bodies held in the snapshot.
@@ -109,6 +112,17 @@ pub struct Settings {
     /// Seconds to finish in-flight responses on SIGTERM/SIGINT.
     #[arg(long, value_name = "SECS")]
     pub shutdown_grace: Option<f64>,
+    /// Seconds to keep accepting and serving after SIGTERM while /readyz
+    /// already fails, so load balancers stop routing here first.
+    #[arg(long, value_name = "SECS")]
+    pub drain_delay: Option<f64>,
+    /// Binary started by SIGUSR2 (default: this executable's path as
+    /// resolved at start, so a binary replaced on disk is the one started).
+    #[arg(long, value_name = "PATH")]
+    pub upgrade_binary: Option<PathBuf>,
+    /// Seconds the new process of a SIGUSR2 upgrade has to become ready.
+    #[arg(long, value_name = "SECS")]
+    pub upgrade_timeout: Option<f64>,
     /// Files of at least this many bytes are sent from their fd, not memory.
     #[arg(long, value_name = "BYTES")]
     pub sendfile_threshold: Option<u64>,
@@ -229,7 +243,7 @@ impl Settings {
             root, listen, cores, admin, backlog, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
-            shutdown_grace, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
+            shutdown_grace, drain_delay, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
             watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
@@ -265,6 +279,11 @@ pub struct Config {
     pub keepalive_timeout: Duration,
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// Serving goes on this long after SIGTERM, with `/readyz` failing.
+    pub drain_delay: Duration,
+    /// What SIGUSR2 starts; `None`: this executable, resolved at start.
+    pub upgrade_binary: Option<PathBuf>,
+    pub upgrade_timeout: Duration,
     pub sendfile_threshold: u64,
     pub sendfile: bool,
     pub cache_max_bytes: u64,
@@ -387,6 +406,16 @@ impl Config {
             )?,
             write_timeout: seconds("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT_S)?,
             shutdown_grace: seconds("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE_S)?,
+            drain_delay: match s.drain_delay.unwrap_or(0.0) {
+                v if (0.0..=3600.0).contains(&v) => Duration::from_secs_f64(v),
+                _ => bail!("config key `drain_delay`: must be a number of seconds in [0, 3600]"),
+            },
+            upgrade_binary: s.upgrade_binary,
+            upgrade_timeout: seconds(
+                "upgrade_timeout",
+                s.upgrade_timeout,
+                DEFAULT_UPGRADE_TIMEOUT_S,
+            )?,
             sendfile_threshold: s
                 .sendfile_threshold
                 .unwrap_or(DEFAULT_SENDFILE_THRESHOLD)

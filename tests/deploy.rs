@@ -58,7 +58,10 @@ fn kubernetes_manifests_pass_kubernetes_validate_strict() {
         return;
     }
     let files = manifests();
-    assert!(files.len() >= 5, "expected the core manifests, got {files:?}");
+    assert!(
+        files.len() >= 5,
+        "expected the core manifests, got {files:?}"
+    );
     for file in &files {
         let path = file.display().to_string();
         let (ok, out) = run(
@@ -143,8 +146,14 @@ fn systemd_unit_passes_systemd_analyze_verify() {
     let unit = fs::read_to_string(deploy().join("systemd/shardhttpd.service")).unwrap();
     assert!(unit.contains("\nType=notify\n"), "Type=notify");
     assert!(unit.contains("\nNotifyAccess=all\n"), "NotifyAccess=all");
-    assert!(unit.contains("\nExecReload=/bin/kill -HUP $MAINPID\n"), "ExecReload");
-    assert!(unit.contains("systemctl kill -s USR2 shardhttpd"), "upgrade documented");
+    assert!(
+        unit.contains("\nExecReload=/bin/kill -HUP $MAINPID\n"),
+        "ExecReload"
+    );
+    assert!(
+        unit.contains("systemctl kill -s USR2 shardhttpd"),
+        "upgrade documented"
+    );
     if !installed("systemd-analyze") {
         loud("SKIP: systemd-analyze not installed");
         return;
@@ -197,7 +206,10 @@ fn prometheus_config_passes_promtool_check_config() {
         &["check", "config", "deploy/prometheus/prometheus.yml"],
         &repo(),
     );
-    assert!(ok && out.contains("SUCCESS"), "promtool check config:\n{out}");
+    assert!(
+        ok && out.contains("SUCCESS"),
+        "promtool check config:\n{out}"
+    );
 }
 
 #[test]

@@ -58,6 +58,10 @@ pub fn serve(listener: TcpListener, metrics: Arc<Metrics>, snapshot: SnapshotSou
         clients: AtomicUsize::new(0),
     });
     loop {
+        if state.metrics.handed_over.load(Ordering::Acquire) {
+            // A new process serves the shared admin socket now.
+            return;
+        }
         state
             .rates
             .lock()
@@ -253,6 +257,11 @@ impl Rates {
             .collect();
         Status {
             version: env!("CARGO_PKG_VERSION"),
+            pid: std::process::id(),
+            started_at: metrics
+                .started_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
             uptime_seconds: metrics.started.elapsed().as_secs_f64(),
             ready: metrics.ready(),
             draining: metrics.draining.load(Ordering::Acquire),
@@ -282,6 +291,10 @@ impl Rates {
 #[derive(Serialize)]
 struct Status {
     version: &'static str,
+    /// This process: it changes with each binary upgrade.
+    pid: u32,
+    /// When this process started, in Unix seconds.
+    started_at: f64,
     uptime_seconds: f64,
     ready: bool,
     draining: bool,

@@ -8,10 +8,12 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod epoll;
+mod handover;
 mod net;
 mod thread;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
+pub use handover::{inherit_fds, pipe, take_inherited, wait_readable};
 pub use net::{accept4, sendfile, sendmsg_more, set_defer_accept};
 pub use thread::{lower_thread_priority, trim_heap};
 

@@ -6,6 +6,8 @@
 //! not use are expected.
 #![allow(dead_code)]
 
+pub mod upgrade;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
