@@ -1,14 +1,20 @@
 //! Settings: CLI flags and a TOML file name the same settings (flags win),
 //! validated once into a [`Config`] that nothing downstream second-guesses.
+//! Values with units and addresses are parsed by the types in [`units`].
 
-use std::collections::BTreeMap;
+pub mod units;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::Parser;
+use clap::{FromArgMatches, Parser};
+use serde::de::{self, Deserializer};
 use serde::Deserialize;
+
+use units::{format_duration, format_size, Address, DurationValue, Millis, Secs, Size};
 
 /// Default document root: the bundled example site.
 pub const DEFAULT_ROOT: &str = "examples/site";
@@ -27,14 +33,16 @@ pub const DEFAULT_MAX_HEAD_BYTES: usize = 8 * 1024;
 pub const DEFAULT_MAX_URI_BYTES: usize = 4 * 1024;
 /// A body on GET/HEAD up to this size is read and discarded; more is a 413.
 pub const DEFAULT_MAX_DISCARD_BYTES: u64 = 64 * 1024;
-pub const DEFAULT_HEADER_TIMEOUT_S: f64 = 10.0;
-pub const DEFAULT_KEEPALIVE_TIMEOUT_S: f64 = 60.0;
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
 /// nginx's `send_timeout`: a reader that takes nothing for this long is dropped.
-pub const DEFAULT_WRITE_TIMEOUT_S: f64 = 60.0;
-pub const DEFAULT_SHUTDOWN_GRACE_S: f64 = 10.0;
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Longest `drain_delay`: endpoint removal takes seconds, not hours.
+pub const MAX_DRAIN_DELAY: Duration = Duration::from_secs(3600);
 /// How long the new process of a SIGUSR2 upgrade has to say it is ready
 /// (its snapshot built, every shard in its loop) before the old one gives up.
-pub const DEFAULT_UPGRADE_TIMEOUT_S: f64 = 30.0;
+pub const DEFAULT_UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Files at least this large are sent with `sendfile` from an fd.
 pub const DEFAULT_SENDFILE_THRESHOLD: u64 = 1024 * 1024;
 /// Memory for bodies held in the snapshot.
@@ -43,17 +51,42 @@ pub const DEFAULT_SERVER_HEADER: &str = "shardhttpd";
 /// Quiet time after a change under the root before the snapshot is rebuilt:
 /// long enough to batch a deploy's burst of events, short enough to show
 /// changes well within a second.
-pub const DEFAULT_WATCH_DEBOUNCE_MS: u64 = 50;
+pub const DEFAULT_WATCH_DEBOUNCE: Duration = Duration::from_millis(50);
 /// Rescan period without inotify, and retry period after a failed rebuild.
-pub const DEFAULT_RESCAN_INTERVAL_S: f64 = 2.0;
+pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(2);
+/// A file written in place is published once its writer closes it, or
+/// after this long without a close (a log-like file never closes).
+pub const DEFAULT_WRITE_SETTLE_MAX: Duration = Duration::from_secs(10);
+
+/// Exit status for a configuration or environment error found before
+/// serving (bad key or flag, unusable root, address in use, missing
+/// permission). Clap's own usage errors use it too.
+pub const EXIT_CONFIG: u8 = 2;
+
+/// What `--help` says after the options.
+const AFTER_HELP: &str = "\
+Durations take units (\"500ms\", \"60s\", \"1m\", \"1h\"); sizes take \"64KiB\",
+\"1MiB\", \"1GiB\". A bare number keeps the unit in the option's name or help.
+
+Exit status:
+  0  stopped cleanly (SIGTERM/SIGINT), or --check found nothing wrong
+  1  a fatal error while serving
+  2  a configuration or environment error found before serving: a bad flag,
+     key or value, an unusable root or access-log path, an address already in
+     use or needing a capability (ports below 1024: CAP_NET_BIND_SERVICE)
+
+Signals: SIGHUP rebuilds the snapshot, SIGUSR1 reopens the access log,
+SIGTERM/SIGINT drain and exit.";
 
 /// Every setting, as given by flags or by the file; `None` means "not given".
-/// Flag names are the kebab-case of the TOML keys.
+/// Flag names are the kebab-case of the TOML keys. Each option's default is
+/// added to its help by [`Settings::command`] from [`help_defaults`].
 #[derive(Debug, Default, Clone, Parser, Deserialize)]
 #[command(
     name = "shardhttpd",
     version,
-    about = "Per-core sharded static-file HTTP server"
+    about = "Per-core sharded static-file HTTP server",
+    after_help = AFTER_HELP
 )]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
@@ -61,27 +94,39 @@ pub struct Settings {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Validate the configuration and exit.
+    /// Check the configuration and the environment (root readable, addresses
+    /// free and permitted, access log writable) without serving, then exit.
     #[arg(long)]
     #[serde(skip)]
     pub check: bool,
+    /// Keys given on the command line (filled by [`Settings::overlay`]), so an
+    /// error names the flag the operator typed rather than the file key.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub from_flags: BTreeSet<&'static str>,
 
     /// Document root.
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Address to listen on; repeat for several (IPv4 and IPv6). Port 0 picks one.
+    /// Address to listen on (`host:port`, e.g. `0.0.0.0:80`, `[::]:80`,
+    /// `localhost:8080`); repeat for several. Port 0 picks one. In the file:
+    /// one string or a list.
     #[arg(long, value_name = "ADDR")]
-    pub listen: Option<Vec<SocketAddr>>,
-    /// CPUs to run shards on: a count (`4`) or a list (`0-3,6`). Default: every
-    /// CPU in the process's affinity mask.
+    #[serde(default, deserialize_with = "units::string_or_list")]
+    pub listen: Option<Vec<Address>>,
+    /// CPUs to run shards on: a count (`4`) or a list (`0-3,6`).
     #[arg(long, value_name = "SPEC")]
     pub cores: Option<String>,
     /// Admin listener (metrics, health, status).
     #[arg(long, value_name = "ADDR")]
-    pub admin: Option<SocketAddr>,
+    pub admin: Option<Address>,
     /// Listen backlog per shard socket.
     #[arg(long, value_name = "N")]
     pub backlog: Option<u32>,
+    /// Which shard accepts a connection: `hash` (the kernel's reuseport flow
+    /// hash) or `cpu` (the shard on the CPU that handled its SYN).
+    #[arg(long, value_name = "hash|cpu")]
+    pub steer: Option<String>,
     /// `Server` header value; empty turns it off.
     #[arg(long, value_name = "STR")]
     pub server_header: Option<String>,
@@ -91,77 +136,90 @@ pub struct Settings {
     /// Most ranges honoured in one request before answering 200.
     #[arg(long, value_name = "N")]
     pub max_ranges: Option<usize>,
-    /// Largest request head in bytes (431 beyond).
-    #[arg(long, value_name = "BYTES")]
-    pub max_head_bytes: Option<usize>,
-    /// Longest request target in bytes (414 beyond).
-    #[arg(long, value_name = "BYTES")]
-    pub max_uri_bytes: Option<usize>,
+    /// Largest request head (431 beyond).
+    #[arg(long, value_name = "SIZE")]
+    pub max_head_bytes: Option<Size>,
+    /// Longest request target (414 beyond).
+    #[arg(long, value_name = "SIZE")]
+    pub max_uri_bytes: Option<Size>,
     /// Largest body on GET/HEAD that is read and discarded (413 beyond).
-    #[arg(long, value_name = "BYTES")]
-    pub max_discard_bytes: Option<u64>,
-    /// Seconds to receive a whole request head (408 beyond).
-    #[arg(long, value_name = "SECS")]
-    pub header_timeout: Option<f64>,
-    /// Seconds an idle keep-alive connection is kept.
-    #[arg(long, value_name = "SECS")]
-    pub keepalive_timeout: Option<f64>,
-    /// Seconds a response may make no progress before the connection is dropped.
-    #[arg(long, value_name = "SECS")]
-    pub write_timeout: Option<f64>,
-    /// Seconds to finish in-flight responses on SIGTERM/SIGINT.
-    #[arg(long, value_name = "SECS")]
-    pub shutdown_grace: Option<f64>,
-    /// Seconds to keep accepting and serving after SIGTERM while /readyz
-    /// already fails, so load balancers stop routing here first.
-    #[arg(long, value_name = "SECS")]
-    pub drain_delay: Option<f64>,
+    #[arg(long, value_name = "SIZE")]
+    pub max_discard_bytes: Option<Size>,
+    /// Time to receive a whole request head (408 beyond); bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub header_timeout: Option<DurationValue<Secs>>,
+    /// How long an idle keep-alive connection is kept; bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub keepalive_timeout: Option<DurationValue<Secs>>,
+    /// How long a response may make no progress before the connection is
+    /// dropped; bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub write_timeout: Option<DurationValue<Secs>>,
+    /// Time to finish in-flight responses on SIGTERM/SIGINT; bare number:
+    /// seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub shutdown_grace: Option<DurationValue<Secs>>,
+    /// After SIGTERM, keep accepting and serving this long while /readyz
+    /// already fails, so load balancers stop routing here first; bare
+    /// number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub drain_delay: Option<DurationValue<Secs>>,
     /// Binary started by SIGUSR2 (default: this executable's path as
     /// resolved at start, so a binary replaced on disk is the one started).
     #[arg(long, value_name = "PATH")]
     pub upgrade_binary: Option<PathBuf>,
-    /// Seconds the new process of a SIGUSR2 upgrade has to become ready.
-    #[arg(long, value_name = "SECS")]
-    pub upgrade_timeout: Option<f64>,
-    /// Files of at least this many bytes are sent from their fd, not memory.
-    #[arg(long, value_name = "BYTES")]
-    pub sendfile_threshold: Option<u64>,
+    /// How long the new process of a SIGUSR2 upgrade has to become ready;
+    /// bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub upgrade_timeout: Option<DurationValue<Secs>>,
+    /// Files at least this large are sent from their fd, not memory.
+    #[arg(long, value_name = "SIZE")]
+    pub sendfile_threshold: Option<Size>,
     /// Send those files zero-copy with sendfile. Safe only when files are
     /// replaced by rename, never rewritten in place; off by default, when
     /// they go through a verified copy instead.
     #[arg(long, value_name = "BOOL")]
     pub sendfile: Option<bool>,
     /// Memory for bodies held in the snapshot.
-    #[arg(long, value_name = "BYTES")]
-    pub cache_max_bytes: Option<u64>,
+    #[arg(long, value_name = "SIZE")]
+    pub cache_max_bytes: Option<Size>,
     /// Serve files and directories whose names start with a dot.
     #[arg(long, value_name = "BOOL")]
     pub serve_dotfiles: Option<bool>,
-    /// Count requests into Prometheus metrics (on by default).
+    /// Count requests into Prometheus metrics.
     #[arg(long, value_name = "BOOL")]
     pub metrics: Option<bool>,
-    /// Access log file; off when not given.
+    /// Access log file; its directory must exist.
     #[arg(long, value_name = "PATH")]
     pub access_log: Option<PathBuf>,
     /// Access log format: `combined` or `json`.
     #[arg(long, value_name = "FORMAT")]
     pub access_log_format: Option<String>,
-    /// Rebuild the snapshot when files under the root change (on by default).
+    /// Rebuild the snapshot when files under the root change.
     #[arg(long, value_name = "BOOL")]
     pub watch: Option<bool>,
-    /// Milliseconds without changes before a rebuild starts.
-    #[arg(long, value_name = "MS")]
-    pub watch_debounce_ms: Option<u64>,
-    /// Seconds between rescans when inotify is unavailable, and before
-    /// retrying a failed rebuild.
-    #[arg(long, value_name = "SECS")]
-    pub rescan_interval: Option<f64>,
-    /// Build brotli, zstd and gzip variants of compressible files (on by default).
+    /// Quiet time after a change before a rebuild starts; bare number:
+    /// milliseconds.
+    #[arg(long, value_name = "DURATION")]
+    pub watch_debounce_ms: Option<DurationValue<Millis>>,
+    /// Time between rescans when inotify is unavailable, and before retrying
+    /// a failed rebuild; bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub rescan_interval: Option<DurationValue<Secs>>,
+    /// How long a file written in place (IN_MODIFY without IN_CLOSE_WRITE)
+    /// is kept at its previous version before it is published anyway; bare
+    /// number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub write_settle_max: Option<DurationValue<Secs>>,
+    /// Most fds kept open for files sent from disk (opened on demand, LRU).
+    #[arg(long, value_name = "N")]
+    pub max_open_files: Option<usize>,
+    /// Build brotli, zstd and gzip variants of compressible files.
     #[arg(long, value_name = "BOOL")]
     pub compress: Option<bool>,
-    /// Smallest file that is compressed, in bytes.
-    #[arg(long, value_name = "BYTES")]
-    pub compress_min_bytes: Option<u64>,
+    /// Smallest file that is compressed.
+    #[arg(long, value_name = "SIZE")]
+    pub compress_min_bytes: Option<Size>,
     /// brotli quality, 0-11.
     #[arg(long, value_name = "N")]
     pub brotli_level: Option<u32>,
@@ -176,21 +234,89 @@ pub struct Settings {
     /// `{ glob, value }` tables (first match wins).
     #[arg(skip)]
     pub cache_control: Option<CacheControlRules>,
-    /// `Cache-Control` for files no rule matches; none when not given.
+    /// `Cache-Control` for files no rule matches.
     #[arg(long, value_name = "VALUE")]
     pub cache_control_default: Option<String>,
     /// Error status → page relative to the root (config file only), e.g.
     /// `{ 404 = "404.html" }`. Default: `404.html` when the root has one.
     #[arg(skip)]
+    #[serde(default, deserialize_with = "error_pages_table")]
     pub error_pages: Option<BTreeMap<String, String>>,
     /// Serve `/index.html` (200) for unknown paths without an extension.
     #[arg(long, value_name = "BOOL")]
     pub spa_fallback: Option<bool>,
 }
 
+/// Each flag's default as `--help` shows it, by argument id (the field
+/// name). A new flag needs an entry here; a unit test checks that every
+/// flag has one.
+pub fn help_defaults() -> Vec<(&'static str, String)> {
+    let c = crate::cache::CompressOptions::default();
+    vec![
+        ("root", DEFAULT_ROOT.into()),
+        ("listen", DEFAULT_LISTEN.into()),
+        ("cores", "every CPU in the affinity mask".into()),
+        ("admin", DEFAULT_ADMIN.into()),
+        ("backlog", DEFAULT_BACKLOG.to_string()),
+        ("steer", "hash".into()),
+        ("server_header", DEFAULT_SERVER_HEADER.into()),
+        (
+            "max_requests_per_connection",
+            DEFAULT_MAX_REQUESTS_PER_CONNECTION.to_string(),
+        ),
+        ("max_ranges", DEFAULT_MAX_RANGES.to_string()),
+        ("max_head_bytes", format_size(DEFAULT_MAX_HEAD_BYTES as u64)),
+        ("max_uri_bytes", format_size(DEFAULT_MAX_URI_BYTES as u64)),
+        ("max_discard_bytes", format_size(DEFAULT_MAX_DISCARD_BYTES)),
+        ("header_timeout", format_duration(DEFAULT_HEADER_TIMEOUT)),
+        (
+            "keepalive_timeout",
+            format_duration(DEFAULT_KEEPALIVE_TIMEOUT),
+        ),
+        ("write_timeout", format_duration(DEFAULT_WRITE_TIMEOUT)),
+        ("shutdown_grace", format_duration(DEFAULT_SHUTDOWN_GRACE)),
+        ("drain_delay", "0s".into()),
+        (
+            "upgrade_binary",
+            "this executable, as resolved at start".into(),
+        ),
+        ("upgrade_timeout", format_duration(DEFAULT_UPGRADE_TIMEOUT)),
+        (
+            "sendfile_threshold",
+            format_size(DEFAULT_SENDFILE_THRESHOLD),
+        ),
+        ("sendfile", "false".into()),
+        ("cache_max_bytes", format_size(DEFAULT_CACHE_MAX_BYTES)),
+        ("serve_dotfiles", "false".into()),
+        ("metrics", "true".into()),
+        ("access_log", "none (no access log)".into()),
+        ("access_log_format", "combined".into()),
+        ("watch", "true".into()),
+        ("watch_debounce_ms", format_duration(DEFAULT_WATCH_DEBOUNCE)),
+        ("rescan_interval", format_duration(DEFAULT_RESCAN_INTERVAL)),
+        (
+            "write_settle_max",
+            format_duration(DEFAULT_WRITE_SETTLE_MAX),
+        ),
+        (
+            "max_open_files",
+            crate::cache::open_files::DEFAULT_MAX_OPEN_FILES.to_string(),
+        ),
+        ("compress", "true".into()),
+        ("compress_min_bytes", format_size(c.min_bytes)),
+        ("brotli_level", c.brotli_level.to_string()),
+        ("gzip_level", c.gzip_level.to_string()),
+        ("zstd_level", c.zstd_level.to_string()),
+        (
+            "cache_control_default",
+            "none (no Cache-Control header)".into(),
+        ),
+        ("spa_fallback", "false".into()),
+    ]
+}
+
 /// The two spellings of the `cache_control` key.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum CacheControlRules {
     /// `[[cache_control]]` tables: tried in file order.
     Ordered(Vec<CacheControlRule>),
@@ -204,6 +330,45 @@ pub enum CacheControlRules {
 pub struct CacheControlRule {
     pub glob: String,
     pub value: String,
+}
+
+impl<'de> Deserialize<'de> for CacheControlRules {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::Array(items) => {
+                let mut rules = Vec::with_capacity(items.len());
+                for item in items {
+                    let toml::Value::Table(table) = item else {
+                        return Err(de::Error::custom(
+                            "each `[[cache_control]]` entry is a table with `glob` and `value`",
+                        ));
+                    };
+                    for (k, v) in &table {
+                        if k != "glob" && k != "value" {
+                            return Err(de::Error::custom(misplaced_key(
+                                k,
+                                v,
+                                "[[cache_control]]",
+                            )));
+                        }
+                    }
+                    rules.push(
+                        CacheControlRule::deserialize(toml::Value::Table(table))
+                            .map_err(de::Error::custom)?,
+                    );
+                }
+                Ok(CacheControlRules::Ordered(rules))
+            }
+            toml::Value::Table(table) => Ok(CacheControlRules::Map(string_table(
+                table,
+                "[cache_control]",
+            )?)),
+            other => Err(de::Error::custom(format!(
+                "expected a table of glob = value, or `[[cache_control]]` tables; got {}",
+                other.type_str()
+            ))),
+        }
+    }
 }
 
 impl CacheControlRules {
@@ -224,50 +389,209 @@ impl CacheControlRules {
     }
 }
 
-/// Field-by-field "flag if given, else file".
+/// `[error_pages]` as a table of status = page.
+fn error_pages_table<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    let table = toml::Table::deserialize(d)?;
+    string_table(table, "[error_pages]").map(Some)
+}
+
+/// A TOML table of strings. A value that is not a string is almost always
+/// a top-level key written after the table's header, which TOML files under
+/// the table: say so, in those words.
+fn string_table<E: de::Error>(
+    table: toml::Table,
+    header: &str,
+) -> Result<BTreeMap<String, String>, E> {
+    let mut out = BTreeMap::new();
+    for (k, v) in table {
+        match v {
+            toml::Value::String(s) => {
+                out.insert(k, s);
+            }
+            v => return Err(E::custom(misplaced_key(&k, &v, header))),
+        }
+    }
+    Ok(out)
+}
+
+fn misplaced_key(key: &str, value: &toml::Value, header: &str) -> String {
+    if setting_names().iter().any(|n| n == key) {
+        format!(
+            "key `{key}` after `{header}` belongs to that table; move it above `{header}` \
+             (every key after a table header is part of the table)"
+        )
+    } else {
+        format!(
+            "`{key}` in `{header}` must be a string, not a {}; if it is a setting, move it above `{header}`",
+            value.type_str()
+        )
+    }
+}
+
+/// The top-level keys, from the flag definitions.
+fn setting_names() -> Vec<String> {
+    let mut names: Vec<String> = Settings::command_raw()
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
+        .collect();
+    names.extend(["cache_control", "error_pages"].map(String::from));
+    names
+}
+
+/// Field-by-field "flag if given, else file", remembering which keys came
+/// from flags.
 macro_rules! overlay {
-    ($flags:ident, $file:ident; $($field:ident),* $(,)?) => {
+    ($flags:ident, $file:ident; $($field:ident),* $(,)?) => {{
+        let mut from_flags = BTreeSet::new();
+        $(if $flags.$field.is_some() { from_flags.insert(stringify!($field)); })*
         Settings {
             config: $flags.config,
             check: $flags.check,
+            from_flags,
             $($field: $flags.$field.or($file.$field),)*
         }
-    };
+    }};
 }
 
 impl Settings {
+    /// The clap command with every default in the help.
+    pub fn command() -> clap::Command {
+        let defaults = help_defaults();
+        let mut cmd = Settings::command_raw();
+        for (id, default) in defaults {
+            cmd = cmd.mut_arg(id, |a| {
+                let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                a.help(format!("{help} [default: {default}]"))
+            });
+        }
+        cmd
+    }
+
+    fn command_raw() -> clap::Command {
+        <Settings as clap::CommandFactory>::command()
+    }
+
+    /// Parse the process's arguments; usage errors exit with
+    /// [`EXIT_CONFIG`] and clap's message, which names the flag.
+    pub fn from_args() -> Settings {
+        let matches = Settings::command().get_matches();
+        Settings::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
     /// Flags in `self` win over the same keys in `file`.
     pub fn overlay(self, file: Settings) -> Settings {
         let flags = self;
         overlay!(flags, file;
-            root, listen, cores, admin, backlog, server_header,
+            root, listen, cores, admin, backlog, steer, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, drain_delay, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
-            watch, watch_debounce_ms, rescan_interval, compress, compress_min_bytes,
+            watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
+            compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
             error_pages, spa_fallback,
         )
     }
 
-    /// Read a TOML file into settings.
-    pub fn from_file(path: &Path) -> anyhow::Result<Settings> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+    /// How an error names `key`: the flag when it was given as one, else
+    /// the file key.
+    pub fn name(&self, key: &'static str) -> String {
+        if self.from_flags.contains(key) {
+            format!("flag `--{}`", key.replace('_', "-"))
+        } else {
+            format!("config key `{key}`")
+        }
     }
+
+    /// Read a TOML file into settings. Errors name the file, the line and
+    /// the key, in an operator's words rather than the parser's.
+    pub fn from_file(path: &Path) -> anyhow::Result<Settings> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let what = match e.kind() {
+                std::io::ErrorKind::NotFound => "does not exist".to_owned(),
+                std::io::ErrorKind::PermissionDenied => "is not readable by this user".to_owned(),
+                _ => format!("cannot be read: {e}"),
+            };
+            anyhow::anyhow!("config file {} {what}", path.display())
+        })?;
+        Settings::from_toml(&text).map_err(|e| anyhow::anyhow!("config file {}{e}", path.display()))
+    }
+
+    /// Parse TOML text; the error reads `, line N: …` (to follow a file name).
+    pub fn from_toml(text: &str) -> Result<Settings, String> {
+        let de = toml::Deserializer::new(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let line = inner
+                .span()
+                .map(|s| {
+                    let before = &text.as_bytes()[..s.start.min(text.len())];
+                    format!(
+                        ", line {}",
+                        before.iter().filter(|&&b| b == b'\n').count() + 1
+                    )
+                })
+                .unwrap_or_default();
+            let message = operator_words(inner.message());
+            if key == "." || key.is_empty() || message.starts_with("key `") {
+                format!("{line}: {message}")
+            } else {
+                format!("{line}: key `{key}`: {message}")
+            }
+        })
+    }
+}
+
+/// serde's phrasing → an operator's.
+fn operator_words(message: &str) -> String {
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let key = rest.split('`').next().unwrap_or(rest);
+        let names = setting_names();
+        let near = names
+            .iter()
+            .filter(|n| edit_distance(n, key) <= 2)
+            .min_by_key(|n| edit_distance(n, key));
+        return match near {
+            Some(n) => format!("unknown key `{key}`; did you mean `{n}`?"),
+            None => format!("unknown key `{key}` (README lists the keys)"),
+        };
+    }
+    message.trim_end().to_owned()
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The file the settings came from, if any (logged at start).
+    pub config_path: Option<PathBuf>,
     pub root: PathBuf,
+    /// Every listen address, host names resolved.
     pub listen: Vec<SocketAddr>,
     /// CPU ids, one shard each.
     pub cpus: Vec<usize>,
     pub admin: SocketAddr,
     pub backlog: u32,
+    pub steer: Steer,
     /// Rendered `Server: …\r\n`, or empty.
     pub server_line: Vec<u8>,
     pub max_requests_per_connection: u32,
@@ -295,12 +619,26 @@ pub struct Config {
     pub watch: bool,
     pub watch_debounce: Duration,
     pub rescan_interval: Duration,
+    /// Longest a file still open for writing is held at its old version.
+    pub write_settle_max: Duration,
+    /// Fds kept open for large files (`cache::OpenFiles`).
+    pub max_open_files: usize,
     /// `None`: no variants are built (sidecars are still used).
     pub compress: Option<crate::cache::CompressOptions>,
     pub cache_control: crate::cache::CacheControl,
     /// Status code → page path relative to the root, `/`-separated.
     pub error_pages: Vec<(u16, String)>,
     pub spa_fallback: bool,
+}
+
+/// How connections are spread over the shards' listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// The kernel's `SO_REUSEPORT` hash of the flow.
+    Hash,
+    /// The shard on the CPU whose softirq handled the SYN (a classic BPF
+    /// program on each reuseport group; see `shard::steer`).
+    Cpu,
 }
 
 /// Access log line format.
@@ -312,6 +650,9 @@ pub enum LogFormat {
     Json,
 }
 
+/// Longest accepted duration for timeouts and intervals.
+const MAX_DURATION: Duration = Duration::from_secs(86_400);
+
 impl Config {
     /// Merge flags over the config file (if any) and validate.
     pub fn load(flags: Settings) -> anyhow::Result<Config> {
@@ -322,58 +663,121 @@ impl Config {
         Config::validate(flags.overlay(file), &affinity_cpus())
     }
 
-    /// Validate settings; every error names the key. `allowed` is the
-    /// process's CPU affinity mask.
+    /// Validate settings; every error names the flag or key it came from.
+    /// `allowed` is the process's CPU affinity mask. Host names in
+    /// addresses are resolved here.
     pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
         let compress = compress_options(&s)?;
-        let root = s.root.unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
-        if !root.is_dir() {
-            bail!("config key `root`: {} is not a directory", root.display());
+        let root = s
+            .root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+        match std::fs::metadata(&root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bail!("{}: {} is not a directory", s.name("root"), root.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{}: {} does not exist", s.name("root"), root.display())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+                "{}: {} cannot be reached by this user (a parent directory is not searchable)",
+                s.name("root"),
+                root.display()
+            ),
+            Err(e) => bail!("{}: {}: {e}", s.name("root"), root.display()),
         }
-        let listen = match s.listen {
-            Some(l) if l.is_empty() => bail!("config key `listen`: at least one address is needed"),
-            Some(l) => l,
+        let listen = match &s.listen {
+            Some(l) if l.is_empty() => {
+                bail!("{}: at least one address is needed", s.name("listen"))
+            }
+            Some(l) => {
+                let mut out: Vec<SocketAddr> = Vec::new();
+                for a in l {
+                    for addr in a
+                        .resolve()
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("listen")))?
+                    {
+                        if !out.contains(&addr) {
+                            out.push(addr);
+                        }
+                    }
+                }
+                out
+            }
             None => vec![DEFAULT_LISTEN.parse().expect("valid default")],
         };
+        let admin = match &s.admin {
+            Some(a) => a
+                .resolve()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("admin")))?[0],
+            None => DEFAULT_ADMIN.parse().expect("valid default"),
+        };
+        if let Some(clash) = listen.iter().find(|l| overlaps(**l, admin)) {
+            bail!(
+                "{}: {admin} is also a listen address ({clash}); the admin listener needs its own port",
+                s.name("admin")
+            );
+        }
         let cpus = match s.cores.as_deref() {
             None => allowed.to_vec(),
-            Some(spec) => parse_cores(spec, allowed).context("config key `cores`")?,
+            Some(spec) => parse_cores(spec, allowed).with_context(|| s.name("cores"))?,
         };
         if cpus.is_empty() {
-            bail!("config key `cores`: no CPU available");
+            bail!("{}: no CPU available", s.name("cores"));
         }
         let server = s
             .server_header
+            .clone()
             .unwrap_or_else(|| DEFAULT_SERVER_HEADER.to_owned());
         if server.bytes().any(|b| b < 0x20 || b == 0x7f) {
-            bail!("config key `server_header`: control characters are not allowed");
+            bail!(
+                "{}: control characters are not allowed",
+                s.name("server_header")
+            );
         }
         let server_line = if server.is_empty() {
             Vec::new()
         } else {
             format!("Server: {server}\r\n").into_bytes()
         };
-        let max_head_bytes = s.max_head_bytes.unwrap_or(DEFAULT_MAX_HEAD_BYTES);
+        let max_head_bytes = s
+            .max_head_bytes
+            .map_or(DEFAULT_MAX_HEAD_BYTES as u64, |b| b.0);
         if !(256..=1024 * 1024).contains(&max_head_bytes) {
-            bail!("config key `max_head_bytes`: must be between 256 and 1048576");
+            bail!(
+                "{}: must be between 256 and 1MiB (1048576)",
+                s.name("max_head_bytes")
+            );
         }
-        let max_uri_bytes = s.max_uri_bytes.unwrap_or(DEFAULT_MAX_URI_BYTES);
+        let max_uri_bytes = s
+            .max_uri_bytes
+            .map_or(DEFAULT_MAX_URI_BYTES as u64, |b| b.0);
         if max_uri_bytes < 16 || max_uri_bytes >= max_head_bytes {
-            bail!("config key `max_uri_bytes`: must be at least 16 and below max_head_bytes ({max_head_bytes})");
+            bail!(
+                "{}: must be at least 16 and below max_head_bytes ({max_head_bytes})",
+                s.name("max_uri_bytes")
+            );
         }
         let max_requests = s
             .max_requests_per_connection
             .unwrap_or(DEFAULT_MAX_REQUESTS_PER_CONNECTION);
         if max_requests == 0 {
-            bail!("config key `max_requests_per_connection`: must be at least 1");
+            bail!(
+                "{}: must be at least 1",
+                s.name("max_requests_per_connection")
+            );
         }
         let max_ranges = s.max_ranges.unwrap_or(DEFAULT_MAX_RANGES);
         if max_ranges == 0 {
-            bail!("config key `max_ranges`: must be at least 1");
+            bail!("{}: must be at least 1", s.name("max_ranges"));
         }
-        let watch_debounce_ms = s.watch_debounce_ms.unwrap_or(DEFAULT_WATCH_DEBOUNCE_MS);
-        if !(1..=10_000).contains(&watch_debounce_ms) {
-            bail!("config key `watch_debounce_ms`: must be between 1 and 10000");
+        let watch_debounce = s
+            .watch_debounce_ms
+            .map_or(DEFAULT_WATCH_DEBOUNCE, |d| d.value);
+        if !(Duration::from_millis(1)..=Duration::from_secs(10)).contains(&watch_debounce) {
+            bail!(
+                "{}: must be between 1ms and 10s",
+                s.name("watch_debounce_ms")
+            );
         }
         let rules = s
             .cache_control
@@ -384,61 +788,85 @@ impl Config {
             crate::cache::CacheControl::new(&rules, s.cache_control_default.clone())
                 .map_err(|e| anyhow::anyhow!("config key `cache_control`: {e}"))?;
         let error_pages = error_pages(s.error_pages.as_ref())?;
+        let duration = |key: &'static str, v: Option<DurationValue<Secs>>, default: Duration| {
+            let d = v.map_or(default, |d| d.value);
+            if d.is_zero() || d > MAX_DURATION {
+                bail!("{}: must be more than 0 and at most 24h", s.name(key));
+            }
+            Ok(d)
+        };
         Ok(Config {
+            config_path: s.config.clone(),
+            header_timeout: duration("header_timeout", s.header_timeout, DEFAULT_HEADER_TIMEOUT)?,
+            keepalive_timeout: duration(
+                "keepalive_timeout",
+                s.keepalive_timeout,
+                DEFAULT_KEEPALIVE_TIMEOUT,
+            )?,
+            write_timeout: duration("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT)?,
+            shutdown_grace: duration("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE)?,
+            drain_delay: match s.drain_delay.map_or(Duration::ZERO, |d| d.value) {
+                d if d <= MAX_DRAIN_DELAY => d,
+                _ => bail!("{}: must be at most 1h", s.name("drain_delay")),
+            },
+            upgrade_binary: s.upgrade_binary.clone(),
+            upgrade_timeout: duration(
+                "upgrade_timeout",
+                s.upgrade_timeout,
+                DEFAULT_UPGRADE_TIMEOUT,
+            )?,
+            rescan_interval: duration(
+                "rescan_interval",
+                s.rescan_interval,
+                DEFAULT_RESCAN_INTERVAL,
+            )?,
             root,
             listen,
             cpus,
-            admin: s
-                .admin
-                .unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("valid default")),
+            admin,
             backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
+            steer: match s.steer.as_deref() {
+                None | Some("hash") => Steer::Hash,
+                Some("cpu") => Steer::Cpu,
+                Some(other) => bail!("{}: `{other}` is not one of `hash`, `cpu`", s.name("steer")),
+            },
             server_line,
             max_requests_per_connection: max_requests,
             max_ranges,
-            max_head_bytes,
-            max_uri_bytes,
-            max_discard_bytes: s.max_discard_bytes.unwrap_or(DEFAULT_MAX_DISCARD_BYTES),
-            header_timeout: seconds("header_timeout", s.header_timeout, DEFAULT_HEADER_TIMEOUT_S)?,
-            keepalive_timeout: seconds(
-                "keepalive_timeout",
-                s.keepalive_timeout,
-                DEFAULT_KEEPALIVE_TIMEOUT_S,
-            )?,
-            write_timeout: seconds("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT_S)?,
-            shutdown_grace: seconds("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE_S)?,
-            drain_delay: match s.drain_delay.unwrap_or(0.0) {
-                v if (0.0..=3600.0).contains(&v) => Duration::from_secs_f64(v),
-                _ => bail!("config key `drain_delay`: must be a number of seconds in [0, 3600]"),
-            },
-            upgrade_binary: s.upgrade_binary,
-            upgrade_timeout: seconds(
-                "upgrade_timeout",
-                s.upgrade_timeout,
-                DEFAULT_UPGRADE_TIMEOUT_S,
-            )?,
+            max_head_bytes: max_head_bytes as usize,
+            max_uri_bytes: max_uri_bytes as usize,
+            max_discard_bytes: s
+                .max_discard_bytes
+                .map_or(DEFAULT_MAX_DISCARD_BYTES, |b| b.0),
             sendfile_threshold: s
                 .sendfile_threshold
-                .unwrap_or(DEFAULT_SENDFILE_THRESHOLD)
+                .map_or(DEFAULT_SENDFILE_THRESHOLD, |b| b.0)
                 .max(1),
             sendfile: s.sendfile.unwrap_or(false),
-            cache_max_bytes: s.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES),
+            cache_max_bytes: s.cache_max_bytes.map_or(DEFAULT_CACHE_MAX_BYTES, |b| b.0),
             serve_dotfiles: s.serve_dotfiles.unwrap_or(false),
             metrics: s.metrics.unwrap_or(true),
-            access_log: s.access_log,
+            access_log: s.access_log.clone(),
             access_log_format: match s.access_log_format.as_deref() {
                 None | Some("combined") => LogFormat::Combined,
                 Some("json") => LogFormat::Json,
                 Some(other) => bail!(
-                    "config key `access_log_format`: `{other}` is not one of `combined`, `json`"
+                    "{}: `{other}` is not one of `combined`, `json`",
+                    s.name("access_log_format")
                 ),
             },
             watch: s.watch.unwrap_or(true),
-            watch_debounce: Duration::from_millis(watch_debounce_ms),
-            rescan_interval: seconds(
-                "rescan_interval",
-                s.rescan_interval,
-                DEFAULT_RESCAN_INTERVAL_S,
+            watch_debounce,
+            write_settle_max: duration(
+                "write_settle_max",
+                s.write_settle_max,
+                DEFAULT_WRITE_SETTLE_MAX,
             )?,
+            max_open_files: match s.max_open_files {
+                None => crate::cache::open_files::DEFAULT_MAX_OPEN_FILES,
+                Some(0) => bail!("{}: must be at least 1", s.name("max_open_files")),
+                Some(n) => n,
+            },
             compress,
             cache_control,
             error_pages,
@@ -457,6 +885,7 @@ impl Config {
             cache_control: self.cache_control.clone(),
             error_pages: self.error_pages.clone(),
             spa_fallback: self.spa_fallback,
+            open_files: std::sync::Arc::new(crate::cache::OpenFiles::new(self.max_open_files)),
         }
     }
 
@@ -464,6 +893,7 @@ impl Config {
         crate::cache::watch::WatchOptions {
             debounce: self.watch_debounce,
             rescan_interval: self.rescan_interval,
+            write_settle_max: self.write_settle_max,
         }
     }
 }
@@ -472,19 +902,19 @@ impl Config {
 fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::CompressOptions>> {
     let d = crate::cache::CompressOptions::default();
     let opts = crate::cache::CompressOptions {
-        min_bytes: s.compress_min_bytes.unwrap_or(d.min_bytes),
+        min_bytes: s.compress_min_bytes.map_or(d.min_bytes, |b| b.0),
         brotli_level: s.brotli_level.unwrap_or(d.brotli_level),
         gzip_level: s.gzip_level.unwrap_or(d.gzip_level),
         zstd_level: s.zstd_level.unwrap_or(d.zstd_level),
     };
     if opts.brotli_level > 11 {
-        bail!("config key `brotli_level`: must be between 0 and 11");
+        bail!("{}: must be between 0 and 11", s.name("brotli_level"));
     }
     if !(1..=9).contains(&opts.gzip_level) {
-        bail!("config key `gzip_level`: must be between 1 and 9");
+        bail!("{}: must be between 1 and 9", s.name("gzip_level"));
     }
     if !(1..=22).contains(&opts.zstd_level) {
-        bail!("config key `zstd_level`: must be between 1 and 22");
+        bail!("{}: must be between 1 and 22", s.name("zstd_level"));
     }
     Ok(s.compress.unwrap_or(true).then_some(opts))
 }
@@ -509,12 +939,12 @@ fn error_pages(pages: Option<&BTreeMap<String, String>>) -> anyhow::Result<Vec<(
     Ok(out)
 }
 
-fn seconds(key: &str, value: Option<f64>, default: f64) -> anyhow::Result<Duration> {
-    let v = value.unwrap_or(default);
-    if !(v > 0.0 && v <= 86_400.0) {
-        bail!("config key `{key}`: must be a number of seconds in (0, 86400]");
-    }
-    Ok(Duration::from_secs_f64(v))
+/// Two addresses that cannot both be bound: the same port, and the same
+/// IP or one of them the wildcard.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// The CPUs this process may run on (respects `taskset` and cpusets).
@@ -599,7 +1029,10 @@ mod tests {
         let s = flags.overlay(file);
         assert_eq!(s.backlog, Some(20));
         assert_eq!(s.max_ranges, Some(3));
-        assert_eq!(s.header_timeout, Some(2.0));
+        assert_eq!(
+            s.header_timeout.map(|d| d.value),
+            Some(Duration::from_secs(2))
+        );
     }
 
     #[test]
@@ -661,14 +1094,14 @@ mod tests {
             (
                 "watch_debounce_ms",
                 Settings {
-                    watch_debounce_ms: Some(0),
+                    watch_debounce_ms: Some(DurationValue::new(Duration::ZERO)),
                     ..base()
                 },
             ),
             (
                 "rescan_interval",
                 Settings {
-                    rescan_interval: Some(0.0),
+                    rescan_interval: Some(DurationValue::new(Duration::ZERO)),
                     ..base()
                 },
             ),
@@ -712,10 +1145,129 @@ mod tests {
     fn validation_names_the_key() {
         let s = Settings {
             root: Some(PathBuf::from(".")),
-            max_uri_bytes: Some(100_000),
+            max_uri_bytes: Some(Size(100_000)),
             ..Settings::default()
         };
         let err = Config::validate(s, &[0]).unwrap_err();
         assert!(format!("{err:#}").contains("max_uri_bytes"), "{err:#}");
+    }
+
+    #[test]
+    fn every_flag_shows_its_default_in_help() {
+        let defaults = help_defaults();
+        for arg in Settings::command_raw().get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "config" | "check" | "help" | "version") {
+                continue;
+            }
+            assert!(
+                defaults.iter().any(|(d, _)| *d == id),
+                "flag `{id}` has no entry in config::help_defaults()"
+            );
+        }
+        let help = Settings::command().render_long_help().to_string();
+        assert!(help.contains("[default: 1m]"), "{help}");
+        assert!(help.contains("[default: 1GiB]"), "{help}");
+        assert!(help.contains("Exit status"), "{help}");
+    }
+
+    #[test]
+    fn an_error_names_the_flag_when_given_as_one() {
+        let flags =
+            Settings::try_parse_from(["shardhttpd", "--root", ".", "--max-uri-bytes", "100KiB"])
+                .unwrap();
+        let err = Config::validate(flags.overlay(Settings::default()), &[0]).unwrap_err();
+        assert!(format!("{err:#}").contains("`--max-uri-bytes`"), "{err:#}");
+        let file = Settings::from_toml("root = \".\"\nmax_uri_bytes = \"100KiB\"\n").unwrap();
+        let err = Config::validate(Settings::default().overlay(file), &[0]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("config key `max_uri_bytes`"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn units_and_addresses_in_the_file() {
+        let s = Settings::from_toml(
+            "root = \".\"\nlisten = \"127.0.0.1:0\"\nkeepalive_timeout = \"1m\"\n\
+             header_timeout = 2.5\nwatch_debounce_ms = 20\ncache_max_bytes = \"64KiB\"\n\
+             admin = \"localhost:0\"\n",
+        )
+        .unwrap();
+        let c = Config::validate(s, &[0]).unwrap();
+        assert_eq!(c.listen, vec!["127.0.0.1:0".parse().unwrap()]);
+        assert_eq!(c.keepalive_timeout, Duration::from_secs(60));
+        assert_eq!(c.header_timeout, Duration::from_millis(2500));
+        assert_eq!(c.watch_debounce, Duration::from_millis(20));
+        assert_eq!(c.cache_max_bytes, 65_536);
+        assert!(c.admin.ip().is_loopback());
+    }
+
+    #[test]
+    fn file_errors_read_like_an_operator_wrote_them() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "[cache_control]\n\"*.html\" = \"no-cache\"\nspa_fallback = true\n",
+                "key `spa_fallback` after `[cache_control]` belongs to that table; move it above",
+            ),
+            (
+                "[[cache_control]]\nglob = \"*\"\nvalue = \"x\"\nmax_ranges = 3\n",
+                "key `max_ranges` after `[[cache_control]]` belongs to that table",
+            ),
+            (
+                "[error_pages]\n404 = \"404.html\"\nwatch = false\n",
+                "key `watch` after `[error_pages]`",
+            ),
+            (
+                "keepalive_timeout = \"10 parsecs\"\n",
+                "key `keepalive_timeout`",
+            ),
+            ("max_head_bytes = \"8 KiB?\"\n", "key `max_head_bytes`"),
+            (
+                "keepalive_timout = 3\n",
+                "did you mean `keepalive_timeout`?",
+            ),
+            ("listen = 8080\n", "key `listen`"),
+        ];
+        for (text, want) in cases {
+            let err = Settings::from_toml(text).unwrap_err();
+            assert!(err.contains(want), "{text:?}: {err}");
+            assert!(err.contains("line "), "{text:?}: {err}");
+            assert!(!err.contains("untagged"), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn admin_cannot_share_a_listen_address() {
+        for (listen, admin) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("0.0.0.0:8080", "127.0.0.1:8080"),
+            ("127.0.0.1:8080", "0.0.0.0:8080"),
+        ] {
+            let s = Settings::from_toml(&format!(
+                "root = \".\"\nlisten = \"{listen}\"\nadmin = \"{admin}\"\n"
+            ))
+            .unwrap();
+            let err = Config::validate(s, &[0]).unwrap_err();
+            assert!(format!("{err:#}").contains("admin"), "{err:#}");
+        }
+        let s = Settings::from_toml(
+            "root = \".\"\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n",
+        )
+        .unwrap();
+        assert!(
+            Config::validate(s, &[0]).is_ok(),
+            "port 0 twice is two ports"
+        );
+    }
+
+    #[test]
+    fn root_that_is_missing_or_a_file() {
+        let s = Settings::from_toml("root = \"/no/such/dir\"\n").unwrap();
+        let err = format!("{:#}", Config::validate(s, &[0]).unwrap_err());
+        assert!(err.contains("does not exist"), "{err}");
+        let s = Settings::from_toml("root = \"Cargo.toml\"\n").unwrap();
+        let err = format!("{:#}", Config::validate(s, &[0]).unwrap_err());
+        assert!(err.contains("is not a directory"), "{err}");
     }
 }

@@ -22,6 +22,7 @@ pub mod conn;
 pub mod http;
 pub mod metrics;
 pub mod notify;
+pub mod preflight;
 pub mod server;
 pub mod shard;
 pub mod sys;

@@ -1,12 +1,15 @@
-//! Start-up and lifecycle: build the first snapshot, bind one listener per
-//! shard and address (or adopt those an older process handed over), start the
-//! shards, then turn signals into actions (SIGHUP rebuilds, SIGUSR2 upgrades
-//! the binary, SIGTERM/SIGINT drain and exit).
+//! Start-up and lifecycle: check and claim the addresses, bind the admin
+//! listener and one socket per shard and address, build the first snapshot
+//! (reporting progress), start the shards, then turn signals into actions
+//! (SIGHUP rebuilds, SIGUSR2 upgrades the binary, SIGTERM/SIGINT drain and
+//! exit). A new process of an upgrade adopts the sockets its predecessor
+//! handed over instead of binding them.
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
@@ -14,12 +17,13 @@ use signal_hook::iterator::Signals;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::cache::Store;
-use crate::config::Config;
+use crate::config::{Config, Steer};
 use crate::conn::ConnConfig;
 use crate::metrics::access_log::AccessLog;
 use crate::metrics::{admin, Metrics};
-use crate::notify::notify;
+use crate::preflight::{self, Preflight, SetupError};
 use crate::shard::{self, ShardSpec, Shared};
+use crate::notify::notify;
 use crate::sys::EventFd;
 use crate::upgrade::{self, Inherited, Kind, Passed};
 
@@ -32,9 +36,19 @@ const COMPRESS_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 /// handing it to `accept` anyway.
 const DEFER_ACCEPT_SECS: u32 = 1;
 
+/// How often the start-up log says the first build is still running.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
+
 /// A listening socket for one shard: `SO_REUSEPORT` lets every shard bind
 /// the same address and the kernel spreads connections across them.
 pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    listen(bind_socket(addr)?, backlog)
+}
+
+/// Bind a shard socket without listening yet: the address is taken (so a
+/// conflict is a start-up error) but connections are refused, not queued,
+/// while the first snapshot builds.
+fn bind_socket(addr: SocketAddr) -> std::io::Result<Socket> {
     let socket = Socket::new(
         Domain::for_address(addr),
         Type::STREAM.nonblocking().cloexec(),
@@ -51,9 +65,31 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     // waiting for an ACK; responses are written whole, so send at once.
     socket.set_nodelay(true)?;
     socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+fn listen(socket: Socket, backlog: u32) -> std::io::Result<TcpListener> {
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
     crate::sys::set_defer_accept(&socket, DEFER_ACCEPT_SECS)?;
     Ok(socket.into())
+}
+
+/// `--steer cpu`: every listener is marked with its shard's CPU, and each
+/// reuseport group (one per address, its sockets created in shard order by
+/// the caller) gets the program that returns the SYN's CPU's shard index.
+fn steer_by_cpu(cpus: &[usize], per_shard: &[Vec<TcpListener>]) -> std::io::Result<()> {
+    for (&cpu, listeners) in cpus.iter().zip(per_shard) {
+        for listener in listeners {
+            crate::sys::set_incoming_cpu(listener, cpu)?;
+        }
+    }
+    let program = crate::shard::steer::cpu_program(cpus);
+    // The program belongs to the group: attaching it through one member
+    // (shard 0's socket) covers every shard's socket of that address.
+    for listener in per_shard.first().into_iter().flatten() {
+        crate::sys::attach_reuseport_cbpf(listener, &program)?;
+    }
+    Ok(())
 }
 
 /// The SIGUSR2 upgrade in flight, between the signal loop and the thread
@@ -66,8 +102,23 @@ struct UpgradeState {
     done: std::sync::Mutex<Option<upgrade::Ready>>,
 }
 
+/// A shard's socket: adopted from the old process (already listening) or
+/// bound here (listening once the snapshot is built).
+enum ShardSocket {
+    Adopted(TcpListener),
+    Bound(Socket),
+}
+
 /// Run the server until a shutdown signal has been handled.
+///
+/// Start-up order: everything that can fail on configuration or
+/// environment (claims on the addresses, the admin bind, the shard binds,
+/// the access log) before the first snapshot build, so such errors come
+/// in milliseconds; the admin listener answers `/healthz` (and `/readyz`
+/// 503) while the build runs; the shard sockets start listening once the
+/// snapshot is there.
 pub fn run(config: Config) -> anyhow::Result<()> {
+    log_start(&config);
     // Resolved now: once a deploy replaces the file, /proc/self/exe names the
     // deleted old binary, and SIGUSR2 must start the new one.
     let upgrade_binary = match &config.upgrade_binary {
@@ -77,8 +128,99 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let upgrade_args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut inherited =
         Inherited::from_env().context("adopting the sockets of the process this one replaces")?;
-    let store =
-        Arc::new(Store::open(config.build_options()).context("building the initial snapshot")?);
+    // Adopted before the preflight, which must neither claim nor probe the
+    // addresses the old process still holds.
+    let mut adopted: Vec<Vec<TcpListener>> = config
+        .listen
+        .iter()
+        .map(|&addr| inherited.take_listen(addr))
+        .collect();
+    let adopted_admin = inherited.take_admin(config.admin);
+    inherited.close_rest();
+    let preflight = Preflight {
+        inherited: config
+            .listen
+            .iter()
+            .zip(&adopted)
+            .filter(|(_, a)| !a.is_empty())
+            .map(|(&addr, _)| addr)
+            .collect(),
+        ..Preflight::default()
+    };
+    let (mut claims, _) = preflight.run(&config)?;
+    let metrics = Metrics::new(&config.cpus, config.metrics);
+    let admin_listener = match adopted_admin {
+        Some(listener) => {
+            tracing::info!("admin endpoint addr={} (inherited)", listener.local_addr()?);
+            listener
+        }
+        None => preflight::bind_admin(config.admin)?,
+    };
+    let admin_dup = admin_listener.try_clone()?;
+    let published: Arc<OnceLock<Arc<Store>>> = Arc::new(OnceLock::new());
+    {
+        let metrics = Arc::clone(&metrics);
+        let published = Arc::clone(&published);
+        let source: admin::SnapshotSource =
+            Box::new(move || published.get().map(|s| s.stats()).unwrap_or_default());
+        std::thread::Builder::new()
+            .name("admin".into())
+            .spawn(move || admin::serve(admin_listener, metrics, source))
+            .context("spawning the admin thread")?;
+    }
+    // Register before any shard runs, so an early signal is not lost.
+    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2])
+        .context("installing signal handlers")?;
+
+    // Bind every socket before the build, so an address in use is reported
+    // at once. Port 0: the first shard's socket picks the port and the
+    // others join it. Adopted sockets come first: shard i takes the old
+    // shard i's socket; with fewer shards than sockets the extra ones go
+    // round the shards (none is closed, so none of their queued connections
+    // is lost); with more, the other shards bind sockets that join the same
+    // reuseport group.
+    let shards = config.cpus.len();
+    let mut addrs = config.listen.clone();
+    let mut per_shard: Vec<Vec<ShardSocket>> = (0..shards).map(|_| Vec::new()).collect();
+    for (addr, adopted) in addrs.iter_mut().zip(adopted.iter_mut()) {
+        if let Some(first) = adopted.first() {
+            *addr = first.local_addr()?;
+        }
+        let passed = adopted.len();
+        for (i, listener) in adopted.drain(..).enumerate() {
+            per_shard[i % shards].push(ShardSocket::Adopted(listener));
+        }
+        for sockets in per_shard.iter_mut().skip(passed) {
+            let socket =
+                bind_socket(*addr).map_err(|e| preflight::bind_error("listen", *addr, &e))?;
+            if addr.port() == 0 {
+                if let Some(bound) = socket.local_addr()?.as_socket() {
+                    *addr = bound;
+                    claims.add_picked(bound);
+                }
+            }
+            sockets.push(ShardSocket::Bound(socket));
+        }
+    }
+
+    let access_log = match &config.access_log {
+        Some(path) => Some(
+            AccessLog::open(path, config.access_log_format).map_err(|e| {
+                anyhow::Error::new(SetupError(format!(
+                    "opening access log {}: {e}",
+                    path.display()
+                )))
+            })?,
+        ),
+        None => None,
+    };
+
+    let fds_before = open_fds();
+    let Some(store) = first_build(&config, &mut signals)? else {
+        return Ok(());
+    };
+    metrics.register(Box::new(store.rebuild_duration.clone()));
+    let _ = published.set(Arc::clone(&store));
     if store.compress_pending() {
         let store = Arc::clone(&store);
         std::thread::Builder::new()
@@ -106,58 +248,31 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         crate::cache::watch::spawn(Arc::clone(&store), config.watch_options())
             .context("spawning the watcher thread")?;
     }
-    let metrics = Metrics::new(&config.cpus, config.metrics);
-    metrics.register(Box::new(store.rebuild_duration.clone()));
-    let admin_listener = match inherited.take_admin(config.admin) {
-        Some(listener) => {
-            tracing::info!("admin endpoint addr={} (inherited)", listener.local_addr()?);
-            listener
-        }
-        None => admin::bind(config.admin)
-            .with_context(|| format!("binding the admin address {}", config.admin))?,
-    };
     let shared = Arc::new(Shared {
         snapshot: store.shared(),
         draining: AtomicBool::new(false),
         shutdown_grace: config.shutdown_grace,
         sweep: std::sync::Mutex::new(Vec::new()),
     });
-    // Register before any shard runs, so an early signal is not lost.
-    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2])
-        .context("installing signal handlers")?;
-
-    // Adopt or bind every socket before starting any shard, so an address in
-    // use is a start-up error. Port 0: the first shard's socket picks the
-    // port and the others join it.
-    let shards = config.cpus.len();
-    let mut addrs = config.listen.clone();
-    let mut per_shard: Vec<Vec<TcpListener>> = (0..shards).map(|_| Vec::new()).collect();
-    for addr in &mut addrs {
-        let adopted = inherited.take_listen(*addr);
-        if let Some(first) = adopted.first() {
-            *addr = first.local_addr()?;
+    let mut per_shard_listeners = Vec::with_capacity(per_shard.len());
+    for sockets in per_shard {
+        let mut listeners = Vec::with_capacity(sockets.len());
+        for socket in sockets {
+            listeners.push(match socket {
+                ShardSocket::Adopted(listener) => listener,
+                ShardSocket::Bound(socket) => {
+                    let addr = socket.local_addr()?.as_socket();
+                    listen(socket, config.backlog)
+                        .with_context(|| format!("listening on {addr:?}"))?
+                }
+            });
         }
-        let passed = adopted.len();
-        // Shard i takes the old shard i's socket. With fewer shards than
-        // sockets, the extra ones go round the shards: none is closed, so
-        // none of their queued connections is lost.
-        for (i, listener) in adopted.into_iter().enumerate() {
-            per_shard[i % shards].push(listener);
-        }
-        // With more, the other shards bind sockets that join the same
-        // reuseport group.
-        for listeners in per_shard.iter_mut().skip(passed) {
-            let listener =
-                bind(*addr, config.backlog).with_context(|| format!("binding {addr}"))?;
-            if addr.port() == 0 {
-                *addr = listener.local_addr()?;
-            }
-            listeners.push(listener);
-        }
+        per_shard_listeners.push(listeners);
     }
-    inherited.close_rest();
+    let per_shard = per_shard_listeners;
     // What a SIGUSR2 upgrade hands over: a duplicate of every socket (the
-    // shards own the originals), with its shard and address.
+    // shards and the admin thread own the originals), with its shard and
+    // address.
     let mut handover: Vec<(Passed, TcpListener)> = Vec::new();
     for (shard, listeners) in per_shard.iter().enumerate() {
         for listener in listeners {
@@ -171,24 +286,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             handover.push((passed, dup));
         }
     }
-    {
-        let dup = admin_listener.try_clone()?;
-        let passed = Passed {
-            fd: dup.as_raw_fd(),
+    handover.push((
+        Passed {
+            fd: admin_dup.as_raw_fd(),
             kind: Kind::Admin,
             shard: 0,
-            addr: admin_listener.local_addr()?,
-        };
-        handover.push((passed, dup));
+            addr: admin_dup.local_addr()?,
+        },
+        admin_dup,
+    ));
+    if config.steer == Steer::Cpu {
+        steer_by_cpu(&config.cpus, &per_shard).context("setting up --steer cpu")?;
     }
 
-    let access_log = match &config.access_log {
-        Some(path) => Some(
-            AccessLog::open(path, config.access_log_format)
-                .with_context(|| format!("opening access log {}", path.display()))?,
-        ),
-        None => None,
-    };
     let conn_cfg = ConnConfig::new(&config);
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let mut wakers = Vec::new();
@@ -227,15 +337,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     for addr in &addrs {
         tracing::info!(shards = threads.len(), "listening addr={addr}");
     }
-    {
-        let metrics = Arc::clone(&metrics);
-        let store = Arc::clone(&store);
-        let source: admin::SnapshotSource = Box::new(move || store.stats());
-        std::thread::Builder::new()
-            .name("admin".into())
-            .spawn(move || admin::serve(admin_listener, metrics, source))
-            .context("spawning the admin thread")?;
-    }
+    log_fds(fds_before);
     // Serving: tell systemd (a new process of an upgrade also names itself
     // the main process), then the old process, if there is one.
     if inherited.is_upgrade() {
@@ -275,44 +377,20 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                     tracing::warn!("upgrade already in progress; SIGUSR2 ignored");
                     continue;
                 }
-                tracing::info!("SIGUSR2: starting the binary upgrade");
-                let passed: Vec<Passed> = handover.iter().map(|(p, _)| *p).collect();
-                let (binary, args) = (upgrade_binary.clone(), upgrade_args.clone());
-                let (upgrade, metrics) = (Arc::clone(&upgrade), Arc::clone(&metrics));
-                let (timeout, handle) = (config.upgrade_timeout, signals_handle.clone());
                 if let Some(previous) = upgrade_thread.take() {
                     let _ = std::thread::JoinHandle::join(previous);
                 }
-                upgrade_thread = Some(
-                    std::thread::Builder::new()
-                        .name("upgrade".into())
-                        .spawn(move || {
-                            match upgrade::start(&binary, &args, &passed, timeout, &upgrade.cancel)
-                            {
-                                Ok(ready) => {
-                                    metrics.upgrades.with_label_values(&["success"]).inc();
-                                    tracing::info!(
-                                        pid = ready.pid,
-                                        "upgrade: the new process is ready; draining this one"
-                                    );
-                                    *upgrade.done.lock().unwrap_or_else(|e| e.into_inner()) =
-                                        Some(ready);
-                                    handle.close();
-                                }
-                                Err(e) => {
-                                    metrics.upgrades.with_label_values(&["failed"]).inc();
-                                    tracing::error!(
-                                        error = format!("{e:#}"),
-                                        "upgrade failed; this process keeps serving"
-                                    );
-                                    // In case the new one named itself first.
-                                    notify(&format!("MAINPID={}", std::process::id()));
-                                    upgrade.running.store(false, Ordering::Release);
-                                }
-                            }
-                        })
-                        .context("spawning the upgrade thread")?,
-                );
+                tracing::info!("SIGUSR2: starting the binary upgrade");
+                let passed: Vec<Passed> = handover.iter().map(|(p, _)| *p).collect();
+                upgrade_thread = Some(spawn_upgrade(
+                    upgrade_binary.clone(),
+                    upgrade_args.clone(),
+                    passed,
+                    config.upgrade_timeout,
+                    Arc::clone(&upgrade),
+                    Arc::clone(&metrics),
+                    signals_handle.clone(),
+                )?);
             }
             _ => {
                 last_signal = Some(signal);
@@ -352,7 +430,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             metrics.draining.store(true, Ordering::Release);
             if !config.drain_delay.is_zero() {
                 tracing::info!(
-                    drain_delay = config.drain_delay.as_secs_f64(),
+                    drain_delay_s = config.drain_delay.as_secs_f64(),
                     "not ready; serving until drain_delay has passed"
                 );
                 std::thread::sleep(config.drain_delay);
@@ -370,5 +448,166 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         let _ = thread.join();
     }
     tracing::info!("stopped");
+    drop(claims);
     Ok(())
+}
+
+/// The thread that starts the new binary and waits for it: on success it
+/// ends the signal loop (this process then drains), on failure this process
+/// keeps serving.
+fn spawn_upgrade(
+    binary: std::path::PathBuf,
+    args: Vec<std::ffi::OsString>,
+    passed: Vec<Passed>,
+    timeout: Duration,
+    state: Arc<UpgradeState>,
+    metrics: Arc<Metrics>,
+    signals: signal_hook::iterator::Handle,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("upgrade".into())
+        .spawn(
+            move || match upgrade::start(&binary, &args, &passed, timeout, &state.cancel) {
+                Ok(ready) => {
+                    metrics.upgrades.with_label_values(&["success"]).inc();
+                    tracing::info!(
+                        pid = ready.pid,
+                        "upgrade: the new process is ready; draining this one"
+                    );
+                    *state.done.lock().unwrap_or_else(|e| e.into_inner()) = Some(ready);
+                    signals.close();
+                }
+                Err(e) => {
+                    metrics.upgrades.with_label_values(&["failed"]).inc();
+                    tracing::error!(
+                        error = format!("{e:#}"),
+                        "upgrade failed; this process keeps serving"
+                    );
+                    // In case the new process named itself the main one.
+                    notify(&format!("MAINPID={}", std::process::id()));
+                    state.running.store(false, Ordering::Release);
+                }
+            },
+        )
+        .context("spawning the upgrade thread")
+}
+
+/// Build the first snapshot on its own thread while this one reports
+/// progress and watches for signals. `None`: a stop signal came first.
+fn first_build(config: &Config, signals: &mut Signals) -> anyhow::Result<Option<Arc<Store>>> {
+    let opts = config.build_options();
+    let started = Instant::now();
+    tracing::info!(root = %config.root.display(), "building the first snapshot");
+    let build = std::thread::Builder::new()
+        .name("first-build".into())
+        .spawn(move || Store::open(opts))
+        .context("spawning the first build")?;
+    let read_before = read_bytes();
+    let mut next_progress = started + PROGRESS_INTERVAL;
+    while !build.is_finished() {
+        for signal in signals.pending() {
+            match signal {
+                SIGHUP => tracing::info!(
+                    "SIGHUP received during the first build; that build already reads the current files"
+                ),
+                SIGUSR1 => {}
+                _ => {
+                    tracing::info!(signal, "stop signal during the first build; exiting");
+                    return Ok(None);
+                }
+            }
+        }
+        if Instant::now() >= next_progress {
+            next_progress += PROGRESS_INTERVAL;
+            match (read_before, read_bytes()) {
+                (Some(a), Some(b)) => tracing::info!(
+                    elapsed_s = started.elapsed().as_secs(),
+                    read = %crate::config::units::format_size_approx(b.saturating_sub(a)),
+                    "still building the first snapshot"
+                ),
+                _ => tracing::info!(
+                    elapsed_s = started.elapsed().as_secs(),
+                    "still building the first snapshot"
+                ),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let store = build
+        .join()
+        .map_err(|_| anyhow::anyhow!("the first snapshot build panicked"))?
+        .map_err(|e| {
+            anyhow::Error::new(SetupError(format!("building the first snapshot: {e:#}")))
+        })?;
+    Ok(Some(Arc::new(store)))
+}
+
+/// Bytes this process has read so far (`rchar` in `/proc/self/io`), for
+/// progress lines; `None` where the kernel does not offer it.
+fn read_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The start-up facts an operator looks for first.
+fn log_start(config: &Config) {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = %config
+            .config_path
+            .as_ref()
+            .map_or_else(|| "none (flags and defaults)".to_owned(), |p| p.display().to_string()),
+        root = %config.root.display(),
+        "shardhttpd starting"
+    );
+    let map: Vec<String> = config
+        .cpus
+        .iter()
+        .enumerate()
+        .map(|(shard, cpu)| format!("{shard}:{cpu}"))
+        .collect();
+    tracing::info!(
+        shards = config.cpus.len(),
+        "shard:cpu map {}",
+        map.join(" ")
+    );
+}
+
+fn open_fds() -> Option<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count() as u64)
+        .ok()
+}
+
+/// Open file descriptors against the limit, once the snapshot holds its
+/// fds (those opened by the first build: `before` was counted ahead of it).
+fn log_fds(before: Option<u64>) {
+    let open = open_fds();
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
+        });
+    let held = match (before, open) {
+        (Some(b), Some(o)) => o.saturating_sub(b).to_string(),
+        _ => "?".to_owned(),
+    };
+    match (open, limit) {
+        (Some(open), Some(limit)) => {
+            let soft: Option<u64> = limit.parse().ok();
+            if soft.is_some_and(|soft| open * 10 > soft * 8) {
+                tracing::warn!(
+                    open, limit = %limit, snapshot_fds = %held,
+                    "file descriptors near the limit; raise LimitNOFILE (systemd) or ulimit -n"
+                );
+            } else {
+                tracing::info!(open, limit = %limit, snapshot_fds = %held, "file descriptors");
+            }
+        }
+        _ => tracing::info!(snapshot_fds = %held, "file descriptors"),
+    }
 }

@@ -13,19 +13,22 @@
 
 mod build;
 mod compress;
+pub mod open_files;
 mod rules;
 mod store;
 pub mod watch;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::http::accept::Coding;
 
 pub use build::build;
 pub use compress::CompressOptions;
+pub use open_files::{OpenFiles, RootDir};
 pub use rules::CacheControl;
 pub use store::{Store, StoreStats};
 
@@ -51,6 +54,9 @@ pub struct BuildOptions {
     pub error_pages: Vec<(u16, String)>,
     /// Unknown extension-less paths get `/index.html` with 200.
     pub spa_fallback: bool,
+    /// The bounded cache of large files' fds (`max_open_files`), shared by
+    /// every generation.
+    pub open_files: Arc<OpenFiles>,
 }
 
 /// What a normalised request path names.
@@ -143,13 +149,24 @@ pub enum Body {
 }
 
 /// A body served from its file. `stamp` is what the file looked like when its
-/// ETag was computed; the connection re-checks it around `sendfile` and closes
-/// instead of sending bytes of a different version. The fd is shared by the
-/// snapshots that reuse the entry.
+/// ETag was computed; the connection re-checks it around each piece it sends
+/// and closes instead of sending bytes of a different version. The fd is not
+/// held by the snapshot: [`LargeFile::file`] opens it on demand beneath the
+/// root and keeps it in the bounded [`OpenFiles`] cache.
 #[derive(Debug, Clone)]
 pub struct LargeFile {
-    pub file: Arc<File>,
+    pub root: Arc<RootDir>,
+    /// Canonical path relative to `root`.
+    pub rel: Box<Path>,
     pub stamp: FileStamp,
+    pub files: Arc<OpenFiles>,
+}
+
+impl LargeFile {
+    /// The open file, still matching `stamp` when it had to be opened.
+    pub fn file(&self) -> io::Result<Arc<File>> {
+        self.files.get(&self.root, &self.rel, &self.stamp)
+    }
 }
 
 /// Identity of a file's contents as far as the kernel tells: any write changes
@@ -184,6 +201,8 @@ pub struct SnapshotStats {
     pub mem_bytes: u64,
     /// Body bytes served from fds.
     pub file_bytes: u64,
+    /// Files served from fds (each needs one while it is being sent).
+    pub large_files: u64,
     /// Compressed variant bytes in the arena: br, zstd, gzip
     /// ([`SIDECARS`] order).
     pub encoded_bytes: [u64; 3],

@@ -85,6 +85,22 @@ impl Store {
             snapshot = initial_build(&opts)?;
         }
         crate::sys::trim_heap();
+        let limit = crate::sys::nofile_limit();
+        tracing::info!(
+            large_files = snapshot.stats.large_files,
+            max_open_files = opts.open_files.capacity(),
+            nofile_limit = limit.unwrap_or(0),
+            "large files are opened on demand; at most max_open_files fds are kept open"
+        );
+        if let Some(limit) = limit {
+            if opts.open_files.capacity() as u64 >= limit / 2 {
+                tracing::warn!(
+                    max_open_files = opts.open_files.capacity(),
+                    nofile_limit = limit,
+                    "max_open_files is at least half the fd limit; connections may run out of fds"
+                );
+            }
+        }
         Ok(Store {
             current: Arc::new(ArcSwap::from_pointee(snapshot)),
             opts,

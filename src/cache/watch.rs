@@ -34,6 +34,8 @@ pub struct WatchOptions {
     /// Rescan period without inotify, and the retry period after a failed
     /// rebuild.
     pub rescan_interval: Duration,
+    /// Longest a file with a writer still open is held at its old version.
+    pub write_settle_max: Duration,
 }
 
 /// What the inotify callback tells the watcher thread.

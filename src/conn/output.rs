@@ -72,6 +72,13 @@ pub enum WriteError {
 
 impl From<io::Error> for WriteError {
     fn from(e: io::Error) -> Self {
+        // A large file reopened on demand that is no longer the snapshot's
+        // version is a changed file, not an I/O failure.
+        if e.get_ref()
+            .is_some_and(|inner| inner.is::<crate::cache::open_files::Changed>())
+        {
+            return WriteError::FileChanged;
+        }
         WriteError::Io(e)
     }
 }
@@ -367,15 +374,16 @@ impl Output {
         }
         let (large, off, len) = front_file(&self.pin, &mut self.chunks);
         let n = (*len as usize).min(COPY_CHUNK);
+        let file = large.file()?;
         self.stage.resize(n, 0);
-        match large.file.read_exact_at(&mut self.stage, *off) {
+        match file.read_exact_at(&mut self.stage, *off) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                 return Err(WriteError::FileChanged)
             }
             Err(e) => return Err(e.into()),
         }
-        if FileStamp::of(&large.file.metadata()?) != large.stamp {
+        if FileStamp::of(&file.metadata()?) != large.stamp {
             return Err(WriteError::FileChanged);
         }
         *off += n as u64;
@@ -392,9 +400,10 @@ impl Output {
     /// only for roots that change by rename (`sendfile = true`).
     fn sendfile(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
         let (large, off, len) = front_file(&self.pin, &mut self.chunks);
+        let file = large.file()?;
         if *len > 1 {
             let count = ((*len - 1) as usize).min(SENDFILE_CHUNK);
-            match sys::sendfile(stream, &*large.file, off, count) {
+            match sys::sendfile(stream, &*file, off, count) {
                 Ok(0) => return Err(WriteError::FileChanged),
                 Ok(n) => {
                     *len -= n as u64;
@@ -405,8 +414,8 @@ impl Output {
             }
         }
         let mut last = [0u8; 1];
-        let read = large.file.read_at(&mut last, *off)?;
-        let meta = large.file.metadata()?;
+        let read = file.read_at(&mut last, *off)?;
+        let meta = file.metadata()?;
         if read != 1 || FileStamp::of(&meta) != large.stamp {
             return Err(WriteError::FileChanged);
         }

@@ -222,8 +222,8 @@ fn serve(
         // The file changed on disk since the snapshot was built: its bytes
         // no longer match the ETag and length we would announce.
         let unchanged = large
-            .file
-            .metadata()
+            .file()
+            .and_then(|f| f.metadata())
             .is_ok_and(|m| FileStamp::of(&m) == large.stamp);
         if !unchanged {
             return error(

@@ -4,6 +4,7 @@
 //! snapshot pointer, read through a per-shard `arc_swap::Cache`.
 
 mod slab;
+pub mod steer;
 mod timer;
 
 use std::io;

@@ -8,13 +8,17 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod epoll;
+mod fs;
 mod handover;
 mod net;
 mod thread;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
+pub use fs::{nofile_limit, open_beneath};
 pub use handover::{inherit_fds, pipe, take_inherited, wait_readable};
-pub use net::{accept4, sendfile, sendmsg_more, set_defer_accept};
+pub use net::{
+    accept4, attach_reuseport_cbpf, sendfile, sendmsg_more, set_defer_accept, set_incoming_cpu,
+};
 pub use thread::{lower_thread_priority, trim_heap};
 
 /// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and

@@ -100,3 +100,54 @@ pub fn set_defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
     ))?;
     Ok(())
 }
+
+/// `SO_INCOMING_CPU`: mark a listener as belonging to `cpu`, so the kernel
+/// prefers it for connections whose packets that CPU handles.
+pub fn set_incoming_cpu(socket: &impl AsRawFd, cpu: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(cpu)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU id out of range"))?;
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    syscall!(setsockopt(
+        socket.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_INCOMING_CPU,
+        (&value as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t
+    ))?;
+    Ok(())
+}
+
+/// `SO_ATTACH_REUSEPORT_CBPF`: the classic BPF `program` chooses, per
+/// incoming connection, the index of the listener in `socket`'s
+/// `SO_REUSEPORT` group (the kernel falls back to its hash when the index is
+/// out of range). The kernel copies the program; it need not outlive the call.
+pub fn attach_reuseport_cbpf(
+    socket: &impl AsRawFd,
+    program: &[crate::shard::steer::Insn],
+) -> io::Result<()> {
+    let mut filter: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let len = u16::try_from(filter.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
+    let fprog = libc::sock_fprog {
+        len,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `filter`, `len` instructions that live until
+    // the call returns; the kernel copies them and only reads.
+    syscall!(setsockopt(
+        socket.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_REUSEPORT_CBPF,
+        (&fprog as *const libc::sock_fprog).cast(),
+        std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t
+    ))?;
+    Ok(())
+}

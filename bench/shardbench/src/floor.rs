@@ -1,0 +1,260 @@
+//! The floor: a minimal fixed-response responder on one level-triggered
+//! epoll loop. Each readable event is one `recv`; every complete request head
+//! in it (counted by its `\r\n\r\n`) gets the same 100-byte-body response,
+//! all of them in one `send`. No parsing, no files, no timers: what is left
+//! is the syscall and TCP cost any HTTP/1.1 server pays, which is the
+//! distance every table shows. A request carrying `Connection: close` is
+//! answered with the same header and the connection closed, so the close
+//! rows measure accept + recv + send + close.
+//!
+//! Run as `shardbench floor --listen ADDR` (the study pins it like a server).
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The body: as long as the study's 100-byte page.
+const BODY: [u8; 100] = [b'.'; 100];
+/// Receive buffer: a 16-deep pipelined burst fits many times over.
+const RECV_BYTES: usize = 64 * 1024;
+/// Listen backlog, as the servers get: c=10000 connects in a burst.
+const BACKLOG: libc::c_int = 4096;
+
+struct Conn {
+    fd: OwnedFd,
+    /// How much of `\r\n\r\n` the last read ended with.
+    matched: usize,
+    /// "connection: close" seen in the current request.
+    close: bool,
+    /// Response bytes not yet accepted by the kernel.
+    pending: Vec<u8>,
+}
+
+fn response(close: bool) -> Vec<u8> {
+    let mut r = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n{}\r\n",
+        BODY.len(),
+        if close { "Connection: close\r\n" } else { "" }
+    )
+    .into_bytes();
+    r.extend_from_slice(&BODY);
+    r
+}
+
+/// Count request ends in `buf`, carrying a partial `\r\n\r\n` across reads,
+/// and note a `Connection: close` (any case).
+fn scan(conn: &mut Conn, buf: &[u8]) -> usize {
+    const END: &[u8] = b"\r\n\r\n";
+    let mut n = 0;
+    for &b in buf {
+        if b == END[conn.matched] {
+            conn.matched += 1;
+            if conn.matched == END.len() {
+                n += 1;
+                conn.matched = 0;
+            }
+        } else {
+            conn.matched = usize::from(b == b'\r');
+        }
+    }
+    if !conn.close && buf.len() >= 17 {
+        conn.close = buf
+            .windows(17)
+            .any(|w| w.eq_ignore_ascii_case(b"connection: close"));
+    }
+    n
+}
+
+/// Serve forever on `addr` (the caller pins the process).
+pub fn run(addr: SocketAddr) -> io::Result<()> {
+    let listener = TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let lfd = listener.as_raw_fd();
+    // SAFETY: re-listening on a listening socket only changes its backlog.
+    if unsafe { libc::listen(lfd, BACKLOG) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: epoll_create1 returns a new fd (checked) that nothing else owns.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `ep` is a fresh fd owned from here on.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    ctl(&ep, libc::EPOLL_CTL_ADD, lfd, libc::EPOLLIN as u32)?;
+    let keep = response(false);
+    let close = response(true);
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut buf = vec![0u8; RECV_BYTES];
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
+    loop {
+        // SAFETY: `events` is a writable array of `events.len()` entries.
+        let n = unsafe {
+            libc::epoll_wait(
+                ep.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as libc::c_int,
+                -1,
+            )
+        };
+        if n == -1 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        for ev in &events[..n as usize] {
+            let fd = ev.u64 as RawFd;
+            if fd == lfd {
+                accept_all(&ep, lfd, &mut conns)?;
+                continue;
+            }
+            let slot = fd as usize;
+            let Some(conn) = conns.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            let done = if ev.events & libc::EPOLLOUT as u32 != 0 && !conn.pending.is_empty() {
+                flush(&ep, conn)
+            } else {
+                serve(&ep, conn, &mut buf, &keep, &close)
+            };
+            if done {
+                // Dropping the OwnedFd closes it (and removes it from epoll).
+                conns[slot] = None;
+            }
+        }
+    }
+}
+
+fn ctl(ep: &OwnedFd, op: libc::c_int, fd: RawFd, events: u32) -> io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events,
+        u64: fd as u64,
+    };
+    // SAFETY: both fds are open; `ev` is a valid event for the call.
+    if unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd, &mut ev) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn accept_all(ep: &OwnedFd, lfd: RawFd, conns: &mut Vec<Option<Conn>>) -> io::Result<()> {
+    loop {
+        // SAFETY: null address pointers are allowed; the result is checked.
+        let fd = unsafe {
+            libc::accept4(
+                lfd,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd == -1 {
+            // EAGAIN: drained. EMFILE and friends: level-triggered epoll
+            // reports the listener again, so the next turn retries.
+            return Ok(());
+        }
+        // SAFETY: accept4 returned a new socket nothing else owns.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let slot = fd as usize;
+        if conns.len() <= slot {
+            conns.resize_with(slot + 1, || None);
+        }
+        ctl(ep, libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32)?;
+        conns[slot] = Some(Conn {
+            fd: owned,
+            matched: 0,
+            close: false,
+            pending: Vec::new(),
+        });
+    }
+}
+
+/// One recv, one send. Returns true when the connection is finished.
+fn serve(ep: &OwnedFd, conn: &mut Conn, buf: &mut [u8], keep: &[u8], close: &[u8]) -> bool {
+    // SAFETY: `buf` is writable for its length; the fd is open.
+    let n = unsafe { libc::recv(conn.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n == 0 {
+        return true;
+    }
+    if n < 0 {
+        return io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock;
+    }
+    let requests = scan(conn, &buf[..n as usize]);
+    if requests == 0 {
+        return false;
+    }
+    let one = if conn.close { close } else { keep };
+    let mut out = Vec::with_capacity(one.len() * requests);
+    for _ in 0..requests {
+        out.extend_from_slice(one);
+    }
+    conn.pending = out;
+    flush(ep, conn)
+}
+
+/// Send what is pending; wait for EPOLLOUT if the kernel took only part.
+fn flush(ep: &OwnedFd, conn: &mut Conn) -> bool {
+    // SAFETY: `pending` is readable for its length; the fd is open.
+    let n = unsafe {
+        libc::send(
+            conn.fd.as_raw_fd(),
+            conn.pending.as_ptr().cast(),
+            conn.pending.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock;
+    }
+    conn.pending.drain(..n as usize);
+    let fd = conn.fd.as_raw_fd();
+    if conn.pending.is_empty() {
+        if conn.close {
+            return true;
+        }
+        let _ = ctl(ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32);
+    } else {
+        let _ = ctl(ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLOUT as u32);
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> Conn {
+        Conn {
+            fd: std::fs::File::open("/dev/null").expect("open").into(),
+            matched: 0,
+            close: false,
+            pending: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn counts_request_ends_across_reads() {
+        let mut c = conn();
+        assert_eq!(
+            scan(&mut c, b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r"),
+            1
+        );
+        assert_eq!(scan(&mut c, b"\n"), 1);
+        assert_eq!(
+            scan(&mut c, b"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"),
+            1
+        );
+        assert!(c.close);
+    }
+
+    #[test]
+    fn the_response_is_exactly_sized() {
+        let r = response(false);
+        let text = String::from_utf8(r).expect("ascii");
+        let (head, body) = text.split_once("\r\n\r\n").expect("head");
+        assert!(head.contains("Content-Length: 100"));
+        assert_eq!(body.len(), 100);
+    }
+}

@@ -1,0 +1,334 @@
+//! Load generators and their own output: wrk (the default; Lua scripts for
+//! pipelining and HEAD) and ab (for the rows the classic tables used it for,
+//! where installed). Each run is a pinned child process that Ctrl-C kills.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::procs::{self, Group};
+
+/// Requests per pipelined write in the pipelining rows.
+pub const PIPELINE_DEPTH: usize = 16;
+
+/// Which program makes the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    Wrk,
+    Ab,
+}
+
+impl Tool {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Wrk => "wrk",
+            Tool::Ab => "ab",
+        }
+    }
+}
+
+/// How each request is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Persistent connections, one request in flight on each.
+    KeepAlive,
+    /// `Connection: close`: a new connection per request.
+    Close,
+    /// [`PIPELINE_DEPTH`] requests per write on persistent connections.
+    Pipeline,
+    /// GET with the exact `If-Modified-Since`: 304s.
+    Ims,
+    /// HEAD.
+    Head,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::KeepAlive => "keep-alive",
+            Mode::Close => "close",
+            Mode::Pipeline => "pipeline16",
+            Mode::Ims => "ims304",
+            Mode::Head => "head",
+        }
+    }
+}
+
+/// One load run's request.
+pub struct Spec<'a> {
+    pub tool: Tool,
+    pub mode: Mode,
+    pub port: u16,
+    pub path: &'a str,
+    pub concurrency: usize,
+    pub duration: Duration,
+    pub client_cpus: &'a [usize],
+    /// Value for `If-Modified-Since` in [`Mode::Ims`].
+    pub last_modified: Option<&'a str>,
+    /// Where scripts and raw output go.
+    pub work: &'a Path,
+}
+
+/// What a run measured, from the tool's own output.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub requests: u64,
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Socket errors plus responses other than 2xx/3xx.
+    pub errors: u64,
+}
+
+/// The command line for `spec`.
+pub fn command(spec: &Spec<'_>) -> io::Result<Vec<String>> {
+    let url = format!("http://127.0.0.1:{}{}", spec.port, spec.path);
+    let secs = spec.duration.as_secs_f64().ceil().max(1.0) as u64;
+    let mut cmd = vec![
+        "taskset".to_owned(),
+        "-c".to_owned(),
+        procs::cpu_list(spec.client_cpus),
+    ];
+    let header = |name: &str, value: &str| format!("{name}: {value}");
+    match spec.tool {
+        Tool::Wrk => {
+            let threads = spec.client_cpus.len().clamp(1, spec.concurrency.max(1));
+            cmd.extend([
+                "wrk".into(),
+                format!("-t{threads}"),
+                format!("-c{}", spec.concurrency),
+                format!("-d{secs}s"),
+                "--timeout".into(),
+                "10s".into(),
+                "--latency".into(),
+            ]);
+            match spec.mode {
+                Mode::KeepAlive => {}
+                Mode::Close => cmd.extend(["-H".into(), header("Connection", "close")]),
+                Mode::Pipeline => cmd.extend([
+                    "-s".into(),
+                    script(spec.work, "pipeline.lua", PIPELINE_LUA)?,
+                ]),
+                Mode::Ims => {
+                    let lm = spec
+                        .last_modified
+                        .ok_or_else(|| io::Error::other("no Last-Modified to send back"))?;
+                    cmd.extend(["-H".into(), header("If-Modified-Since", lm)]);
+                }
+                Mode::Head => cmd.extend(["-s".into(), script(spec.work, "head.lua", HEAD_LUA)?]),
+            }
+            cmd.push(url);
+        }
+        Tool::Ab => {
+            // -t before -n: -t resets the request count, -n raises it again
+            // so the time limit is what ends the run.
+            cmd.extend([
+                "ab".into(),
+                "-q".into(),
+                "-r".into(),
+                "-s".into(),
+                "10".into(),
+                "-t".into(),
+                secs.to_string(),
+                "-n".into(),
+                "100000000".into(),
+                "-c".into(),
+                spec.concurrency.to_string(),
+            ]);
+            match spec.mode {
+                Mode::KeepAlive => cmd.push("-k".into()),
+                Mode::Close => {}
+                other => {
+                    return Err(io::Error::other(format!(
+                        "ab runs only keep-alive and close, not {}",
+                        other.name()
+                    )))
+                }
+            }
+            cmd.push(url);
+        }
+    }
+    Ok(cmd)
+}
+
+const PIPELINE_LUA: &str = "-- 16 GETs per write on each connection.\n\
+init = function(args)\n  local r = {}\n  for i = 1, 16 do r[i] = wrk.format(nil) end\n  req = table.concat(r)\nend\n\
+request = function()\n  return req\nend\n";
+
+const HEAD_LUA: &str = "-- HEAD instead of GET.\nwrk.method = \"HEAD\"\n";
+
+fn script(work: &Path, name: &str, text: &str) -> io::Result<String> {
+    let path = work.join(name);
+    if !path.exists() {
+        fs::write(&path, text)?;
+    }
+    Ok(path.display().to_string())
+}
+
+/// Run `cmd`, its output into `out_file`; parse it. `None` when interrupted.
+pub fn run(
+    tool: Tool,
+    cmd: &[String],
+    duration: Duration,
+    out_file: &Path,
+) -> io::Result<Option<Outcome>> {
+    let out = fs::File::create(out_file)?;
+    let mut c = Command::new(&cmd[0]);
+    c.args(&cmd[1..])
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    let mut g = Group::spawn(tool.name(), &mut c)?;
+    // wrk's connect storm at c=10000 and its 10 s timeout can run past the
+    // duration; beyond a minute more something is wrong.
+    let Some(status) = g.wait(duration + Duration::from_secs(60)) else {
+        if procs::interrupted() {
+            return Ok(None);
+        }
+        return Err(io::Error::other(format!(
+            "{} ran far past its duration",
+            tool.name()
+        )));
+    };
+    let text = fs::read_to_string(out_file)?;
+    let parsed = match tool {
+        Tool::Wrk => parse_wrk(&text),
+        Tool::Ab => parse_ab(&text),
+    };
+    match parsed {
+        Some(o) => Ok(Some(o)),
+        None => Err(io::Error::other(format!(
+            "{} exited {status} with output I cannot read: {}",
+            tool.name(),
+            text.trim()
+        ))),
+    }
+}
+
+/// `71.40us`, `1.29ms`, `2.00s`, `3m` → milliseconds.
+fn duration_ms(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    Some(match unit {
+        "us" => v / 1000.0,
+        "ms" => v,
+        "s" => v * 1000.0,
+        "m" => v * 60_000.0,
+        "h" => v * 3_600_000.0,
+        _ => return None,
+    })
+}
+
+/// wrk 4's report (with `--latency`).
+pub fn parse_wrk(text: &str) -> Option<Outcome> {
+    let mut o = Outcome::default();
+    let mut have_rps = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(v) = t.strip_prefix("Requests/sec:") {
+            o.rps = v.trim().parse().ok()?;
+            have_rps = true;
+        } else if t.contains(" requests in ") {
+            o.requests = t.split_whitespace().next()?.parse().ok()?;
+        } else if let Some(v) = t.strip_prefix("50%") {
+            o.p50_ms = duration_ms(v)?;
+        } else if let Some(v) = t.strip_prefix("99%") {
+            o.p99_ms = duration_ms(v)?;
+        } else if let Some(v) = t.strip_prefix("Socket errors:") {
+            o.errors += v
+                .split(',')
+                .filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok())
+                .sum::<u64>();
+        } else if let Some(v) = t.strip_prefix("Non-2xx or 3xx responses:") {
+            o.errors += v.trim().parse::<u64>().ok()?;
+        }
+    }
+    have_rps.then_some(o)
+}
+
+/// ab 2.3's report.
+pub fn parse_ab(text: &str) -> Option<Outcome> {
+    let mut o = Outcome::default();
+    let mut have_rps = false;
+    let field = |t: &str, name: &str| -> Option<String> {
+        t.strip_prefix(name)
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_owned())
+    };
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(v) = field(t, "Requests per second:") {
+            o.rps = v.parse().ok()?;
+            have_rps = true;
+        } else if let Some(v) = field(t, "Complete requests:") {
+            o.requests = v.parse().ok()?;
+        } else if let Some(v) = field(t, "Failed requests:") {
+            o.errors += v.parse::<u64>().ok()?;
+        } else if let Some(v) = field(t, "Non-2xx responses:") {
+            o.errors += v.parse::<u64>().ok()?;
+        } else if let Some(v) = field(t, "50%") {
+            o.p50_ms = v.parse().ok()?;
+        } else if let Some(v) = field(t, "99%") {
+            o.p99_ms = v.parse().ok()?;
+        }
+    }
+    have_rps.then_some(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WRK: &str = "Running 1s test @ http://127.0.0.1:8080/100.html
+  1 threads and 10 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency    71.40us   30.01us   1.29ms   93.35%
+    Req/Sec   136.17k     6.22k  141.33k    90.00%
+  Latency Distribution
+     50%   65.00us
+     75%   72.00us
+     90%   87.00us
+     99%    1.20ms
+  136232 requests in 1.00s, 28.84MB read
+  Socket errors: connect 2, read 3, write 0, timeout 1
+  Non-2xx or 3xx responses: 5
+Requests/sec: 134893.15
+Transfer/sec:     28.56MB
+";
+
+    #[test]
+    fn wrk_report() {
+        let o = parse_wrk(WRK).expect("parsed");
+        assert_eq!(o.requests, 136_232);
+        assert!((o.rps - 134_893.15).abs() < 1e-6);
+        assert!((o.p50_ms - 0.065).abs() < 1e-9);
+        assert!((o.p99_ms - 1.2).abs() < 1e-9);
+        assert_eq!(o.errors, 11);
+        assert!(parse_wrk("unable to connect to 127.0.0.1:1 Connection refused").is_none());
+    }
+
+    const AB: &str = "Concurrency Level:      10
+Time taken for tests:   1.000 seconds
+Complete requests:      12345
+Failed requests:        2
+Non-2xx responses:      3
+Requests per second:    12345.67 [#/sec] (mean)
+Percentage of the requests served within a certain time (ms)
+  50%      1
+  66%      1
+  99%      4
+ 100%      9 (longest request)
+";
+
+    #[test]
+    fn ab_report() {
+        let o = parse_ab(AB).expect("parsed");
+        assert_eq!(o.requests, 12_345);
+        assert_eq!(o.errors, 5);
+        assert!((o.p99_ms - 4.0).abs() < 1e-9);
+        assert!((o.rps - 12_345.67).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,667 @@
+//! shardbench: the scaling study in one command. It builds shardhttpd in
+//! release, writes the classic document set, starts shardhttpd, the floor
+//! (a fixed-response epoll responder) and every installed peer pinned to the
+//! server CPUs, runs the matrix (concurrency × keep-alive/close × file size,
+//! pipelining, 304, HEAD) with wrk (and ab for the classic rows) pinned to
+//! the client CPUs, sweeps shardhttpd's shard count with both steering
+//! modes, and writes results.csv, results.md, SVG plots, the machine
+//! description and the exact commands into `--out`.
+
+mod docs;
+mod floor;
+mod load;
+mod matrix;
+mod plot;
+mod procs;
+mod report;
+mod servers;
+
+use std::fs;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use load::{Mode, Spec, Tool};
+use matrix::{Cell, Kind};
+use report::{Csv, Row};
+use servers::{Server, Setup};
+
+/// Run the scaling study (or, as `floor`, the floor responder).
+#[derive(Debug, Parser)]
+#[command(name = "shardbench", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Serve the fixed 100-byte response on ADDR (the study starts it).
+    Floor {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Output directory (created): results, plots, configs, raw tool output.
+    #[arg(long, value_name = "DIR", default_value = "shardbench-results")]
+    out: PathBuf,
+    /// The quick matrix, under 3 minutes on 2 cores (same as `--matrix quick`).
+    #[arg(long)]
+    quick: bool,
+    /// Which matrix: full (default; ≤ 15 min on 2 cores), quick, tiny (one
+    /// cell per server, for tests).
+    #[arg(long, value_enum)]
+    matrix: Option<Kind>,
+    /// Seconds per measured cell (default: 2 full, 1 quick and tiny).
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Concurrency levels (comma-separated), replacing the matrix's own.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    concurrency: Option<Vec<usize>>,
+    /// Measure no peer servers (shardhttpd and the floor only).
+    #[arg(long)]
+    no_peers: bool,
+    /// Skip the shard sweep.
+    #[arg(long)]
+    no_sweep: bool,
+    /// Connections in the shard sweep.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    sweep_concurrency: usize,
+    /// Use this shardhttpd binary instead of building one in release.
+    #[arg(long, value_name = "PATH")]
+    server_bin: Option<PathBuf>,
+    /// CPUs for the load generators (default: the first third, at least one).
+    #[arg(long, value_name = "LIST")]
+    client_cpus: Option<String>,
+    /// CPUs for the servers (default: the CPUs the client does not use).
+    #[arg(long, value_name = "LIST")]
+    server_cpus: Option<String>,
+    /// Add the TLS rows (only when shardhttpd was built with TLS listeners).
+    #[arg(long)]
+    tls: bool,
+    /// Show the matrix and the time it will take, and exit.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Cmd::Floor { listen }) = cli.cmd {
+        return match floor::run(listen) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("floor: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    procs::catch_interrupts();
+    match study(cli.run) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("interrupted: the cells finished so far are kept");
+            ExitCode::from(130)
+        }
+        Err(e) => {
+            eprintln!("shardbench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Everything the cells share.
+struct Ctx {
+    client: Vec<usize>,
+    server: Vec<usize>,
+    work: PathBuf,
+    duration: Duration,
+    tck: u64,
+}
+
+/// The whole study. Ok(false) when interrupted.
+fn study(args: RunArgs) -> io::Result<bool> {
+    let started = Instant::now();
+    let kind = args
+        .matrix
+        .unwrap_or(if args.quick { Kind::Quick } else { Kind::Full });
+    let duration = Duration::from_secs_f64(args.duration.unwrap_or(match kind {
+        Kind::Full => 2.0,
+        _ => 1.0,
+    }));
+    if duration < Duration::from_secs(1) {
+        return Err(io::Error::other(
+            "--duration: wrk measures whole seconds; use 1 or more",
+        ));
+    }
+    let nofile = procs::raise_nofile();
+    // The client and the server each hold one fd per connection, plus some.
+    let cap = nofile.saturating_sub(256).max(1) as usize;
+    let (client, server) = split_cpus(&args)?;
+    let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap);
+    let ab = servers::installed("ab").is_some();
+    let mut notes = plan.notes.clone();
+    if !ab {
+        notes.push("ab is not installed: its rows are skipped".into());
+    }
+    if servers::installed("httperf").is_none() {
+        notes.push("httperf is not installed: no httperf rows".into());
+    }
+    if servers::installed("wrk").is_none() {
+        return Err(io::Error::other(
+            "wrk is not installed (apt-get install wrk)",
+        ));
+    }
+    plan.cells.retain(|c| ab || c.tool != Tool::Ab);
+
+    let out = args.out.clone();
+    let work = out.join("work");
+    let root = out.join("www");
+    fs::create_dir_all(&work)?;
+    docs::write(&root)?;
+    let ctx = Ctx {
+        client,
+        server,
+        work: work.clone(),
+        duration,
+        tck: procs::ticks_per_second(),
+    };
+    let mut commands = vec![std::env::args().collect::<Vec<_>>().join(" ")];
+    eprintln!(
+        "client CPUs {}, server CPUs {}; RLIMIT_NOFILE {nofile}",
+        procs::cpu_list(&ctx.client),
+        procs::cpu_list(&ctx.server)
+    );
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
+
+    let bin = match &args.server_bin {
+        Some(p) => p.clone(),
+        None => servers::build_release(&mut commands)?,
+    };
+    let setup = Setup {
+        root: &root,
+        work: &work,
+        cpus: &ctx.server,
+        nofile,
+    };
+    let mut running: Vec<Server> = Vec::new();
+    let (shard, _) = servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd")?;
+    running.push(shard);
+    running.push(servers::start_floor(&setup)?);
+    if args.no_peers {
+        notes.push("--no-peers: no peer servers measured".into());
+    } else {
+        for peer in servers::PEERS {
+            if servers::installed(peer).is_none() {
+                let n = format!("SKIP {peer}: not installed (apt-get install {peer})");
+                eprintln!("{n}");
+                notes.push(n);
+                continue;
+            }
+            match servers::start_peer(peer, &setup) {
+                Ok(s) => running.push(s),
+                Err(e) => {
+                    let n = format!("SKIP {peer}: it did not start or serve the documents: {e}");
+                    eprintln!("{n}");
+                    notes.push(n);
+                }
+            }
+        }
+    }
+    if args.tls {
+        let help = std::process::Command::new(&bin).arg("--help").output()?;
+        if String::from_utf8_lossy(&help.stdout).contains("--tls") {
+            notes.push(
+                "--tls: this shardhttpd has TLS flags, but this version of the tool has no TLS rows yet".into(),
+            );
+        } else {
+            notes.push("--tls: this shardhttpd has no TLS listener; TLS rows skipped".into());
+        }
+        eprintln!("note: {}", notes.last().map_or("", String::as_str));
+    }
+    for s in &mut running {
+        commands.push(format!("# {} (port {})\n{}", s.name, s.port, s.command));
+        if let Some(lm) = &s.last_modified {
+            let a = servers::fetch(
+                s.port,
+                "GET",
+                docs::SMALL.path,
+                &format!("If-Modified-Since: {lm}\r\n"),
+            )?;
+            if a.status != 304 {
+                notes.push(format!(
+                    "{} answers the exact If-Modified-Since with {}, not 304",
+                    s.name, a.status
+                ));
+            }
+        }
+    }
+    let names: Vec<String> = running.iter().map(|s| s.name.clone()).collect();
+    let jobs: Vec<(Cell, usize)> = plan
+        .cells
+        .iter()
+        .flat_map(|c| {
+            running
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| c.applies_to(&s.name))
+                .map(move |(i, _)| (*c, i))
+        })
+        .collect();
+    let sweep_shards: Vec<usize> = if args.no_sweep || kind == Kind::Tiny && ctx.server.is_empty() {
+        Vec::new()
+    } else {
+        (1..=ctx.server.len()).collect()
+    };
+    let total = jobs.len() + 2 * sweep_shards.len();
+    let per_cell = duration.as_secs_f64() + 0.4;
+    eprintln!(
+        "{} cells ({} matrix over {}, {} sweep), about {} at {:.0} s per cell",
+        total,
+        jobs.len(),
+        names.join(", "),
+        2 * sweep_shards.len(),
+        hms(total as f64 * per_cell),
+        duration.as_secs_f64()
+    );
+    if args.dry_run {
+        for (c, i) in &jobs {
+            eprintln!("  {} {}", c.label(), running[*i].name);
+        }
+        return Ok(true);
+    }
+
+    let mut csv = Csv::create(&out.join("results.csv"))?;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut done = 0usize;
+    let loop_start = Instant::now();
+    let mut complete = true;
+    let progress = |done: usize, label: &str, row: &Row| {
+        let elapsed = loop_start.elapsed().as_secs_f64();
+        let left = (total - done) as f64 * (elapsed / done as f64);
+        eprintln!(
+            "[{done}/{total}] {label}: {} rps, p50 {:.2} ms, p99 {:.2} ms, {:.2} µs/req, {} errors, client {:.0}% busy · {} left",
+            rps_text(row.outcome.rps),
+            row.outcome.p50_ms,
+            row.outcome.p99_ms,
+            row.server_cpu_us_per_req,
+            row.outcome.errors,
+            row.client_cpu_busy_pct,
+            hms(left)
+        );
+    };
+    for (cell, i) in &jobs {
+        if procs::interrupted() {
+            complete = false;
+            break;
+        }
+        let s = &mut running[*i];
+        if !s.alive() {
+            return Err(io::Error::other(format!(
+                "{} died; see {}",
+                s.name,
+                work.join(format!("{}.log", s.name)).display()
+            )));
+        }
+        let spec = Spec {
+            tool: cell.tool,
+            mode: cell.mode,
+            port: s.port,
+            path: cell.doc.path,
+            concurrency: cell.concurrency,
+            duration: ctx.duration,
+            client_cpus: &ctx.client,
+            last_modified: s.last_modified.as_deref(),
+            work: &ctx.work,
+        };
+        let label = format!("{} {}", cell.label(), s.name);
+        let Some(mut row) = measure(&ctx, &mut commands, s.pid(), 1, &spec, &label)? else {
+            complete = false;
+            break;
+        };
+        row.section = "matrix".into();
+        row.server = s.name.clone();
+        row.shards = 1;
+        if s.name == "shardhttpd" {
+            row.steer = "hash".into();
+        }
+        row.size = cell.doc.label.into();
+        row.size_bytes = cell.doc.bytes;
+        done += 1;
+        progress(done, &label, &row);
+        csv.append(&row)?;
+        rows.push(row);
+    }
+    // The peers are done: free their CPU before the sweep.
+    drop(running);
+
+    'sweep: for &n in &sweep_shards {
+        for steer in ["hash", "cpu"] {
+            if !complete || procs::interrupted() {
+                complete = false;
+                break 'sweep;
+            }
+            let name = format!("shardhttpd-{n}-{steer}");
+            let (mut s, admin) = servers::start_shardhttpd(&bin, &setup, n, steer, &name)?;
+            commands.push(format!("# {name}\n{}", s.command));
+            let spec = Spec {
+                tool: Tool::Wrk,
+                mode: Mode::KeepAlive,
+                port: s.port,
+                path: docs::SMALL.path,
+                concurrency: args.sweep_concurrency.min(cap),
+                duration: ctx.duration,
+                client_cpus: &ctx.client,
+                last_modified: None,
+                work: &ctx.work,
+            };
+            // Let the readiness checks' requests be published first.
+            procs::sleep(Duration::from_millis(400));
+            let before = per_core_requests(admin)?;
+            let label = format!("sweep shards={n} steer={steer}");
+            let Some(mut row) = measure(&ctx, &mut commands, s.pid(), n, &spec, &label)? else {
+                complete = false;
+                break 'sweep;
+            };
+            // Shards publish their counters every 250 ms.
+            procs::sleep(Duration::from_millis(400));
+            let after = per_core_requests(admin)?;
+            row.per_core = (0..n)
+                .map(|i| after.get(i).copied().unwrap_or(0) - before.get(i).copied().unwrap_or(0))
+                .collect();
+            row.section = "sweep".into();
+            row.server = "shardhttpd".into();
+            row.shards = n;
+            row.steer = steer.into();
+            row.size = docs::SMALL.label.into();
+            row.size_bytes = docs::SMALL.bytes;
+            if !s.alive() {
+                row.note = "the server exited during the cell".into();
+            }
+            done += 1;
+            progress(done, &label, &row);
+            csv.append(&row)?;
+            rows.push(row);
+        }
+    }
+
+    let plots = plot::all(&rows, &out);
+    let machine = machine(&ctx, &bin, nofile, cap);
+    fs::write(out.join("machine.md"), &machine)?;
+    fs::write(out.join("commands.txt"), commands.join("\n") + "\n")?;
+    let mut md = format!(
+        "# shardbench results\n\n{}\n\nCommand: `{}`\n\n",
+        if complete {
+            "Complete run."
+        } else {
+            "**Interrupted**: only the cells finished are here."
+        },
+        commands[0]
+    );
+    md.push_str(&format!(
+        "{} s per cell; server CPUs {}, client CPUs {} (wrk -t{}); one worker per server in the matrix. \
+         Time: {}.\n\n",
+        duration.as_secs_f64(),
+        procs::cpu_list(&ctx.server[..1]),
+        procs::cpu_list(&ctx.client),
+        ctx.client.len(),
+        hms(started.elapsed().as_secs_f64()),
+    ));
+    if !notes.is_empty() {
+        md.push_str("Notes:\n\n");
+        for n in &notes {
+            md.push_str(&format!("- {n}\n"));
+        }
+        md.push('\n');
+    }
+    md.push_str(&report::markdown(&rows));
+    if !plots.is_empty() {
+        md.push_str("Plots: ");
+        md.push_str(
+            &plots
+                .iter()
+                .filter_map(|p| p.file_name()?.to_str().map(|n| format!("[{n}]({n})")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        md.push_str("\n\n");
+    }
+    md.push_str("## Machine\n\n");
+    md.push_str(&machine);
+    fs::write(out.join("results.md"), md)?;
+    eprintln!(
+        "wrote {} rows, results.md, {} plots, machine.md and commands.txt to {} in {}",
+        rows.len(),
+        plots.len(),
+        out.display(),
+        hms(started.elapsed().as_secs_f64())
+    );
+    Ok(complete)
+}
+
+/// Run one load and turn it into a row (section and names left to the
+/// caller). `None` when interrupted.
+fn measure(
+    ctx: &Ctx,
+    commands: &mut Vec<String>,
+    server_pid: u32,
+    server_cpus: usize,
+    spec: &Spec<'_>,
+    label: &str,
+) -> io::Result<Option<Row>> {
+    let cmd = load::command(spec)?;
+    commands.push(format!("# {label}\n{}", cmd.join(" ")));
+    let raw = ctx.work.join(format!(
+        "{}.txt",
+        label.replace(
+            |c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '=',
+            "_"
+        )
+    ));
+    let t0 = procs::tree_ticks(server_pid);
+    let c0 = procs::cpu_ticks(&ctx.client);
+    let start = Instant::now();
+    let Some(outcome) = load::run(spec.tool, &cmd, spec.duration, &raw)? else {
+        return Ok(None);
+    };
+    let elapsed = start.elapsed().as_secs_f64();
+    let t1 = procs::tree_ticks(server_pid);
+    let c1 = procs::cpu_ticks(&ctx.client);
+    let server_s = t1.saturating_sub(t0) as f64 / ctx.tck as f64;
+    let (busy, all) = (c1.0.saturating_sub(c0.0), c1.1.saturating_sub(c0.1));
+    Ok(Some(Row {
+        tool: spec.tool.name().into(),
+        mode: spec.mode.name().into(),
+        concurrency: spec.concurrency,
+        pipeline_depth: if spec.mode == Mode::Pipeline {
+            load::PIPELINE_DEPTH
+        } else {
+            1
+        },
+        duration_s: elapsed,
+        server_cpu_us_per_req: if outcome.requests > 0 {
+            server_s * 1e6 / outcome.requests as f64
+        } else {
+            0.0
+        },
+        server_cpu_busy_pct: 100.0 * server_s / (elapsed * server_cpus.max(1) as f64),
+        client_cpu_busy_pct: if all > 0 {
+            100.0 * busy as f64 / all as f64
+        } else {
+            0.0
+        },
+        outcome,
+        ..Row::default()
+    }))
+}
+
+/// Requests answered per shard (index = `core` label), from /metrics.
+fn per_core_requests(admin: u16) -> io::Result<Vec<u64>> {
+    let text = metrics_text(admin)?;
+    let mut out: Vec<u64> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("shardhttpd_http_requests_total{") else {
+            continue;
+        };
+        let Some(core) = rest
+            .split("core=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .and_then(|s| s.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let value = rest
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0) as u64;
+        if out.len() <= core {
+            out.resize(core + 1, 0);
+        }
+        out[core] += value;
+    }
+    Ok(out)
+}
+
+fn metrics_text(admin: u16) -> io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", admin))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Client and server CPUs from the flags, or split from the affinity mask.
+fn split_cpus(args: &RunArgs) -> io::Result<(Vec<usize>, Vec<usize>)> {
+    let allowed = procs::allowed_cpus();
+    let client = match &args.client_cpus {
+        Some(l) => procs::parse_cpu_list(l),
+        None => allowed[..(allowed.len() / 3).max(1).min(allowed.len())].to_vec(),
+    };
+    let server = match &args.server_cpus {
+        Some(l) => procs::parse_cpu_list(l),
+        None => allowed
+            .iter()
+            .copied()
+            .filter(|c| !client.contains(c))
+            .collect(),
+    };
+    if client.is_empty() {
+        return Err(io::Error::other("no client CPU"));
+    }
+    if server.is_empty() {
+        // One CPU: share it, and say that the figures then mean little.
+        eprintln!("WARNING: one CPU only: client and server share it");
+        return Ok((client.clone(), client));
+    }
+    Ok((client, server))
+}
+
+/// The machine description (Markdown).
+fn machine(ctx: &Ctx, bin: &Path, nofile: u64, cap: usize) -> String {
+    let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_owned();
+    let cpuinfo = read("/proc/cpuinfo");
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_default();
+    let online = read("/sys/devices/system/cpu/online");
+    let siblings = read("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list");
+    let nodes = fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.starts_with("node") && n[4..].parse::<u32>().is_ok())
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let git = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(servers::workspace_root())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let date = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let mut m = String::new();
+    let mut line = |k: &str, v: String| m.push_str(&format!("- {k}: {v}\n"));
+    line("date", date);
+    line("CPU", model);
+    line(
+        "CPUs online",
+        format!("{online} (CPU 0's SMT siblings: {siblings}; NUMA nodes: {nodes})"),
+    );
+    line("client CPUs", procs::cpu_list(&ctx.client));
+    line("server CPUs", procs::cpu_list(&ctx.server));
+    line("kernel", read("/proc/sys/kernel/osrelease"));
+    line("load average at the end", read("/proc/loadavg"));
+    line(
+        "RLIMIT_NOFILE",
+        format!("{nofile} (concurrency capped at {cap})"),
+    );
+    line(
+        "shardhttpd",
+        format!(
+            "{} ({}, commit {git})",
+            servers::version(&bin.display().to_string(), "--version"),
+            bin.display()
+        ),
+    );
+    line("wrk", servers::version("wrk", "-v"));
+    line("ab", servers::version("ab", "-V"));
+    line("nginx", servers::version("nginx", "-v"));
+    line("h2o", servers::version("h2o", "--version"));
+    line("lighttpd", servers::version("lighttpd", "-v"));
+    m
+}
+
+fn rps_text(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.1}k", v / 1000.0)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn hms(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+impl ValueEnum for Kind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Kind::Full, Kind::Quick, Kind::Tiny]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            Kind::Full => "full",
+            Kind::Quick => "quick",
+            Kind::Tiny => "tiny",
+        }))
+    }
+}

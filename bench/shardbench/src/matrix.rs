@@ -1,0 +1,172 @@
+//! The matrix: which (mode, document, concurrency, tool) cells each run
+//! measures. Every cell runs against every server it applies to, servers
+//! interleaved, so drift on a busy machine hits them alike.
+
+use crate::docs::{Doc, DOCS, SMALL};
+use crate::load::{Mode, Tool};
+
+/// The classic concurrency levels.
+pub const CONCURRENCY: [usize; 5] = [1, 10, 100, 1000, 10_000];
+
+/// How much of the matrix to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Everything: ≤ 15 minutes on 2 cores at the default 2 s per cell.
+    Full,
+    /// A curve for keep-alive 100 B, every other row once at c=100: under 3
+    /// minutes on 2 cores.
+    Quick,
+    /// One keep-alive 100 B cell per server (the tool's own test).
+    Tiny,
+}
+
+/// One row of the matrix.
+#[derive(Debug, Clone, Copy)]
+pub struct Cell {
+    pub mode: Mode,
+    pub doc: Doc,
+    pub concurrency: usize,
+    pub tool: Tool,
+}
+
+impl Cell {
+    pub fn label(&self) -> String {
+        format!(
+            "{} {} c={} {}",
+            self.mode.name(),
+            self.doc.label,
+            self.concurrency,
+            self.tool.name()
+        )
+    }
+
+    /// The floor answers every request with the same 100-byte page: it is
+    /// measured where that is the work the others do too.
+    pub fn applies_to(&self, server: &str) -> bool {
+        server != "floor"
+            || (self.doc.bytes == SMALL.bytes
+                && self.tool == Tool::Wrk
+                && matches!(self.mode, Mode::KeepAlive | Mode::Close | Mode::Pipeline))
+    }
+}
+
+/// The cells of a run, and what was changed to fit the machine.
+pub struct Plan {
+    pub cells: Vec<Cell>,
+    pub notes: Vec<String>,
+}
+
+/// The cells of `kind`; `levels` replaces its concurrency levels; each level
+/// is capped at `cap` (from RLIMIT_NOFILE), with a note when it is.
+pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
+    let mut notes = Vec::new();
+    let fit = |c: usize, notes: &mut Vec<String>| -> usize {
+        if c > cap {
+            let n = format!("concurrency {c} capped at {cap} by RLIMIT_NOFILE");
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
+            cap
+        } else {
+            c.max(1)
+        }
+    };
+    let mut cells = Vec::new();
+    let mut add = |mode, doc, c: usize, tool, notes: &mut Vec<String>| {
+        let concurrency = fit(c, notes);
+        let cell = Cell {
+            mode,
+            doc,
+            concurrency,
+            tool,
+        };
+        // Capping can make two levels equal: keep one.
+        if !cells.iter().any(|x: &Cell| {
+            x.mode == mode
+                && x.doc.path == doc.path
+                && x.concurrency == concurrency
+                && x.tool == tool
+        }) {
+            cells.push(cell);
+        }
+    };
+    match kind {
+        Kind::Full => {
+            let levels = levels.unwrap_or(&CONCURRENCY);
+            for mode in [Mode::KeepAlive, Mode::Close] {
+                for doc in DOCS {
+                    for &c in levels {
+                        add(mode, doc, c, Tool::Wrk, &mut notes);
+                    }
+                }
+            }
+            for mode in [Mode::Pipeline, Mode::Ims, Mode::Head] {
+                for &c in levels {
+                    add(mode, SMALL, c, Tool::Wrk, &mut notes);
+                }
+            }
+            // The classic tables' ab rows: small files, up to c=1000.
+            for mode in [Mode::Close, Mode::KeepAlive] {
+                for doc in &DOCS[..2] {
+                    for &c in levels.iter().filter(|&&c| c <= 1000) {
+                        add(mode, *doc, c, Tool::Ab, &mut notes);
+                    }
+                }
+            }
+        }
+        Kind::Quick => {
+            let levels = levels.unwrap_or(&[1, 100, 1000]);
+            for &c in levels {
+                add(Mode::KeepAlive, SMALL, c, Tool::Wrk, &mut notes);
+            }
+            let mid = levels.get(levels.len() / 2).copied().unwrap_or(100);
+            for doc in &DOCS[1..] {
+                add(Mode::KeepAlive, *doc, mid, Tool::Wrk, &mut notes);
+            }
+            for doc in DOCS {
+                add(Mode::Close, doc, mid, Tool::Wrk, &mut notes);
+            }
+            for mode in [Mode::Pipeline, Mode::Ims, Mode::Head] {
+                add(mode, SMALL, mid, Tool::Wrk, &mut notes);
+            }
+            add(Mode::Close, SMALL, mid, Tool::Ab, &mut notes);
+        }
+        Kind::Tiny => {
+            let c = levels.and_then(|l| l.first().copied()).unwrap_or(10);
+            add(Mode::KeepAlive, SMALL, c, Tool::Wrk, &mut notes);
+        }
+    }
+    Plan { cells, notes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_matrix_covers_every_classic_row() {
+        let p = plan(Kind::Full, None, 100_000);
+        // 2 modes × 4 sizes × 5 levels + 3 rows × 5 + ab 2 × 2 × 4.
+        assert_eq!(p.cells.len(), 40 + 15 + 16);
+        assert!(p.notes.is_empty());
+    }
+
+    #[test]
+    fn concurrency_is_capped_and_reported() {
+        let p = plan(Kind::Full, Some(&[100, 1000, 10_000]), 4000);
+        assert!(p.cells.iter().all(|c| c.concurrency <= 4000));
+        assert!(p.cells.iter().any(|c| c.concurrency == 4000));
+        assert_eq!(
+            p.notes,
+            vec!["concurrency 10000 capped at 4000 by RLIMIT_NOFILE"]
+        );
+    }
+
+    #[test]
+    fn the_floor_serves_only_the_small_page_rows() {
+        let p = plan(Kind::Quick, None, 100_000);
+        let floor = p.cells.iter().filter(|c| c.applies_to("floor")).count();
+        assert_eq!(floor, 3 + 1 + 1, "keep-alive curve, close and pipelining");
+        assert!(p.cells.iter().all(|c| c.applies_to("nginx")));
+    }
+}

@@ -1,0 +1,440 @@
+//! The servers under test: shardhttpd (built here in release), the floor,
+//! and every installed peer (nginx, h2o, lighttpd) with a fair config this
+//! module writes: one worker pinned to the server CPUs, no access log, open
+//! file caches and sendfile on, limits for c=10000.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::docs::SMALL;
+use crate::procs::{self, Group};
+
+/// Longest wait for a server to answer after start.
+const READY: Duration = Duration::from_secs(20);
+
+/// The peers, in table order.
+pub const PEERS: [&str; 3] = ["h2o", "nginx", "lighttpd"];
+
+/// A started server.
+pub struct Server {
+    pub name: String,
+    pub port: u16,
+    pub group: Group,
+    /// `Last-Modified` of the 100-byte page, as this server renders it.
+    pub last_modified: Option<String>,
+    /// The command line, for commands.txt.
+    pub command: String,
+}
+
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.group.pid()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.group.try_wait().is_none()
+    }
+}
+
+/// Where the workspace lives (this crate is `bench/shardbench` in it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// `cargo build --release` of shardhttpd; the binary's path from cargo's
+/// own JSON messages (so it works under any `CARGO_TARGET_DIR`).
+pub fn build_release(log: &mut Vec<String>) -> io::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let args = [
+        "build",
+        "--release",
+        "-p",
+        "shardhttpd",
+        "--bin",
+        "shardhttpd",
+        "--message-format=json-render-diagnostics",
+    ];
+    log.push(format!("{cargo} {}", args.join(" ")));
+    eprintln!("building shardhttpd in release (cargo {})", args.join(" "));
+    let out = Command::new(&cargo)
+        .args(args)
+        .current_dir(workspace_root())
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(io::Error::other("cargo build --release failed"));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines() {
+        if line.contains("\"reason\":\"compiler-artifact\"")
+            && line.contains("\"name\":\"shardhttpd\"")
+            && line.contains("\"kind\":[\"bin\"]")
+        {
+            if let Some(path) = json_string(line, "executable") {
+                return Ok(PathBuf::from(path));
+            }
+        }
+    }
+    Err(io::Error::other(
+        "cargo reported no shardhttpd executable in its JSON messages",
+    ))
+}
+
+/// The string value of `"key":"…"` in one JSON line (paths need only the
+/// `\\` and `\"` escapes undone).
+fn json_string(line: &str, key: &str) -> Option<String> {
+    let start = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let mut out = String::new();
+    let mut chars = line[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            '"' => return Some(out),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// A free loopback port (bound then released: a small race, on loopback).
+pub fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// What a plain HTTP/1.1 GET (or HEAD) got back.
+pub struct Answer {
+    pub status: u16,
+    pub head: String,
+    pub body_len: usize,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+}
+
+/// One request on a fresh connection, read to close.
+pub fn fetch(port: u16, method: &str, path: &str, extra: &str) -> io::Result<Answer> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{extra}Connection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| io::Error::other("no response head"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("bad status line in {head:?}")))?;
+    Ok(Answer {
+        status,
+        head,
+        body_len: raw.len() - split - 4,
+    })
+}
+
+/// Wait until `port` serves every document with 200 and its exact size.
+fn wait_ready(group: &mut Group, port: u16, name: &str) -> io::Result<()> {
+    let end = Instant::now() + READY;
+    loop {
+        if let Some(status) = group.try_wait() {
+            return Err(io::Error::other(format!(
+                "{name} exited at start: {status}"
+            )));
+        }
+        if procs::interrupted() {
+            return Err(io::Error::other("interrupted"));
+        }
+        if let Ok(a) = fetch(port, "GET", SMALL.path, "") {
+            if a.status == 200 && a.body_len == SMALL.bytes {
+                break;
+            }
+        }
+        if Instant::now() >= end {
+            return Err(io::Error::other(format!(
+                "{name} did not answer on port {port} within {READY:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if name == "floor" {
+        return Ok(());
+    }
+    for d in crate::docs::DOCS {
+        let a = fetch(port, "GET", d.path, "")?;
+        if a.status != 200 || a.body_len != d.bytes {
+            return Err(io::Error::other(format!(
+                "{name} answered {} with {} bytes for {} ({} expected)",
+                a.status, a.body_len, d.path, d.bytes
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Everything a server start needs.
+pub struct Setup<'a> {
+    pub root: &'a Path,
+    /// Where configs and logs go.
+    pub work: &'a Path,
+    pub cpus: &'a [usize],
+    pub nofile: u64,
+}
+
+/// Start `cmd` pinned to the server CPUs and wait until it serves.
+fn launch(name: &str, setup: &Setup<'_>, port: u16, cmd: &[String]) -> io::Result<Server> {
+    let log = fs::File::create(setup.work.join(format!("{name}.log")))?;
+    let mut full = vec![
+        "taskset".to_owned(),
+        "-c".to_owned(),
+        procs::cpu_list(setup.cpus),
+    ];
+    full.extend(cmd.iter().cloned());
+    let mut c = Command::new(&full[0]);
+    c.args(&full[1..])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .env("NO_COLOR", "1");
+    let mut group = Group::spawn(name, &mut c)?;
+    wait_ready(&mut group, port, name)?;
+    let last_modified = fetch(port, "HEAD", SMALL.path, "")
+        .ok()
+        .and_then(|a| a.header("last-modified"));
+    Ok(Server {
+        name: name.to_owned(),
+        port,
+        group,
+        last_modified,
+        command: full.join(" "),
+    })
+}
+
+/// shardhttpd with `shards` shards on the first CPUs of `setup.cpus`.
+pub fn start_shardhttpd(
+    bin: &Path,
+    setup: &Setup<'_>,
+    shards: usize,
+    steer: &str,
+    name: &str,
+) -> io::Result<(Server, u16)> {
+    let port = free_port()?;
+    let admin = free_port()?;
+    let cpus = &setup.cpus[..shards.min(setup.cpus.len())];
+    // A single CPU `c` is written `c-c`: a bare number is a shard count.
+    let cores = match cpus {
+        [one] => format!("{one}-{one}"),
+        many => procs::cpu_list(many),
+    };
+    let cmd: Vec<String> = [
+        bin.display().to_string().as_str(),
+        "--root",
+        &setup.root.display().to_string(),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--admin",
+        &format!("127.0.0.1:{admin}"),
+        "--cores",
+        &cores,
+        "--steer",
+        steer,
+        "--watch",
+        "false",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sub = Setup { cpus, ..*setup };
+    Ok((launch(name, &sub, port, &cmd)?, admin))
+}
+
+/// The floor, run from this very executable.
+pub fn start_floor(setup: &Setup<'_>) -> io::Result<Server> {
+    let port = free_port()?;
+    let me = std::env::current_exe()?;
+    let cmd = vec![
+        me.display().to_string(),
+        "floor".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let sub = Setup {
+        cpus: &setup.cpus[..1],
+        ..*setup
+    };
+    launch("floor", &sub, port, &cmd)
+}
+
+/// Whether `program` is on PATH.
+pub fn installed(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Start peer `name` (one of [`PEERS`]) with its fair config.
+pub fn start_peer(name: &str, setup: &Setup<'_>) -> io::Result<Server> {
+    let port = free_port()?;
+    let work = setup.work;
+    let root = setup.root.display().to_string();
+    let w = work.display().to_string();
+    let cpu = setup.cpus[0];
+    let root_user = is_root();
+    let fds = setup.nofile.min(1 << 20);
+    let conns = fds.saturating_sub(64).max(64);
+    let sub = Setup {
+        cpus: &setup.cpus[..1],
+        ..*setup
+    };
+    let cmd: Vec<String> = match name {
+        "nginx" => {
+            fs::create_dir_all(work.join("nginx"))?;
+            let mut conf = String::new();
+            if root_user {
+                conf.push_str("user root;\n");
+            }
+            // worker_cpu_affinity takes a bitmask, CPU 0 rightmost.
+            let mask = format!("1{}", "0".repeat(cpu));
+            let _ = write!(
+                conf,
+                "daemon off;\nmaster_process on;\nworker_processes 1;\n\
+                 worker_cpu_affinity {mask};\nworker_rlimit_nofile {fds};\n\
+                 pid {w}/nginx.pid;\nerror_log {w}/nginx-error.log warn;\n\
+                 events {{ use epoll; worker_connections {conns}; }}\n\
+                 http {{\n  types {{ text/html html; image/gif gif; application/octet-stream bin; }}\n\
+                 default_type application/octet-stream;\n  access_log off;\n  sendfile on;\n\
+                 tcp_nopush on;\n  tcp_nodelay on;\n\
+                 open_file_cache max=1000 inactive=60s;\n  open_file_cache_valid 60s;\n\
+                 keepalive_requests 100000000;\n  keepalive_timeout 65s;\n\
+                 client_body_temp_path {w}/nginx/body;\n  proxy_temp_path {w}/nginx/proxy;\n\
+                 fastcgi_temp_path {w}/nginx/fastcgi;\n  uwsgi_temp_path {w}/nginx/uwsgi;\n\
+                 scgi_temp_path {w}/nginx/scgi;\n\
+                 server {{ listen 127.0.0.1:{port} backlog=4096; root {root}; }}\n}}\n"
+            );
+            let path = work.join("nginx.conf");
+            fs::write(&path, conf)?;
+            vec![
+                "nginx".into(),
+                "-p".into(),
+                format!("{w}/nginx"),
+                "-c".into(),
+                path.display().to_string(),
+                "-e".into(),
+                format!("{w}/nginx-error.log"),
+            ]
+        }
+        "h2o" => {
+            let mut conf = String::new();
+            if root_user {
+                conf.push_str("user: root\n");
+            }
+            // h2o keeps open files in its file cache by default; one
+            // thread, no access-log directive (so none is written).
+            let _ = write!(
+                conf,
+                "num-threads: 1\nmax-connections: {conns}\npid-file: {w}/h2o.pid\n\
+                 error-log: {w}/h2o-error.log\nlisten:\n  host: 127.0.0.1\n  port: {port}\n\
+                 hosts:\n  default:\n    paths:\n      /:\n        file.dir: {root}\n"
+            );
+            let path = work.join("h2o.conf");
+            fs::write(&path, conf)?;
+            vec!["h2o".into(), "-c".into(), path.display().to_string()]
+        }
+        "lighttpd" => {
+            // One process, sendfile backend, stat cache on (its default),
+            // no mod_accesslog; lighttpd caps connections at max-fds / 2.
+            let conf = format!(
+                "server.modules = ()\nserver.document-root = \"{root}\"\n\
+                 server.bind = \"127.0.0.1\"\nserver.port = {port}\n\
+                 server.pid-file = \"{w}/lighttpd.pid\"\nserver.errorlog = \"{w}/lighttpd-error.log\"\n\
+                 server.event-handler = \"linux-sysepoll\"\nserver.network-backend = \"sendfile\"\n\
+                 server.stat-cache-engine = \"simple\"\n\
+                 server.max-fds = {fds}\nserver.max-connections = {}\nserver.listen-backlog = 4096\n\
+                 server.max-keep-alive-requests = 100000000\nserver.max-keep-alive-idle = 65\n\
+                 mimetype.assign = (\".html\" => \"text/html\", \".gif\" => \"image/gif\", \
+                 \".bin\" => \"application/octet-stream\")\n",
+                fds / 2
+            );
+            let path = work.join("lighttpd.conf");
+            fs::write(&path, conf)?;
+            vec![
+                "lighttpd".into(),
+                "-D".into(),
+                "-f".into(),
+                path.display().to_string(),
+            ]
+        }
+        other => return Err(io::Error::other(format!("unknown peer {other}"))),
+    };
+    launch(name, &sub, port, &cmd)
+}
+
+/// Running as root: the peers then need to be told to stay root (they
+/// would drop to `nobody`, who may not read the output directory).
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|u| u.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The first line `program` prints for its version flag.
+pub fn version(program: &str, flag: &str) -> String {
+    match Command::new(program).arg(flag).output() {
+        Ok(out) => {
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            text.lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        }
+        Err(_) => "not installed".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executable_from_cargo_json() {
+        let line = r#"{"reason":"compiler-artifact","target":{"kind":["bin"],"name":"shardhttpd"},"executable":"/t/release/shard\"httpd","fresh":true}"#;
+        assert_eq!(
+            json_string(line, "executable").as_deref(),
+            Some("/t/release/shard\"httpd")
+        );
+    }
+}

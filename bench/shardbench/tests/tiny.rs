@@ -1,0 +1,127 @@
+//! Runs the study on the tiny matrix (one keep-alive 100 B cell per server,
+//! 1 s cells, no peers) against the debug shardhttpd, and checks the CSV's
+//! columns and rows, the sweep's per-core figures and the files written.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The CSV header, as docs/benchmarks.md documents it.
+const COLUMNS: &str = "section,server,tool,mode,size,size_bytes,concurrency,pipeline_depth,shards,steer,duration_s,requests,rps,latency_p50_ms,latency_p99_ms,errors,server_cpu_us_per_req,server_cpu_busy_pct,client_cpu_busy_pct,limited_by,per_core_requests,balance_max_min,core_shares_pct,note";
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// The debug shardhttpd next to this test's target directory, built if a
+/// `cargo test -p shardbench` alone did not build it.
+fn shardhttpd() -> PathBuf {
+    let exe = std::env::current_exe().expect("test path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let bin = dir.join("shardhttpd");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", "-p", "shardhttpd", "--bin", "shardhttpd"])
+            .status()
+            .expect("run cargo")
+            .success();
+        assert!(ok, "building shardhttpd failed");
+    }
+    assert!(bin.is_file(), "no shardhttpd at {}", bin.display());
+    bin
+}
+
+fn allowed_cpus() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim()
+        .to_owned();
+    list.split(',')
+        .map(|p| match p.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+#[test]
+fn tiny_matrix_writes_every_expected_row() {
+    if !on_path("wrk") {
+        eprintln!("\n*** SKIP tiny_matrix_writes_every_expected_row: wrk not installed ***\n");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("shardbench-tiny-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let status = Command::new(env!("CARGO_BIN_EXE_shardbench"))
+        .args(["--matrix", "tiny", "--no-peers", "--duration", "1", "--out"])
+        .arg(&out)
+        .arg("--server-bin")
+        .arg(shardhttpd())
+        .status()
+        .expect("run shardbench");
+    assert!(status.success(), "shardbench exited with {status}");
+
+    let csv = std::fs::read_to_string(out.join("results.csv")).expect("results.csv");
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(COLUMNS));
+    let header: Vec<&str> = COLUMNS.split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect("column");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    for r in &rows {
+        assert_eq!(r.len(), header.len(), "row {r:?}");
+    }
+    let matrix: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == "matrix").collect();
+    let servers: Vec<&str> = matrix.iter().map(|r| r[col("server")]).collect();
+    assert_eq!(servers, ["shardhttpd", "floor"], "one tiny cell per server");
+    for r in &matrix {
+        assert_eq!(r[col("mode")], "keep-alive");
+        assert_eq!(r[col("size_bytes")], "100");
+        assert_eq!(r[col("tool")], "wrk");
+        let rps: f64 = r[col("rps")].parse().expect("rps");
+        assert!(rps > 0.0, "{} served nothing: {r:?}", r[1]);
+        assert_eq!(r[col("errors")], "0", "{r:?}");
+        let us: f64 = r[col("server_cpu_us_per_req")].parse().expect("µs/req");
+        assert!(us > 0.0, "server CPU was measured: {r:?}");
+    }
+
+    // Shards 1..N with N the CPUs the client leaves (1 when it shares one).
+    let cpus = allowed_cpus();
+    let n = (cpus - (cpus / 3).max(1)).max(1);
+    let sweep: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == "sweep").collect();
+    assert_eq!(
+        sweep.len(),
+        2 * n,
+        "hash and cpu for each shard count: {sweep:?}"
+    );
+    for r in &sweep {
+        let shards: usize = r[col("shards")].parse().expect("shards");
+        let per_core: Vec<u64> = r[col("per_core_requests")]
+            .split(';')
+            .map(|v| v.parse().expect("per-core count"))
+            .collect();
+        assert_eq!(per_core.len(), shards, "{r:?}");
+        let requests: u64 = r[col("requests")].parse().expect("requests");
+        // The server also answers what wrk had in flight when it stopped.
+        assert!(per_core.iter().sum::<u64>() >= requests, "{r:?}");
+        assert!(["hash", "cpu"].contains(&r[col("steer")]));
+    }
+    for file in [
+        "results.md",
+        "machine.md",
+        "commands.txt",
+        "sweep-rps.svg",
+        "sweep-balance.svg",
+    ] {
+        assert!(out.join(file).is_file(), "{file} written");
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).expect("results.md");
+    assert!(md.contains("| 10 | ") && md.contains("Shard sweep"), "{md}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,0 +1,425 @@
+//! Pass 2, the **load**: read, hash and compress every file the plan marks
+//! for loading, on a scoped pool of low-priority threads. A file is read
+//! only once its stamp has settled and held still around the read, so a
+//! write in progress is never published.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
+
+use super::plan::{Plan, Step};
+use super::render::content_type;
+use super::walk::{is_forbidden, FileJob, Walk};
+use super::{exhausted, is_exhausted, TreeChanged};
+use crate::cache::{compress, BuildOptions, FileStamp, SIDECARS};
+use crate::http::accept::Coding;
+
+/// How many times a file is read (or waited for, see [`STAMP_SETTLE`]) when
+/// its stamp keeps changing under the read (it is being written). A file that
+/// does not settle is not published: the old snapshot's version is kept, or
+/// a new file stays out, until a later build finds it quiet.
+pub(super) const MAX_READ_ATTEMPTS: usize = 6;
+
+/// Kernel file timestamps come from a coarse clock (one jiffy: up to 10 ms),
+/// so two writes within one tick leave the same ctime and the stamp cannot
+/// tell them apart. A stamp is trusted only once its ctime is at least this
+/// old: any later write then shows as a newer ctime, both to the re-check
+/// after a read here and to the connection's check around `sendfile`.
+pub(super) const STAMP_SETTLE: Duration = Duration::from_millis(20);
+
+/// Read size when streaming a large file through the hasher: big enough to
+/// amortise the syscalls, small enough to stay in L2.
+pub(super) const HASH_CHUNK: usize = 256 * 1024;
+
+/// Pass 2's result for one file.
+// Nearly every result is `Ok`: boxing it would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Loaded {
+    Ok {
+        file: LoadedFile,
+        /// Variants in [`SIDECARS`] order (br, zstd, gzip), already judged
+        /// worth keeping.
+        variants: Vec<(Coding, Vec<u8>)>,
+        /// Stamps of the sidecars used.
+        sidecars: [Option<FileStamp>; 3],
+    },
+    Forbidden,
+    Skip,
+    /// Being written throughout: keep the old version if there is one.
+    Unsettled,
+}
+
+/// Pass 2: load every `Step::Load` on `available_parallelism` scoped
+/// threads. Compression dominates (brotli 11 runs at about 1 MB/s per core),
+/// so the work is spread file by file through a shared cursor.
+pub(super) fn load_all(
+    opts: &BuildOptions,
+    walk: &Walk<'_>,
+    plan: &Plan,
+) -> anyhow::Result<Vec<Option<Loaded>>> {
+    let todo: Vec<usize> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| matches!(s, Step::Load { .. }).then_some(i))
+        .collect();
+    let mut results: Vec<Option<Loaded>> = Vec::new();
+    results.resize_with(walk.files.len(), || None);
+    if todo.is_empty() {
+        return Ok(results);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(todo.len());
+    let cursor = AtomicUsize::new(0);
+    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let done: Vec<Vec<(usize, Loaded)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    // Builders share CPUs with the shards: the request path
+                    // wins whenever both want a core.
+                    crate::sys::lower_thread_priority();
+                    let mut chunk = Vec::new();
+                    let mut out = Vec::new();
+                    loop {
+                        let n = cursor.fetch_add(1, Ordering::Relaxed);
+                        let Some(&i) = todo.get(n) else { break };
+                        let Step::Load { in_mem } = plan.steps[i] else {
+                            unreachable!()
+                        };
+                        match load_one(opts, walk, i, in_mem, &mut chunk) {
+                            Ok(loaded) => out.push((i, loaded)),
+                            Err(err) => {
+                                // Stop every worker: the build has failed.
+                                cursor.store(todo.len(), Ordering::Relaxed);
+                                let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
+                                slot.get_or_insert(err);
+                                break;
+                            }
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    if let Some(err) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(err);
+    }
+    for (i, loaded) in done.into_iter().flatten() {
+        results[i] = Some(loaded);
+    }
+    Ok(results)
+}
+
+/// Read, hash and compress one file; use its sidecars where present.
+pub(super) fn load_one(
+    opts: &BuildOptions,
+    walk: &Walk<'_>,
+    i: usize,
+    in_mem: bool,
+    chunk: &mut Vec<u8>,
+) -> anyhow::Result<Loaded> {
+    let job = &walk.files[i];
+    let policy = MemPolicy {
+        below: opts.sendfile_threshold,
+        budget: if in_mem { job.stamp.size } else { 0 },
+    };
+    let opened = open_regular(walk, &job.path, &job.stamp);
+    let file = match opened.and_then(|f| load_file(&job.path, f, policy, chunk)) {
+        Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
+        Ok(Some(file)) => file,
+        Ok(None) => {
+            tracing::debug!(path = %job.path.display(), "skipping file replaced by a non-file");
+            return Ok(Loaded::Skip);
+        }
+        Err(err) if is_forbidden(&err) => return Ok(Loaded::Forbidden),
+        Err(err) if tree_changed(&err) => {
+            tracing::debug!(path = %job.path.display(), %err, "file changed since the walk");
+            return Err(TreeChanged(job.path.clone()).into());
+        }
+        Err(err) if is_exhausted(&err) => return Err(exhausted(&job.path, err)),
+        Err(err) => {
+            tracing::warn!(path = %job.path.display(), %err, "skipping file");
+            return Ok(Loaded::Skip);
+        }
+    };
+    let (_, compressible) = content_type(&job.path);
+    let mut variants = Vec::new();
+    let mut used = [None; 3];
+    for (slot, sidecar) in walk.sidecars(job).into_iter().enumerate() {
+        let coding = SIDECARS[slot].0;
+        if let Some((j, _)) = sidecar {
+            let side = &walk.files[j as usize];
+            match read_sidecar(walk, side, opts.sendfile_threshold) {
+                Ok(Some((bytes, stamp))) => {
+                    used[slot] = Some(stamp);
+                    variants.push((coding, bytes));
+                }
+                Ok(None) => {}
+                Err(err) if tree_changed(&err) => {
+                    return Err(TreeChanged(side.path.clone()).into());
+                }
+                Err(err) if is_exhausted(&err) => return Err(exhausted(&side.path, err)),
+                Err(err) => {
+                    tracing::warn!(path = %walk.files[j as usize].path.display(), %err, "skipping sidecar")
+                }
+            }
+            continue;
+        }
+        let (Some(copts), LoadedBody::Mem(bytes)) = (&opts.compress, &file.body) else {
+            continue;
+        };
+        if !compressible || (bytes.len() as u64) < copts.min_bytes {
+            continue;
+        }
+        match compress::encode(coding, bytes, copts) {
+            Ok(enc) if compress::worth_keeping(bytes.len() as u64, enc.len() as u64) => {
+                variants.push((coding, enc));
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(path = %job.path.display(), ?coding, %err, "compression failed")
+            }
+        }
+    }
+    Ok(Loaded::Ok {
+        file,
+        variants,
+        sidecars: used,
+    })
+}
+
+/// A sidecar's bytes and stamp; `None` when it is too large to hold in memory
+/// (variants are never sent from a file).
+pub(super) fn read_sidecar(
+    walk: &Walk<'_>,
+    side: &FileJob,
+    below: u64,
+) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
+    let file = open_regular(walk, &side.path, &side.stamp)?;
+    for _ in 0..MAX_READ_ATTEMPTS {
+        let before = FileStamp::of(&file.metadata()?);
+        if before.size >= below {
+            return Ok(None);
+        }
+        if let Some(wait) = unsettled(&before, SystemTime::now()) {
+            std::thread::sleep(wait);
+            continue;
+        }
+        let bytes = read_prefix(&file, before.size)?;
+        if FileStamp::of(&file.metadata()?) == before {
+            return Ok(Some((bytes, before)));
+        }
+    }
+    Err(io::Error::other("sidecar kept changing while read"))
+}
+
+/// Open a file the walk saw as regular, beneath the root's fd (no lookup
+/// step may leave the root, whatever was swapped for a symlink since the
+/// walk), and check it is the very file the walk stated: same device and
+/// inode. A different one means the tree changed under the build.
+pub(super) fn open_regular(walk: &Walk<'_>, path: &Path, seen: &FileStamp) -> io::Result<File> {
+    let rel = path
+        .strip_prefix(&walk.root)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EXDEV))?;
+    let dir = walk.root_dir.dir.as_fd();
+    let file = match crate::sys::open_beneath(dir, rel) {
+        // The cache of large-file fds is the one holder that can give some
+        // back; only if that is not enough does the build fail.
+        Err(err) if err.raw_os_error() == Some(libc::EMFILE) && walk.opts.open_files.shed() > 0 => {
+            crate::sys::open_beneath(dir, rel)?
+        }
+        other => other?,
+    };
+    let meta = file.metadata()?;
+    if (meta.dev(), meta.ino()) != (seen.dev, seen.ino) {
+        return Err(io::Error::other(Swapped));
+    }
+    Ok(file)
+}
+
+/// The file opened is not the one the walk stated.
+#[derive(Debug)]
+pub(super) struct Swapped;
+
+impl std::fmt::Display for Swapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("replaced since the walk")
+    }
+}
+
+impl std::error::Error for Swapped {}
+
+/// Whether an open or read error means the tree changed under the build:
+/// the path vanished, now leads outside the root (EXDEV from
+/// `RESOLVE_BENEATH`), or names another file.
+fn tree_changed(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::NotFound
+        || err.raw_os_error() == Some(libc::EXDEV)
+        || err.get_ref().is_some_and(|e| e.is::<Swapped>())
+}
+
+/// Which files [`load_file`] keeps in memory.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MemPolicy {
+    /// Files of this size or more are sent from their fd.
+    pub(super) below: u64,
+    /// Arena bytes still free.
+    pub(super) budget: u64,
+}
+
+impl MemPolicy {
+    pub(super) fn fits(self, size: u64) -> bool {
+        size < self.below && size <= self.budget
+    }
+}
+
+/// One file read and hashed, not yet placed in a snapshot.
+pub(super) struct LoadedFile {
+    /// The stamp the hashed content belongs to (see [`load_file`]).
+    pub(super) stamp: FileStamp,
+    /// Bytes hashed, and so the body length.
+    pub(super) len: u64,
+    /// xxh3-128 of the content.
+    pub(super) hash: u128,
+    pub(super) body: LoadedBody,
+    /// The stamp held still around the read (and was old enough to trust).
+    pub(super) settled: bool,
+}
+
+pub(super) enum LoadedBody {
+    Mem(Vec<u8>),
+    File(File),
+}
+
+/// Read and hash `file` (opened from `path`, used for logs). Files that fit
+/// `policy` are kept in memory; others are streamed through the hasher and
+/// keep their fd.
+/// `Ok(None)` when the fd is not a regular file (swapped since the walk).
+///
+/// The stamp is taken before and after each read; when they differ the file
+/// was written meanwhile and is read again, up to [`MAX_READ_ATTEMPTS`]. A
+/// stamp younger than [`STAMP_SETTLE`] is waited out first. `Ok(Some)` with
+/// `settled == false` when the file never held still.
+pub(super) fn load_file(
+    path: &Path,
+    file: File,
+    policy: MemPolicy,
+    chunk: &mut Vec<u8>,
+) -> io::Result<Option<LoadedFile>> {
+    let mut attempt = 1;
+    loop {
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let before = FileStamp::of(&meta);
+        if let Some(wait) = unsettled(&before, SystemTime::now()) {
+            if attempt < MAX_READ_ATTEMPTS {
+                attempt += 1;
+                std::thread::sleep(wait);
+                continue;
+            }
+            // Still fresh on the last attempt: the read below may miss a
+            // write within the same tick, so it cannot count as settled.
+        }
+        let fresh = unsettled(&before, SystemTime::now()).is_some();
+        let (len, hash, in_mem) = if policy.fits(before.size) {
+            // Read at most the size we budgeted for; a file that grew shows up
+            // as a changed stamp below.
+            let bytes = read_prefix(&file, before.size)?;
+            (bytes.len() as u64, xxh3_128(&bytes), Some(bytes))
+        } else {
+            let (len, hash) = hash_stream(&file, chunk)?;
+            (len, hash, None)
+        };
+        let after = FileStamp::of(&file.metadata()?);
+        let settled = after == before && !fresh;
+        if settled || attempt == MAX_READ_ATTEMPTS {
+            if !settled {
+                tracing::warn!(
+                    path = %path.display(),
+                    attempts = attempt,
+                    "file kept changing while read; keeping its previous version"
+                );
+            }
+            let body = match in_mem {
+                Some(bytes) => LoadedBody::Mem(bytes),
+                None => LoadedBody::File(file),
+            };
+            return Ok(Some(LoadedFile {
+                stamp: before,
+                len,
+                hash,
+                body,
+                settled,
+            }));
+        }
+        attempt += 1;
+    }
+}
+
+/// How long until `stamp`'s ctime is [`STAMP_SETTLE`] old, if it is not yet.
+pub(super) fn unsettled(stamp: &FileStamp, now: SystemTime) -> Option<Duration> {
+    let now_ns = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let age_ns = now_ns - stamp.ctime_ns;
+    let settle_ns = STAMP_SETTLE.as_nanos() as i128;
+    (age_ns < settle_ns).then(|| {
+        // A ctime ahead of our clock (skew between the coarse and fine
+        // clocks) waits at most one settle period.
+        Duration::from_nanos((settle_ns - age_ns).min(settle_ns) as u64)
+    })
+}
+
+/// Up to `size` bytes from the start of `file`, fewer if it ends first.
+/// Positional reads leave the fd's offset alone.
+pub(super) fn read_prefix(file: &File, size: u64) -> io::Result<Vec<u8>> {
+    let size = usize::try_from(size).map_err(|_| io::Error::other("file too large for memory"))?;
+    let mut buf = vec![0; size];
+    let mut filled = 0;
+    while filled < size {
+        match file.read_at(&mut buf[filled..], filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
+}
+
+/// Hash the whole of `file` in [`HASH_CHUNK`] pieces, so a large file never
+/// has to fit in memory. Returns the bytes hashed and the hash.
+pub(super) fn hash_stream(file: &File, chunk: &mut Vec<u8>) -> io::Result<(u64, u128)> {
+    chunk.resize(HASH_CHUNK, 0);
+    let mut hasher = Xxh3Default::new();
+    let mut pos = 0u64;
+    loop {
+        match file.read_at(chunk, pos) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&chunk[..n]);
+                pos += n as u64;
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok((pos, hasher.digest128()))
+}

@@ -1,0 +1,223 @@
+//! Walking the document root into a [`Snapshot`]: the build pipeline.
+//!
+//! A build runs in these stages, one file each:
+//! 1. [`walk`] decides, once per build, what every path means (file,
+//!    directory needing a slash, forbidden) and stats every file;
+//! 2. [`plan`] marks each file for reuse (the previous snapshot holds it
+//!    unchanged, same [`Source`](crate::cache::Source)) or for loading;
+//! 3. [`load`] reads, hashes and compresses the files to load, spread over a
+//!    scoped thread pool;
+//! 4. [`assemble`] lays out every entry and the bodies in a fresh arena,
+//!    copying reused bodies from the old one, with [`render`] producing
+//!    each entry's heads.
+//!
+//! The hot path never touches the filesystem except through `sendfile` on an
+//! fd opened here.
+
+mod assemble;
+mod load;
+mod plan;
+mod render;
+mod walk;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::cache::{BuildOptions, RootDir, Snapshot};
+use assemble::assemble;
+use load::load_all;
+use plan::Plan;
+use walk::{read_dir_sorted, Walk};
+
+/// What a build produced.
+pub enum Built {
+    New(Snapshot),
+    /// Every path means what it meant in the previous snapshot and every file
+    /// is unchanged: nothing to swap.
+    Unchanged,
+}
+
+/// A path listed by its directory vanished before it could be read: the tree
+/// is changing under the walk, and a snapshot missing it would be a mix of two
+/// states. The build fails; the change that removed it triggers another.
+#[derive(Debug)]
+pub struct TreeChanged(pub PathBuf);
+
+impl fmt::Display for TreeChanged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} vanished during the walk", self.0.display())
+    }
+}
+
+impl std::error::Error for TreeChanged {}
+
+/// The process or the system ran out of file descriptors or memory while
+/// reading `path`. Nothing is wrong with the file, so leaving it out would
+/// publish a snapshot that 404s content that exists: the whole build fails
+/// instead, the old snapshot stays, and the watcher retries.
+#[derive(Debug)]
+pub struct ResourceExhausted {
+    pub path: PathBuf,
+    pub err: io::Error,
+}
+
+impl fmt::Display for ResourceExhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "out of resources reading {}: {}",
+            self.path.display(),
+            self.err
+        )
+    }
+}
+
+impl std::error::Error for ResourceExhausted {}
+
+/// EMFILE, ENFILE, ENOMEM, ENOBUFS: a shortage of the process or the system,
+/// not a property of the file (see [`ResourceExhausted`]).
+pub(super) fn is_exhausted(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::ENOBUFS)
+    )
+}
+
+/// `err` from reading `path` as a build failure.
+pub(super) fn exhausted(path: &Path, err: io::Error) -> anyhow::Error {
+    ResourceExhausted {
+        path: path.to_path_buf(),
+        err,
+    }
+    .into()
+}
+
+/// Test-only hook: when the file named by this variable (relative to the
+/// canonical root's parent directory, so each test's root has its own)
+/// exists once the walk and plan are done, the build creates
+/// `<file>.reached` and waits (at most [`TEST_PAUSE_MAX`]) until `<file>` is
+/// removed, so a test can change the tree between the walk and the opens
+/// deterministically.
+const TEST_PAUSE_ENV: &str = "SHARDHTTPD_TEST_PAUSE_BEFORE_OPEN";
+
+/// Longest the test hook holds a build.
+const TEST_PAUSE_MAX: Duration = Duration::from_secs(30);
+
+fn test_pause_before_open(root: &Path) {
+    static HOOK: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let Some(name) = HOOK.get_or_init(|| std::env::var_os(TEST_PAUSE_ENV).map(PathBuf::from))
+    else {
+        return;
+    };
+    let flag = root.parent().unwrap_or(root).join(name);
+    if !flag.exists() {
+        return;
+    }
+    let mut reached = flag.clone().into_os_string();
+    reached.push(".reached");
+    let _ = fs::write(&reached, b"");
+    let until = Instant::now() + TEST_PAUSE_MAX;
+    while flag.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = fs::remove_file(&reached);
+}
+
+/// Walk `opts.root` and build generation `generation` from scratch.
+pub fn build(opts: &BuildOptions, generation: u64) -> anyhow::Result<Snapshot> {
+    match rebuild(opts, generation, None)? {
+        Built::New(snapshot) => Ok(snapshot),
+        Built::Unchanged => unreachable!("a build without a previous snapshot is always new"),
+    }
+}
+
+/// Walk `opts.root` and build generation `generation`, reusing the entries of
+/// `old` whose files are unchanged.
+///
+/// Fails when the root itself cannot be read, when a listed path vanishes
+/// mid-walk or is not the file the walk saw when opened ([`TreeChanged`]),
+/// when fds or memory run out ([`ResourceExhausted`]), or when the arena
+/// cannot be allocated; other
+/// trouble with a single file or directory below it is logged and that path
+/// is left out (404), or marked [`Resource::Forbidden`] when the kernel says
+/// EACCES/EPERM. Symlinks are followed only to targets inside the canonical
+/// root, which is resolved again on every build (a symlinked root may have
+/// been switched).
+pub fn rebuild(
+    opts: &BuildOptions,
+    generation: u64,
+    old: Option<&Snapshot>,
+) -> anyhow::Result<Built> {
+    let started = Instant::now();
+    // Entries built without variants cannot stand in for ones built with
+    // them (or the other way round): a change of mode reloads everything.
+    let old = old.filter(|o| o.compressed == opts.compress.is_some());
+    let root = fs::canonicalize(&opts.root)
+        .with_context(|| format!("document root {}", opts.root.display()))?;
+    let root_meta =
+        fs::metadata(&root).with_context(|| format!("document root {}", root.display()))?;
+    anyhow::ensure!(
+        root_meta.is_dir(),
+        "document root {} is not a directory",
+        root.display()
+    );
+    // Read the root up front so that an unreadable root fails the build instead
+    // of producing an empty snapshot that 404s everything.
+    let children = read_dir_sorted(&root)
+        .with_context(|| format!("reading document root {}", root.display()))?;
+    // Every file is opened beneath this fd (`sys::open_beneath`), so a
+    // directory swapped for a symlink after the walk cannot lead outside.
+    let root_dir = File::open(&root)
+        .map_err(|err| match is_exhausted(&err) {
+            true => exhausted(&root, err),
+            false => anyhow::Error::new(err),
+        })
+        .with_context(|| format!("opening document root {}", root.display()))?;
+    let root_dir_meta = root_dir.metadata()?;
+    if (root_dir_meta.dev(), root_dir_meta.ino()) != (root_meta.dev(), root_meta.ino()) {
+        return Err(TreeChanged(root).into());
+    }
+
+    let root_dir = Arc::new(RootDir { dir: root_dir });
+    let mut walk = Walk::new(opts, root.clone(), root_dir);
+    let mut ancestors = vec![(root_meta.dev(), root_meta.ino())];
+    let mut url = Vec::new();
+    walk.walk_children(children, &root, &mut url, &mut ancestors)?;
+    walk.dirs.push(Box::default());
+
+    let plan = Plan::new(opts, &walk, old);
+    if let Some(old) = old {
+        if plan.is_unchanged(&walk, old) {
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "snapshot unchanged"
+            );
+            return Ok(Built::Unchanged);
+        }
+    }
+    test_pause_before_open(&walk.root);
+    let loaded = load_all(opts, &walk, &plan)?;
+    let snapshot = assemble(opts, walk, plan, loaded, old, generation)?;
+    tracing::info!(
+        generation,
+        files = snapshot.stats.files,
+        reused = snapshot.stats.reused,
+        loaded = snapshot.stats.loaded,
+        mem_bytes = snapshot.stats.mem_bytes,
+        file_bytes = snapshot.stats.file_bytes,
+        encoded_bytes = snapshot.stats.encoded_bytes.iter().sum::<u64>(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "snapshot built"
+    );
+    Ok(Built::New(snapshot))
+}

@@ -1,0 +1,244 @@
+//! Pass 1, the **walk**: list the root, decide once per build what every
+//! path means (file, directory needing a slash, forbidden) and stat every
+//! file, following symlinks only to targets inside the canonical root.
+
+use std::ffi::OsString;
+use std::fs::{self, Metadata};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::{exhausted, is_exhausted, TreeChanged};
+use crate::cache::{BuildOptions, FileStamp, PathIndex, Resource, RootDir, SIDECARS};
+
+/// Deepest directory nesting walked below the root. Bounds recursion (and the
+/// blow-up from chains of symlinked directories) on hostile trees; deeper
+/// directories are skipped with a warning.
+pub(super) const MAX_DEPTH: usize = 64;
+
+/// `(st_dev, st_ino)`: a directory's identity, for loop detection.
+type DirId = (u64, u64);
+
+/// A regular file found by the walk.
+pub(super) struct FileJob {
+    pub(super) url: Box<[u8]>,
+    /// Canonical (symlink-free as of the walk) path.
+    pub(super) path: PathBuf,
+    /// As the walk saw it.
+    pub(super) stamp: FileStamp,
+}
+
+/// Pass 1: what the tree holds.
+pub(super) struct Walk<'a> {
+    pub(super) opts: &'a BuildOptions,
+    /// Canonical root; every path opened lies inside it (as of the check).
+    pub(super) root: PathBuf,
+    /// The root, open: files are opened beneath it (`sys::open_beneath`).
+    pub(super) root_dir: Arc<RootDir>,
+    /// `Resource::File(i)` here indexes `files`, not yet the snapshot.
+    pub(super) index: PathIndex,
+    pub(super) files: Vec<FileJob>,
+    /// URLs of walked directories (`""` for the root); `url + "/"` is added
+    /// once it is known whether their `index.html` is servable.
+    pub(super) dirs: Vec<Box<[u8]>>,
+}
+
+impl<'a> Walk<'a> {
+    pub(super) fn new(opts: &'a BuildOptions, root: PathBuf, root_dir: Arc<RootDir>) -> Self {
+        Walk {
+            opts,
+            root,
+            root_dir,
+            index: PathIndex::default(),
+            files: Vec::new(),
+            dirs: Vec::new(),
+        }
+    }
+
+    /// Walk the (sorted) children of the directory at `dir`, whose URL path is
+    /// `url` (empty for the root). `ancestors` holds the directories from the
+    /// root down to `dir`: a child among them is a loop. Only ancestors are
+    /// checked, so a directory reachable under two names (a symlink inside the
+    /// root) is served under both.
+    pub(super) fn walk_children(
+        &mut self,
+        children: Vec<(OsString, fs::FileType)>,
+        dir: &Path,
+        url: &mut Vec<u8>,
+        ancestors: &mut Vec<DirId>,
+    ) -> anyhow::Result<()> {
+        for (name, file_type) in children {
+            if !self.opts.serve_dotfiles && name.as_bytes().starts_with(b".") {
+                continue;
+            }
+            let url_len = url.len();
+            url.push(b'/');
+            url.extend_from_slice(name.as_bytes());
+            let result = self.walk_child(dir.join(&name), file_type, url, ancestors);
+            url.truncate(url_len);
+            result?;
+        }
+        Ok(())
+    }
+
+    /// One directory entry. Errors returned are fatal to the build; per-file
+    /// trouble is logged and skipped here.
+    pub(super) fn walk_child(
+        &mut self,
+        path: PathBuf,
+        file_type: fs::FileType,
+        url: &mut Vec<u8>,
+        ancestors: &mut Vec<DirId>,
+    ) -> anyhow::Result<()> {
+        // From here on `path` has no symlink in any component, as of the check:
+        // a symlink is replaced by its canonical target, which must lie inside
+        // the root. A component swapped for a symlink after this check cannot
+        // lead the load outside: files are opened beneath the root's fd, and
+        // must be the (dev, inode) stated here.
+        let (path, meta) = if file_type.is_symlink() {
+            let target = match fs::canonicalize(&path) {
+                Ok(target) => target,
+                Err(err) if is_exhausted(&err) => return Err(exhausted(&path, err)),
+                Err(err) => {
+                    // A dangling link is a state of the tree, not a change.
+                    tracing::warn!(path = %path.display(), %err, "skipping unresolvable symlink");
+                    return Ok(());
+                }
+            };
+            if !target.starts_with(&self.root) {
+                tracing::debug!(path = %path.display(), target = %target.display(), "skipping symlink out of the root");
+                return Ok(());
+            }
+            match fs::metadata(&target) {
+                Ok(meta) => (target, meta),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    return Err(TreeChanged(target).into())
+                }
+                Err(err) if is_exhausted(&err) => return Err(exhausted(&target, err)),
+                Err(err) => {
+                    tracing::warn!(path = %target.display(), %err, "skipping symlink target");
+                    return Ok(());
+                }
+            }
+        } else {
+            match fs::symlink_metadata(&path) {
+                Ok(meta) => (path, meta),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    return Err(TreeChanged(path).into())
+                }
+                Err(err) if is_exhausted(&err) => return Err(exhausted(&path, err)),
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), %err, "skipping unreadable entry");
+                    return Ok(());
+                }
+            }
+        };
+
+        if meta.is_dir() {
+            self.walk_dir(&path, &meta, url, ancestors)
+        } else if meta.is_file() {
+            let idx = u32::try_from(self.files.len())
+                .context("more than u32::MAX files under the root")?;
+            self.files.push(FileJob {
+                url: url.as_slice().into(),
+                path,
+                stamp: FileStamp::of(&meta),
+            });
+            self.index
+                .insert(url.as_slice().into(), Resource::File(idx));
+            Ok(())
+        } else {
+            // FIFOs, sockets and devices are not documents; opening a FIFO
+            // would even block the build.
+            tracing::debug!(path = %path.display(), "skipping special file");
+            Ok(())
+        }
+    }
+
+    pub(super) fn walk_dir(
+        &mut self,
+        path: &Path,
+        meta: &Metadata,
+        url: &mut Vec<u8>,
+        ancestors: &mut Vec<DirId>,
+    ) -> anyhow::Result<()> {
+        let id = (meta.dev(), meta.ino());
+        if ancestors.contains(&id) {
+            tracing::warn!(path = %path.display(), "skipping directory loop");
+            return Ok(());
+        }
+        // `ancestors` starts with the root, so its length is the depth.
+        if ancestors.len() > MAX_DEPTH {
+            tracing::warn!(path = %path.display(), max = MAX_DEPTH, "skipping directory nested too deep");
+            return Ok(());
+        }
+        let children = match read_dir_sorted(path) {
+            Ok(children) => children,
+            Err(err) if is_forbidden(&err) => {
+                // It exists, so name it (301, then 403) rather than 404.
+                self.index.insert(url.as_slice().into(), Resource::AddSlash);
+                url.push(b'/');
+                self.index
+                    .insert(url.as_slice().into(), Resource::Forbidden);
+                url.pop();
+                return Ok(());
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                return Err(TreeChanged(path.to_path_buf()).into())
+            }
+            Err(err) if is_exhausted(&err) => return Err(exhausted(path, err)),
+            Err(err) => {
+                tracing::warn!(path = %path.display(), %err, "skipping unreadable directory");
+                return Ok(());
+            }
+        };
+        self.index.insert(url.as_slice().into(), Resource::AddSlash);
+        ancestors.push(id);
+        let result = self.walk_children(children, path, url, ancestors);
+        ancestors.pop();
+        result?;
+        self.dirs.push(url.as_slice().into());
+        Ok(())
+    }
+
+    /// The walk stamps of `job`'s sidecars, in [`SIDECARS`] order, with their
+    /// indices in `files`.
+    pub(super) fn sidecars(&self, job: &FileJob) -> [Option<(u32, FileStamp)>; 3] {
+        let mut key = Vec::with_capacity(job.url.len() + 4);
+        SIDECARS.map(|(_, suffix)| {
+            key.clear();
+            key.extend_from_slice(&job.url);
+            key.extend_from_slice(suffix.as_bytes());
+            match self.index.get(key.as_slice()) {
+                Some(Resource::File(j)) => Some((*j, self.files[*j as usize].stamp)),
+                _ => None,
+            }
+        })
+    }
+}
+
+/// A directory's entries, sorted by name so entry indices and arena layout are
+/// the same from build to build.
+pub(super) fn read_dir_sorted(dir: &Path) -> io::Result<Vec<(OsString, fs::FileType)>> {
+    let mut children = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        // An entry that fails here vanished or is unreadable mid-listing; the
+        // rest of the directory is still worth serving.
+        match entry.and_then(|e| Ok((e.file_name(), e.file_type()?))) {
+            Ok(child) => children.push(child),
+            Err(err) if is_exhausted(&err) => return Err(err),
+            Err(err) => tracing::warn!(dir = %dir.display(), %err, "skipping directory entry"),
+        }
+    }
+    children.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    Ok(children)
+}
+
+/// EACCES and EPERM: the path exists but we may not read it, so 403.
+pub(super) fn is_forbidden(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::PermissionDenied
+}

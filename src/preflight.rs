@@ -1,0 +1,308 @@
+//! What would fail at start, tried before any snapshot build: the root is
+//! readable, the access log can be opened, every address is free of other
+//! processes and bindable by this user. `--check` runs the same checks and
+//! exits; a start keeps the per-address claims for its lifetime.
+//!
+//! Every listener uses `SO_REUSEPORT` so the shards can share a port, which
+//! would also let a second instance join the same port silently. So before
+//! binding, each address is *claimed*: an abstract Unix socket named after
+//! the address (scoped, like the port, to the network namespace, and
+//! released by the kernel when the process dies), then a probe bind without
+//! `SO_REUSEPORT`, which fails if any other process holds the port. The only
+//! sanctioned sharing is an upgrade handover, where the new process inherits
+//! the listening sockets (and the claims) instead: [`Preflight::inherited`]
+//! skips those addresses.
+
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::Config;
+
+/// A configuration or environment error found before serving: the process
+/// exits with [`crate::config::EXIT_CONFIG`].
+#[derive(Debug)]
+pub struct SetupError(pub String);
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+/// Whether an error (anywhere in its chain) is a [`SetupError`].
+pub fn is_setup_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<SetupError>())
+}
+
+fn setup(msg: String) -> anyhow::Error {
+    anyhow::Error::new(SetupError(msg))
+}
+
+/// Held claims on listen addresses; dropping it releases them.
+#[derive(Debug, Default)]
+pub struct Claims {
+    _locks: Vec<UnixListener>,
+}
+
+impl Claims {
+    /// Claim an address the kernel picked (port 0) once it is known, so a
+    /// second instance pointed at it is told a shardhttpd holds it. Best
+    /// effort: the port is already exclusively ours.
+    pub fn add_picked(&mut self, addr: SocketAddr) {
+        if let Ok(lock) = claim(addr) {
+            self._locks.push(lock);
+        }
+    }
+}
+
+/// The checks, and what to skip.
+#[derive(Debug, Default)]
+pub struct Preflight {
+    /// Addresses whose listening sockets were inherited from the process
+    /// being upgraded: they are neither claimed nor probed.
+    pub inherited: Vec<SocketAddr>,
+    /// `--check`: an address claimed by a running shardhttpd is reported
+    /// but not an error (checking a config while the old server runs is
+    /// the usual reason to check).
+    pub check_only: bool,
+}
+
+impl Preflight {
+    /// Run every check. Returns the claims to hold while serving, and notes
+    /// for the operator (`--check` prints them).
+    pub fn run(&self, config: &Config) -> anyhow::Result<(Claims, Vec<String>)> {
+        let mut notes = Vec::new();
+        check_root(&config.root)?;
+        if let Some(path) = &config.access_log {
+            check_access_log(path)?;
+        }
+        check_tls(config)?;
+        let mut claims = Claims::default();
+        for &addr in &config.listen {
+            if addr.port() == 0 || self.inherited.contains(&addr) {
+                continue;
+            }
+            match claim(addr) {
+                Ok(lock) => claims._locks.push(lock),
+                Err(Claim::HeldByShardhttpd) if self.check_only => {
+                    // Still try the privilege: EACCES comes before EADDRINUSE.
+                    probe_privilege(addr)?;
+                    notes.push(format!(
+                        "{addr} is in use by a running shardhttpd; a second instance would be refused"
+                    ));
+                    continue;
+                }
+                Err(Claim::HeldByShardhttpd) => {
+                    return Err(setup(format!(
+                    "listen address {addr} is already in use by another shardhttpd on this host; \
+                         stop it first, or choose another `listen` address"
+                )))
+                }
+                Err(Claim::Io(e)) => {
+                    return Err(setup(format!("claiming listen address {addr}: {e}")))
+                }
+            }
+            probe(addr, "listen")?;
+        }
+        if config.admin.port() != 0 {
+            // The admin socket has no SO_REUSEPORT: a bind is the whole check.
+            if self.check_only {
+                match bind_plain(config.admin) {
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => notes.push(format!(
+                        "admin address {} is in use now; it must be free at start",
+                        config.admin
+                    )),
+                    Err(e) => return Err(bind_error("admin", config.admin, &e)),
+                    Ok(_) => {}
+                }
+            }
+        }
+        Ok((claims, notes))
+    }
+}
+
+/// The certificate and key load (added with TLS support): a `--check` and a
+/// start must fail here, before any build, when they do not.
+fn check_tls(_config: &Config) -> anyhow::Result<()> {
+    Ok(())
+}
+
+/// The root can be listed and its entries reached as this user.
+fn check_root(root: &Path) -> anyhow::Result<()> {
+    let mut entries = std::fs::read_dir(root).map_err(|e| {
+        setup(match e.kind() {
+            io::ErrorKind::PermissionDenied => format!(
+                "root {} is not readable by this user (uid {}); grant read and search \
+                 permission (e.g. chmod o+rx, or run as its owner)",
+                root.display(),
+                current_uid()
+            ),
+            io::ErrorKind::NotFound => format!("root {} does not exist", root.display()),
+            _ => format!("root {}: {e}", root.display()),
+        })
+    })?;
+    // Listing needs read permission; reaching an entry needs search (x).
+    if let Some(Ok(entry)) = entries.next() {
+        if let Err(e) = std::fs::symlink_metadata(entry.path()) {
+            if e.kind() == io::ErrorKind::PermissionDenied {
+                return Err(setup(format!(
+                    "root {} can be listed but not entered by this user (uid {}): it lacks search (x) permission",
+                    root.display(),
+                    current_uid()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The access log opens for append (creating it), in a directory that exists.
+fn check_access_log(path: &Path) -> anyhow::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(setup(format!(
+                "access_log {}: {} is not a directory",
+                path.display(),
+                dir.display()
+            )))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(setup(format!(
+                "access_log {}: directory {} does not exist; create it (systemd: LogsDirectory=)",
+                path.display(),
+                dir.display()
+            )))
+        }
+        Err(e) => return Err(setup(format!("access_log {}: {e}", path.display()))),
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| {
+            setup(match e.kind() {
+                io::ErrorKind::PermissionDenied => format!(
+                    "access_log {} cannot be opened for writing by this user (uid {})",
+                    path.display(),
+                    current_uid()
+                ),
+                _ => format!("access_log {}: {e}", path.display()),
+            })
+        })
+}
+
+enum Claim {
+    HeldByShardhttpd,
+    Io(io::Error),
+}
+
+/// Take the per-address lock: an abstract Unix socket, unique per address
+/// within the network namespace and released when the process exits.
+fn claim(addr: SocketAddr) -> Result<UnixListener, Claim> {
+    let name = format!("shardhttpd/listen/{addr}");
+    let unix =
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(Claim::Io)?;
+    UnixListener::bind_addr(&unix).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => Claim::HeldByShardhttpd,
+        _ => Claim::Io(e),
+    })
+}
+
+/// Bind `addr` without `SO_REUSEPORT` and close it: fails with EADDRINUSE
+/// when any other socket is bound there, even one with `SO_REUSEPORT`.
+fn probe(addr: SocketAddr, what: &str) -> anyhow::Result<()> {
+    bind_plain(addr)
+        .map(drop)
+        .map_err(|e| bind_error(what, addr, &e))
+}
+
+/// The privilege part of a bind alone: a port already in use answers
+/// EADDRINUSE only after the permission check passed.
+fn probe_privilege(addr: SocketAddr) -> anyhow::Result<()> {
+    match bind_plain(addr) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            Err(bind_error("listen", addr, &e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A plain bind, as `TcpListener::bind` would do, but without listening.
+fn bind_plain(addr: SocketAddr) -> io::Result<Socket> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    // SO_REUSEADDR only lets a port in TIME_WAIT be reused; it never lets
+    // two sockets bind the same listening port.
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+/// A bind failure in the operator's words, with the fix.
+pub fn bind_error(what: &str, addr: SocketAddr, e: &io::Error) -> anyhow::Error {
+    let msg = match e.kind() {
+        io::ErrorKind::AddrInUse => format!(
+            "{what} address {addr} is already in use by another process; stop it \
+             (`ss -ltnp 'sport = :{}'` shows which) or choose another address",
+            addr.port()
+        ),
+        io::ErrorKind::PermissionDenied => format!(
+            "{what} address {addr}: permission denied: ports below {} need \
+             CAP_NET_BIND_SERVICE (systemd: AmbientCapabilities=CAP_NET_BIND_SERVICE; \
+             or `setcap cap_net_bind_service=+ep` on the binary), or use a port of {} or more",
+            unprivileged_port_start(),
+            unprivileged_port_start()
+        ),
+        io::ErrorKind::AddrNotAvailable => {
+            format!("{what} address {addr} is not an address of this host")
+        }
+        _ => format!("binding {what} address {addr}: {e}"),
+    };
+    setup(msg)
+}
+
+/// The first port an unprivileged process may bind (usually 1024).
+fn unprivileged_port_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1024)
+}
+
+/// The process's real uid, from `/proc` (no libc call needed).
+fn current_uid() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|v| v.split_whitespace().next().map(str::to_owned))
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Bind the admin listener (plain, no `SO_REUSEPORT`), with the bind error
+/// worded like the listen addresses'.
+pub fn bind_admin(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    crate::metrics::admin::bind(addr).map_err(|e| bind_error("admin", addr, &e))
+}

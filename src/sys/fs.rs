@@ -1,0 +1,178 @@
+//! Opening files beneath a directory fd, so that a path component swapped
+//! for a symlink after the walk cannot lead a build outside the root.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::syscall;
+
+/// Flags for every file a build opens: read-only, close-on-exec, no
+/// controlling terminal, and non-blocking so that a FIFO swapped in since
+/// the walk cannot block the open (a regular file ignores it, `sendfile`
+/// and `pread` included).
+const READ_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
+
+/// Times `openat2` is retried on EAGAIN, which the kernel returns when a
+/// rename or mount raced a `RESOLVE_BENEATH` lookup (it cannot then prove the
+/// result stayed beneath, and asks the caller to try again).
+const OPENAT2_EAGAIN_RETRIES: usize = 8;
+
+/// Set once `openat2` answered ENOSYS (a kernel before 5.6): from then on
+/// files are opened one component at a time.
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+
+/// Open the regular file at `rel` (relative, no `..`) beneath the directory
+/// `dir`, for reading. No step of the lookup may leave `dir`: a symlink
+/// whose target stays beneath it is followed, one that leads out fails with
+/// `EXDEV` (or `ELOOP` on the fallback path, which follows no symlink at
+/// all: the walk hands over canonical paths, so a symlink met here was
+/// swapped in since).
+pub fn open_beneath(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<File> {
+    if !NO_OPENAT2.load(Ordering::Relaxed) {
+        match openat2_beneath(dir, rel) {
+            Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => {
+                NO_OPENAT2.store(true, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
+    open_by_components(dir, rel)
+}
+
+fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn openat2_beneath(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<File> {
+    let path = cstring(rel.as_os_str().as_bytes())?;
+    // `open_how` is non-exhaustive in libc; zeroed is its documented
+    // "no options" value, then the fields are set.
+    // SAFETY: open_how is a plain struct of three u64s; all-zero is valid.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = READ_FLAGS as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    let mut tries = 0;
+    loop {
+        let res = syscall!(syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        ));
+        match res {
+            Ok(fd) => {
+                // SAFETY: openat2 returned a new fd that nothing else owns.
+                return Ok(File::from(unsafe {
+                    OwnedFd::from_raw_fd(fd as libc::c_int)
+                }));
+            }
+            Err(err)
+                if err.raw_os_error() == Some(libc::EAGAIN) && tries < OPENAT2_EAGAIN_RETRIES =>
+            {
+                tries += 1;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// `openat` one component at a time with `O_NOFOLLOW`: directories with
+/// `O_DIRECTORY`, the last component as a file.
+fn open_by_components(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<File> {
+    let mut names = Vec::new();
+    for component in rel.components() {
+        match component {
+            Component::Normal(name) => names.push(name),
+            Component::CurDir => {}
+            _ => return Err(io::Error::from_raw_os_error(libc::EXDEV)),
+        }
+    }
+    let Some((last, dirs)) = names.split_last() else {
+        return Err(io::Error::from_raw_os_error(libc::EISDIR));
+    };
+    let mut held: Option<OwnedFd> = None;
+    for name in dirs {
+        let at = held.as_ref().map_or(dir.as_raw_fd(), |fd| fd.as_raw_fd());
+        let fd = openat(
+            at,
+            name.as_bytes(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )?;
+        held = Some(fd);
+    }
+    let at = held.as_ref().map_or(dir.as_raw_fd(), |fd| fd.as_raw_fd());
+    Ok(File::from(openat(
+        at,
+        last.as_bytes(),
+        READ_FLAGS | libc::O_NOFOLLOW,
+    )?))
+}
+
+fn openat(dir: libc::c_int, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+    let name = cstring(name)?;
+    // SAFETY: `dir` is a live fd borrowed by the caller, `name` a
+    // NUL-terminated string that outlives the call.
+    let fd = syscall!(openat(dir, name.as_ptr(), flags))?;
+    // SAFETY: openat returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The soft `RLIMIT_NOFILE`: how many fds this process may hold.
+pub fn nofile_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we pass.
+    syscall!(getrlimit(libc::RLIMIT_NOFILE, &mut lim)).ok()?;
+    Some(lim.rlim_cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn beneath_follows_inner_links_and_refuses_outer_ones() {
+        let base = std::env::temp_dir().join(format!("shardhttpd-sysfs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("root");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::create_dir_all(base.join("outside")).unwrap();
+        std::fs::write(root.join("real/f"), b"inside").unwrap();
+        std::fs::write(base.join("outside/f"), b"outside").unwrap();
+        symlink("real", root.join("inner")).unwrap();
+        symlink(base.join("outside"), root.join("outer")).unwrap();
+        let dir = File::open(&root).unwrap();
+        for fallback in [false, true] {
+            let open = |rel: &str| {
+                if fallback {
+                    open_by_components(dir.as_fd(), Path::new(rel))
+                } else {
+                    open_beneath(dir.as_fd(), Path::new(rel))
+                }
+            };
+            let mut s = String::new();
+            open("real/f").unwrap().read_to_string(&mut s).unwrap();
+            assert_eq!(s, "inside");
+            assert!(open("outer/f").is_err(), "fallback={fallback}");
+            assert!(open("../outside/f").is_err(), "fallback={fallback}");
+            if !fallback {
+                let mut s = String::new();
+                open("inner/f").unwrap().read_to_string(&mut s).unwrap();
+                assert_eq!(s, "inside");
+            }
+        }
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}
