@@ -21,9 +21,9 @@ use crate::config::{Config, Steer};
 use crate::conn::ConnConfig;
 use crate::metrics::access_log::AccessLog;
 use crate::metrics::{admin, Metrics};
+use crate::notify::notify;
 use crate::preflight::{self, Preflight, SetupError};
 use crate::shard::{self, ShardSpec, Shared};
-use crate::notify::notify;
 use crate::sys::EventFd;
 use crate::upgrade::{self, Inherited, Kind, Passed};
 
@@ -511,6 +511,9 @@ fn first_build(config: &Config, signals: &mut Signals) -> anyhow::Result<Option<
                     "SIGHUP received during the first build; that build already reads the current files"
                 ),
                 SIGUSR1 => {}
+                SIGUSR2 => tracing::warn!(
+                    "SIGUSR2 during the first build ignored: nothing to upgrade until serving"
+                ),
                 _ => {
                     tracing::info!(signal, "stop signal during the first build; exiting");
                     return Ok(None);

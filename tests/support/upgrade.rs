@@ -328,10 +328,7 @@ type ExchangeError = (Failure, bool, String);
 
 /// One request and its response: (status, body, server closes). On failure,
 /// the kind, whether not a byte of the response came, and what happened.
-fn exchange(
-    s: &mut TcpStream,
-    req: &[u8],
-) -> Result<(u16, Vec<u8>, bool), ExchangeError> {
+fn exchange(s: &mut TcpStream, req: &[u8]) -> Result<(u16, Vec<u8>, bool), ExchangeError> {
     let classify = |e: &io::Error| match e.kind() {
         io::ErrorKind::ConnectionReset
         | io::ErrorKind::ConnectionAborted
