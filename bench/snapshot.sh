@@ -16,8 +16,12 @@ CHANGES=${CHANGES:-20}
 CORES=${CORES:-2}
 EXTRA=${EXTRA:-}
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-BIN=${BIN:-target/release/shardhttpd}
+# The binary cargo reports (CARGO_TARGET_DIR is honoured); BIN overrides it.
+if [[ -z ${BIN:-} ]]; then
+    BIN=$(cargo build --release --quiet -p shardhttpd --bin shardhttpd --message-format=json-render-diagnostics |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+fi
+[[ -x $BIN ]] || { echo "no shardhttpd binary at '$BIN'" >&2; exit 1; }
 
 WORK=$(mktemp -d /tmp/shardhttpd-snapbench.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT

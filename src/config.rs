@@ -245,6 +245,34 @@ pub struct Settings {
     /// Serve `/index.html` (200) for unknown paths without an extension.
     #[arg(long, value_name = "BOOL")]
     pub spa_fallback: Option<bool>,
+    /// Address to serve HTTPS on; repeat for several. Needs a certificate
+    /// (`--tls-cert`/`--tls-key` or `[[tls_certificates]]`).
+    #[arg(long, value_name = "ADDR")]
+    #[serde(default, deserialize_with = "units::string_or_list")]
+    pub tls_listen: Option<Vec<Address>>,
+    /// PEM certificate chain (leaf first) for the TLS listeners.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert` (RSA, ECDSA P-256/P-384 or Ed25519).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// More certificate/key pairs chosen by SNI from their subjectAltNames
+    /// (config file only): `[[tls_certificates]]` tables of `cert`, `key`.
+    #[arg(skip)]
+    pub tls_certificates: Option<Vec<TlsPair>>,
+    /// Secret (at least 32 random bytes) from which session-ticket keys are
+    /// derived, so replicas resume each other's sessions. Default: random
+    /// per process.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ticket_key_file: Option<PathBuf>,
+}
+
+/// One `[[tls_certificates]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// Each flag's default as `--help` shows it, by argument id (the field
@@ -312,6 +340,13 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
             "none (no Cache-Control header)".into(),
         ),
         ("spa_fallback", "false".into()),
+        ("tls_listen", "none (no TLS listener)".into()),
+        ("tls_cert", "none".into()),
+        ("tls_key", "none".into()),
+        (
+            "tls_ticket_key_file",
+            "none (a random secret per process)".into(),
+        ),
     ]
 }
 
@@ -493,6 +528,7 @@ impl Settings {
             compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
             error_pages, spa_fallback,
+            tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
         )
     }
 
@@ -629,6 +665,8 @@ pub struct Config {
     /// Status code → page path relative to the root, `/`-separated.
     pub error_pages: Vec<(u16, String)>,
     pub spa_fallback: bool,
+    /// TLS listeners and certificates; `None` without `tls_listen`.
+    pub tls: Option<crate::tls::TlsSettings>,
 }
 
 /// How connections are spread over the shards' listeners.
@@ -668,6 +706,7 @@ impl Config {
     /// addresses are resolved here.
     pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
         let compress = compress_options(&s)?;
+        let tls = tls_settings(&s)?;
         let root = s
             .root
             .clone()
@@ -871,6 +910,7 @@ impl Config {
             cache_control,
             error_pages,
             spa_fallback: s.spa_fallback.unwrap_or(false),
+            tls,
         })
     }
 
@@ -937,6 +977,59 @@ fn error_pages(pages: Option<&BTreeMap<String, String>>) -> anyhow::Result<Vec<(
         out.push((n, rel.to_owned()));
     }
     Ok(out)
+}
+
+/// `tls_*`: listeners need a certificate, a certificate needs its key.
+fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>> {
+    let mut pairs = Vec::new();
+    match (&s.tls_cert, &s.tls_key) {
+        (Some(cert), Some(key)) => pairs.push(crate::tls::CertPaths {
+            cert: cert.clone(),
+            key: key.clone(),
+            origin: "tls_cert".into(),
+        }),
+        (Some(_), None) => bail!("{}: needed with `tls_cert`", s.name("tls_key")),
+        (None, Some(_)) => bail!("{}: needed with `tls_key`", s.name("tls_cert")),
+        (None, None) => {}
+    }
+    for (i, p) in s.tls_certificates.iter().flatten().enumerate() {
+        pairs.push(crate::tls::CertPaths {
+            cert: p.cert.clone(),
+            key: p.key.clone(),
+            origin: format!("tls_certificates[{i}]"),
+        });
+    }
+    let mut listen: Vec<SocketAddr> = Vec::new();
+    for a in s.tls_listen.iter().flatten() {
+        for addr in a
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("tls_listen")))?
+        {
+            if !listen.contains(&addr) {
+                listen.push(addr);
+            }
+        }
+    }
+    if listen.is_empty() {
+        if !pairs.is_empty() || s.tls_ticket_key_file.is_some() {
+            bail!(
+                "{}: certificates are configured but no TLS address is",
+                s.name("tls_listen")
+            );
+        }
+        return Ok(None);
+    }
+    if pairs.is_empty() {
+        bail!(
+            "{}: `tls_listen` needs a certificate (`tls_cert` and `tls_key`, or `[[tls_certificates]]`)",
+            s.name("tls_cert")
+        );
+    }
+    Ok(Some(crate::tls::TlsSettings {
+        listen,
+        pairs,
+        ticket_key_file: s.tls_ticket_key_file.clone(),
+    }))
 }
 
 /// Two addresses that cannot both be bound: the same port, and the same

@@ -7,7 +7,10 @@
 //!   pre-rendered heads, validators), rebuilt and swapped through `ArcSwap`.
 //! - [`shard`]: one pinned thread per CPU with its own `SO_REUSEPORT` listener,
 //!   epoll loop, timer wheel and Date cache.
-//! - [`conn`]: the per-connection state machine, buffers and output queue.
+//! - [`conn`]: the per-connection state machine, buffers and output queue;
+//!   `conn::tls` is the TLS transport under it.
+//! - [`tls`]: the shared rustls configuration: certificates chosen by SNI
+//!   and reloaded in place, session tickets.
 //! - [`http`]: pure HTTP/1.x code: request parsing, path normalisation,
 //!   conditional and range evaluation, response heads.
 //! - [`upgrade`]: the SIGUSR2 binary upgrade by listener handover; [`notify`]
@@ -26,4 +29,5 @@ pub mod preflight;
 pub mod server;
 pub mod shard;
 pub mod sys;
+pub mod tls;
 pub mod upgrade;

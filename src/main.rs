@@ -9,14 +9,7 @@ use shardhttpd::config::{Config, Settings, EXIT_CONFIG};
 use shardhttpd::preflight::{self, Preflight};
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    init_logging();
 
     let flags = Settings::from_args();
     let check = flags.check;
@@ -41,6 +34,28 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`). Events
+/// inside the start-up build that repeats the identity build with
+/// compression are dropped: that build would log the same lines again.
+fn init_logging() {
+    use tracing_subscriber::layer::{Layer, SubscriberExt};
+    use tracing_subscriber::util::SubscriberInitExt;
+    let env = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let not_repeated = tracing_subscriber::filter::DynFilterFn::new(|meta, cx| {
+        meta.is_span()
+            || cx.lookup_current().is_none_or(|span| {
+                span.scope()
+                    .all(|s| s.name() != shardhttpd::cache::store::REPEAT_BUILD_SPAN)
+            })
+    });
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(not_repeated);
+    tracing_subscriber::registry().with(fmt).with(env).init();
 }
 
 /// `--check`: everything a start would try before serving, without serving.

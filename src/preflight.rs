@@ -129,9 +129,14 @@ impl Preflight {
     }
 }
 
-/// The certificate and key load (added with TLS support): a `--check` and a
-/// start must fail here, before any build, when they do not.
-fn check_tls(_config: &Config) -> anyhow::Result<()> {
+/// The certificate and key load: every pair parses, each key matches its
+/// certificate, and each certificate is within its validity period. A
+/// `--check` and a start fail here, before any build, when one does not;
+/// the error names the config key and the file.
+fn check_tls(config: &Config) -> anyhow::Result<()> {
+    if let Some(tls) = &config.tls {
+        crate::tls::load_all(&tls.pairs, &crate::tls::provider())?;
+    }
     Ok(())
 }
 

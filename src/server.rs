@@ -128,18 +128,25 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let upgrade_args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut inherited =
         Inherited::from_env().context("adopting the sockets of the process this one replaces")?;
+    // Every listening address: `addrs[..plain]` are cleartext, the rest TLS
+    // (in every shard's list).
+    let mut addrs = config.listen.clone();
+    let plain = addrs.len();
+    if let Some(settings) = &config.tls {
+        addrs.extend(&settings.listen);
+    }
+    let kind_of = |i: usize| if i < plain { Kind::Listen } else { Kind::Tls };
     // Adopted before the preflight, which must neither claim nor probe the
     // addresses the old process still holds.
-    let mut adopted: Vec<Vec<TcpListener>> = config
-        .listen
+    let mut adopted: Vec<Vec<TcpListener>> = addrs
         .iter()
-        .map(|&addr| inherited.take_listen(addr))
+        .enumerate()
+        .map(|(i, &addr)| inherited.take_listen(addr, kind_of(i)))
         .collect();
     let adopted_admin = inherited.take_admin(config.admin);
     inherited.close_rest();
     let preflight = Preflight {
-        inherited: config
-            .listen
+        inherited: addrs
             .iter()
             .zip(&adopted)
             .filter(|(_, a)| !a.is_empty())
@@ -149,6 +156,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     };
     let (mut claims, _) = preflight.run(&config)?;
     let metrics = Metrics::new(&config.cpus, config.metrics);
+    let tls = match &config.tls {
+        Some(settings) => {
+            let tls = crate::tls::Tls::new(settings).context("loading the TLS certificates")?;
+            for c in tls.store.collectors() {
+                metrics.register(c);
+            }
+            tls.store
+                .spawn_watcher()
+                .context("spawning the certificate watcher")?;
+            Some(tls)
+        }
+        None => None,
+    };
     let admin_listener = match adopted_admin {
         Some(listener) => {
             tracing::info!("admin endpoint addr={} (inherited)", listener.local_addr()?);
@@ -178,19 +198,25 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     // shard i's socket; with fewer shards than sockets the extra ones go
     // round the shards (none is closed, so none of their queued connections
     // is lost); with more, the other shards bind sockets that join the same
-    // reuseport group.
+    // reuseport group. Each shard's list: (cleartext, TLS).
     let shards = config.cpus.len();
-    let mut addrs = config.listen.clone();
-    let mut per_shard: Vec<Vec<ShardSocket>> = (0..shards).map(|_| Vec::new()).collect();
-    for (addr, adopted) in addrs.iter_mut().zip(adopted.iter_mut()) {
+    type Lists = (Vec<ShardSocket>, Vec<ShardSocket>);
+    let mut per_shard: Vec<Lists> = (0..shards).map(|_| Default::default()).collect();
+    for (i, (addr, adopted)) in addrs.iter_mut().zip(adopted.iter_mut()).enumerate() {
         if let Some(first) = adopted.first() {
             *addr = first.local_addr()?;
         }
         let passed = adopted.len();
-        for (i, listener) in adopted.drain(..).enumerate() {
-            per_shard[i % shards].push(ShardSocket::Adopted(listener));
+        for (j, listener) in adopted.drain(..).enumerate() {
+            let lists = &mut per_shard[j % shards];
+            let target = if i < plain {
+                &mut lists.0
+            } else {
+                &mut lists.1
+            };
+            target.push(ShardSocket::Adopted(listener));
         }
-        for sockets in per_shard.iter_mut().skip(passed) {
+        for lists in per_shard.iter_mut().skip(passed) {
             let socket =
                 bind_socket(*addr).map_err(|e| preflight::bind_error("listen", *addr, &e))?;
             if addr.port() == 0 {
@@ -199,13 +225,23 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                     claims.add_picked(bound);
                 }
             }
-            sockets.push(ShardSocket::Bound(socket));
+            let target = if i < plain {
+                &mut lists.0
+            } else {
+                &mut lists.1
+            };
+            target.push(ShardSocket::Bound(socket));
         }
     }
 
     let access_log = match &config.access_log {
         Some(path) => Some(
-            AccessLog::open(path, config.access_log_format).map_err(|e| {
+            AccessLog::open(
+                path,
+                config.access_log_format,
+                Arc::clone(&metrics.access_log_dropped),
+            )
+            .map_err(|e| {
                 anyhow::Error::new(SetupError(format!(
                     "opening access log {}: {e}",
                     path.display()
@@ -215,7 +251,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         None => None,
     };
 
-    let fds_before = open_fds();
+    // Watches first: every change made during or after the initial walk is
+    // then an event, and none falls between the walk and its watch.
+    let watcher = config
+        .watch
+        .then(|| crate::cache::watch::Watcher::establish(&config.root, config.watch_options()));
     let Some(store) = first_build(&config, &mut signals)? else {
         return Ok(());
     };
@@ -244,8 +284,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             })
             .context("spawning the compression thread")?;
     }
-    if config.watch {
-        crate::cache::watch::spawn(Arc::clone(&store), config.watch_options())
+    if let Some(watcher) = watcher {
+        watcher
+            .spawn(Arc::clone(&store))
             .context("spawning the watcher thread")?;
     }
     let shared = Arc::new(Shared {
@@ -254,10 +295,13 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         shutdown_grace: config.shutdown_grace,
         sweep: std::sync::Mutex::new(Vec::new()),
     });
+    // Each shard's listeners, cleartext first, and how many are cleartext.
     let mut per_shard_listeners = Vec::with_capacity(per_shard.len());
-    for sockets in per_shard {
-        let mut listeners = Vec::with_capacity(sockets.len());
-        for socket in sockets {
+    let mut plain_counts = Vec::with_capacity(per_shard.len());
+    for (cleartext, tls_sockets) in per_shard {
+        plain_counts.push(cleartext.len());
+        let mut listeners = Vec::with_capacity(cleartext.len() + tls_sockets.len());
+        for socket in cleartext.into_iter().chain(tls_sockets) {
             listeners.push(match socket {
                 ShardSocket::Adopted(listener) => listener,
                 ShardSocket::Bound(socket) => {
@@ -271,15 +315,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     let per_shard = per_shard_listeners;
     // What a SIGUSR2 upgrade hands over: a duplicate of every socket (the
-    // shards and the admin thread own the originals), with its shard and
-    // address.
+    // shards and the admin thread own the originals), with its kind, shard
+    // and address.
     let mut handover: Vec<(Passed, TcpListener)> = Vec::new();
     for (shard, listeners) in per_shard.iter().enumerate() {
-        for listener in listeners {
+        for (j, listener) in listeners.iter().enumerate() {
             let dup = listener.try_clone()?;
             let passed = Passed {
                 fd: dup.as_raw_fd(),
-                kind: Kind::Listen,
+                kind: if j < plain_counts[shard] {
+                    Kind::Listen
+                } else {
+                    Kind::Tls
+                },
                 shard,
                 addr: listener.local_addr()?,
             };
@@ -313,6 +361,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             waker,
             shared: Arc::clone(&shared),
             conn_cfg: conn_cfg.clone(),
+            tls: tls.as_ref().map(|t| Arc::clone(&t.config)),
+            plain_listeners: plain_counts[index],
             metrics: Arc::clone(&metrics),
             access_log: access_log.as_ref().map(AccessLog::for_shard),
             started: started_tx.clone(),
@@ -334,10 +384,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .context("a shard thread exited during start-up")?
             .context("starting a shard")?;
     }
-    for addr in &addrs {
+    for addr in &addrs[..plain] {
         tracing::info!(shards = threads.len(), "listening addr={addr}");
     }
-    log_fds(fds_before);
+    for addr in &addrs[plain..] {
+        tracing::info!(shards = threads.len(), "listening tls_addr={addr}");
+    }
     // Serving: tell systemd (a new process of an upgrade also names itself
     // the main process), then the old process, if there is one.
     if inherited.is_upgrade() {
@@ -365,12 +417,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 }
             }
             SIGHUP => {
-                if let Err(e) = store.rebuild() {
-                    tracing::error!(
-                        error = format!("{e:#}"),
-                        "snapshot rebuild failed; serving the old one"
-                    );
+                if let Some(tls) = &tls {
+                    tls.store.reload();
                 }
+                rebuild_on_hup(&store);
             }
             SIGUSR2 => {
                 if upgrade.running.swap(true, Ordering::AcqRel) {
@@ -414,7 +464,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             // longer configured) are emptied and served before they close.
             let sweep: Vec<SocketAddr> = handover
                 .iter()
-                .filter(|(p, _)| p.kind == Kind::Listen && !ready.adopted.contains(&p.fd))
+                .filter(|(p, _)| p.kind != Kind::Admin && !ready.adopted.contains(&p.fd))
                 .map(|(p, _)| p.addr)
                 .collect();
             *shared.sweep.lock().unwrap_or_else(|e| e.into_inner()) = sweep;
@@ -450,6 +500,25 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!("stopped");
     drop(claims);
     Ok(())
+}
+
+/// SIGHUP: say it arrived, rebuild, and say whether anything changed.
+fn rebuild_on_hup(store: &Store) {
+    let before = store.load().generation;
+    tracing::info!(
+        generation = before,
+        "SIGHUP received; rebuilding the snapshot"
+    );
+    match store.rebuild() {
+        Ok(now) if now == before => {
+            tracing::info!("SIGHUP rebuild: snapshot unchanged generation={now}")
+        }
+        Ok(now) => tracing::info!("SIGHUP rebuild: snapshot changed generation={now}"),
+        Err(e) => tracing::error!(
+            error = format!("{e:#}"),
+            "snapshot rebuild failed; serving the old one"
+        ),
+    }
 }
 
 /// The thread that starts the new binary and waits for it: on success it
@@ -558,6 +627,7 @@ fn read_bytes() -> Option<u64> {
 fn log_start(config: &Config) {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        pid = std::process::id(),
         config = %config
             .config_path
             .as_ref()
@@ -576,41 +646,4 @@ fn log_start(config: &Config) {
         "shard:cpu map {}",
         map.join(" ")
     );
-}
-
-fn open_fds() -> Option<u64> {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as u64)
-        .ok()
-}
-
-/// Open file descriptors against the limit, once the snapshot holds its
-/// fds (those opened by the first build: `before` was counted ahead of it).
-fn log_fds(before: Option<u64>) {
-    let open = open_fds();
-    let limit = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
-        });
-    let held = match (before, open) {
-        (Some(b), Some(o)) => o.saturating_sub(b).to_string(),
-        _ => "?".to_owned(),
-    };
-    match (open, limit) {
-        (Some(open), Some(limit)) => {
-            let soft: Option<u64> = limit.parse().ok();
-            if soft.is_some_and(|soft| open * 10 > soft * 8) {
-                tracing::warn!(
-                    open, limit = %limit, snapshot_fds = %held,
-                    "file descriptors near the limit; raise LimitNOFILE (systemd) or ulimit -n"
-                );
-            } else {
-                tracing::info!(open, limit = %limit, snapshot_fds = %held, "file descriptors");
-            }
-        }
-        _ => tracing::info!(snapshot_fds = %held, "file descriptors"),
-    }
 }

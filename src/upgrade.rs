@@ -34,6 +34,8 @@ const POLL_STEP: Duration = Duration::from_millis(100);
 pub enum Kind {
     /// A shard's HTTP listener (`listen`).
     Listen,
+    /// A shard's HTTPS listener (`tls_listen`).
+    Tls,
     /// The admin listener.
     Admin,
 }
@@ -42,6 +44,7 @@ impl Kind {
     fn label(self) -> &'static str {
         match self {
             Kind::Listen => "listen",
+            Kind::Tls => "tls",
             Kind::Admin => "admin",
         }
     }
@@ -49,6 +52,7 @@ impl Kind {
     fn parse(s: &str) -> Option<Kind> {
         match s {
             "listen" => Some(Kind::Listen),
+            "tls" => Some(Kind::Tls),
             "admin" => Some(Kind::Admin),
             _ => None,
         }
@@ -138,7 +142,7 @@ impl Inherited {
             let listener = check_listener(fd, passed.addr)
                 .with_context(|| format!("{LISTEN_FDS_ENV}: fd {}", passed.fd))?;
             match passed.kind {
-                Kind::Listen => inherited.listen.push((passed, listener)),
+                Kind::Listen | Kind::Tls => inherited.listen.push((passed, listener)),
                 Kind::Admin => inherited.admin = Some((passed, listener)),
             }
         }
@@ -150,20 +154,20 @@ impl Inherited {
         self.ready.is_some()
     }
 
-    /// Every passed listening socket for `want`, in the old shards' order:
-    /// those of the first matching address still unclaimed.
-    pub fn take_listen(&mut self, want: SocketAddr) -> Vec<TcpListener> {
+    /// Every passed listening socket of `kind` for `want`, in the old
+    /// shards' order: those of the first matching address still unclaimed.
+    pub fn take_listen(&mut self, want: SocketAddr, kind: Kind) -> Vec<TcpListener> {
         let Some(addr) = self
             .listen
             .iter()
+            .find(|(p, _)| p.kind == kind && matches(want, p.addr))
             .map(|(p, _)| p.addr)
-            .find(|&a| matches(want, a))
         else {
             return Vec::new();
         };
         let (mine, rest) = std::mem::take(&mut self.listen)
             .into_iter()
-            .partition(|(p, _)| p.addr == addr);
+            .partition(|(p, _)| p.kind == kind && p.addr == addr);
         self.listen = rest;
         let mut mine: Vec<(Passed, TcpListener)> = mine;
         mine.sort_by_key(|(p, _)| p.shard);
@@ -371,6 +375,12 @@ mod tests {
                 addr: "[::1]:8080".parse().unwrap(),
             },
             Passed {
+                fd: 7,
+                kind: Kind::Tls,
+                shard: 0,
+                addr: "127.0.0.1:8443".parse().unwrap(),
+            },
+            Passed {
                 fd: 9,
                 kind: Kind::Admin,
                 shard: 0,
@@ -380,7 +390,7 @@ mod tests {
         let s = encode(&list);
         assert_eq!(
             s,
-            "5=listen/0/127.0.0.1:8080;6=listen/1/[::1]:8080;9=admin/0/127.0.0.1:9180"
+            "5=listen/0/127.0.0.1:8080;6=listen/1/[::1]:8080;7=tls/0/127.0.0.1:8443;9=admin/0/127.0.0.1:9180"
         );
         assert_eq!(decode(&s).unwrap(), list);
         assert!(decode("5=listen/x/127.0.0.1:1").is_err());

@@ -15,7 +15,7 @@ mod build;
 mod compress;
 pub mod open_files;
 mod rules;
-mod store;
+pub mod store;
 pub mod watch;
 
 use std::collections::HashMap;

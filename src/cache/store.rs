@@ -1,7 +1,8 @@
 //! The live snapshot and the one function that rebuilds it (called by the
 //! watcher and on SIGHUP), with the figures the metrics module exports.
 
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -20,6 +21,10 @@ const OPEN_ATTEMPTS: usize = 3;
 /// before the server starts listening; larger ones start with identity
 /// bodies and get their variants from a background rebuild.
 const SYNC_COMPRESS_MAX_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Name of the span around the start-up build that repeats the identity
+/// build with compression; events inside it are duplicates and are not logged.
+pub const REPEAT_BUILD_SPAN: &str = "repeat_build";
 
 /// Rebuild durations span a no-change walk of a small root (well under a
 /// millisecond) to a cold build of a large root at brotli 11 (minutes).
@@ -82,7 +87,20 @@ impl Store {
         };
         let mut snapshot = initial_build(&identity_opts)?;
         if opts.compress.is_some() && snapshot.stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
-            snapshot = initial_build(&opts)?;
+            let started = Instant::now();
+            // The same tree again, with variants: what it would log (the
+            // build line, warnings about the same files) the identity build
+            // has just logged. The binary's subscriber drops events inside
+            // this span; one line below says what it added.
+            snapshot = {
+                let _quiet = tracing::info_span!(REPEAT_BUILD_SPAN).entered();
+                initial_build(&opts)?
+            };
+            tracing::info!(
+                encoded_bytes = snapshot.stats.encoded_bytes.iter().sum::<u64>(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "compressed variants built before serving"
+            );
         }
         crate::sys::trim_heap();
         let limit = crate::sys::nofile_limit();
@@ -139,6 +157,12 @@ impl Store {
     /// nothing changed nothing is swapped. On error the old snapshot stays.
     /// Returns the generation now served.
     pub fn rebuild(&self) -> anyhow::Result<u64> {
+        self.rebuild_holding(&HashSet::new())
+    }
+
+    /// [`Store::rebuild`], keeping the files in `held` (canonical paths a
+    /// writer still has open) at their current version.
+    pub fn rebuild_holding(&self, held: &HashSet<PathBuf>) -> anyhow::Result<u64> {
         let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.current.load_full();
         // Until `build_compressed` has published, changes are served with
@@ -153,7 +177,7 @@ impl Store {
         };
         let started = Instant::now();
         let generation = self.generation.load(Ordering::Relaxed) + 1;
-        let built = self.record(rebuild(&opts, generation, Some(&old)), started)?;
+        let built = self.record(rebuild(&opts, generation, Some(&old), held), started)?;
         match built {
             Built::Unchanged => {
                 tracing::debug!(generation = generation - 1, "snapshot unchanged");
@@ -170,14 +194,15 @@ impl Store {
     /// again, the rest reused) and published.
     pub fn build_compressed(&self) -> anyhow::Result<u64> {
         let started = Instant::now();
-        let base = match self.record(rebuild(&self.opts, 0, None), started)? {
+        let none = HashSet::new();
+        let base = match self.record(rebuild(&self.opts, 0, None, &none), started)? {
             Built::New(snapshot) => snapshot,
             Built::Unchanged => unreachable!("no previous snapshot"),
         };
         let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let generation = self.generation.load(Ordering::Relaxed) + 1;
         let mut snapshot =
-            match self.record(rebuild(&self.opts, generation, Some(&base)), started)? {
+            match self.record(rebuild(&self.opts, generation, Some(&base), &none), started)? {
                 Built::New(snapshot) => snapshot,
                 Built::Unchanged => base,
             };
@@ -247,7 +272,7 @@ impl Store {
 fn initial_build(opts: &BuildOptions) -> anyhow::Result<Snapshot> {
     let mut attempt = 1;
     loop {
-        match rebuild(opts, 1, None) {
+        match rebuild(opts, 1, None, &HashSet::new()) {
             Ok(Built::New(snapshot)) => return Ok(snapshot),
             Ok(Built::Unchanged) => unreachable!("no previous snapshot"),
             Err(err) if err.is::<TreeChanged>() && attempt < OPEN_ATTEMPTS => {

@@ -1,23 +1,41 @@
 //! Rebuild the snapshot when the document root changes on disk.
 //!
-//! One thread owns an inotify watcher (through `notify`) on the canonical
-//! root, recursively, and on the configured root's parent directory, so that
-//! switching a symlinked root (`current -> releases/43`, renamed into place)
-//! is seen too. Events are debounced: a rebuild starts once the tree has been
-//! quiet for the debounce period, and any event during a rebuild causes
-//! another, so a file copied in pieces is read again once it settles.
+//! [`Watcher::establish`] sets up an inotify watcher (through `notify`) on
+//! the canonical root, recursively, and on the configured root's parent
+//! directory, so that switching a symlinked root (`current -> releases/43`,
+//! renamed into place) is seen too. It runs before the initial build, so
+//! every change made during or after that walk is an event: no change falls
+//! between a walk and the watch that should report it.
+//!
+//! The inotify callback never blocks: it folds events into one [`Pending`]
+//! record under a mutex and wakes the watcher thread through a channel of
+//! capacity one, so a burst of events costs a bounded amount of memory
+//! (paths of new directories and of files being written are capped; beyond
+//! the cap the record asks for a full rescan instead).
+//!
+//! The thread debounces (a rebuild starts once the tree has been quiet for
+//! the debounce period), and rebuilds:
+//! - at once, skipping the debounce, after a queue overflow (`IN_Q_OVERFLOW`)
+//!   or a watch that could not be added;
+//! - after adding (and waiting for) the watch of every directory created
+//!   since the last rebuild, so a directory created and filled before
+//!   `notify` watched it is still walked after its watch exists;
+//! - holding files a writer still has open (`IN_MODIFY` without
+//!   `IN_CLOSE_WRITE`) at their old version, for at most `write_settle_max`.
+//!
 //! Without inotify (or out of watches) the thread falls back to periodic
 //! rescans, which cost a walk and a `stat` per file when nothing changed.
 
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use notify::event::{Event, EventKind};
-use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode, CreateKind, Event, EventKind, ModifyKind};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher as _};
 
 use super::Store;
 
@@ -25,6 +43,23 @@ use super::Store;
 /// periods: a tree that is never quiet (a log file written inside the root)
 /// must not starve rebuilds.
 const MAX_DEFER_PERIODS: u32 = 10;
+
+/// New directories remembered between two rebuilds; past this a full
+/// rescan (which every rebuild is, today) is asked for instead of adding
+/// their watches one by one.
+const MAX_NEW_DIRS: usize = 4096;
+
+/// Files tracked as open for writing; past this, further writers are not
+/// held (the build's own settle check still keeps a file read mid-write
+/// out of the snapshot).
+const MAX_WRITING: usize = 4096;
+
+/// Test-only hook, named relative to the root's parent directory: while
+/// that file exists, the inotify callback drops every event (as a queue
+/// overflow loses them), and when it is removed the callback reports an
+/// overflow. It makes the overflow path testable without filling the
+/// kernel's queue, whose size is a system-wide setting.
+const TEST_DROP_ENV: &str = "SHARDHTTPD_TEST_DROP_EVENTS";
 
 /// How the watcher behaves; derived once from the config.
 #[derive(Debug, Clone, Copy)]
@@ -38,101 +73,271 @@ pub struct WatchOptions {
     pub write_settle_max: Duration,
 }
 
-/// What the inotify callback tells the watcher thread.
-enum Signal {
-    Changed,
-    /// The watcher lost events or failed; only rescans are reliable now.
-    Failed(String),
-}
-
-/// Even with inotify working, rescan this often: notify cannot watch a
-/// directory created and filled faster than it adds the watch, and says
-/// nothing when adding one fails. An unchanged rescan costs a walk and a
-/// `stat` per file and swaps nothing.
+/// Even with inotify working, rescan this often: a safety net for anything
+/// inotify cannot report (a change on another host of a network filesystem,
+/// a bind mount). An unchanged rescan costs a walk and a `stat` per file
+/// and swaps nothing.
 const SAFETY_RESCAN: Duration = Duration::from_secs(60);
 
-/// Start the watcher thread. It runs for the life of the process.
-pub fn spawn(store: Arc<Store>, opts: WatchOptions) -> io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("watcher".into())
-        .spawn(move || run(&store, opts))
+/// What the inotify callback has seen since the watcher thread last looked.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Something relevant changed.
+    changed: bool,
+    /// Events were lost (queue overflow) or a watch could not be added:
+    /// rebuild at once from a full walk.
+    rescan: bool,
+    /// The watcher failed; only rescans are reliable now.
+    failed: Option<String>,
+    /// Directories created since the last rebuild; their watches are added
+    /// (and waited for) before it walks.
+    new_dirs: Vec<PathBuf>,
+    /// Files with a write (`IN_MODIFY`) not yet followed by a close
+    /// (`IN_CLOSE_WRITE`), with the time of the first such write.
+    writing: HashMap<PathBuf, Instant>,
 }
 
-fn run(store: &Store, opts: WatchOptions) {
-    let link = std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf());
-    let (tx, rx) = mpsc::channel();
-    let mut watch = match Watch::new(&link, tx.clone()) {
-        Ok(watch) => Some(watch),
-        Err(err) => {
-            fall_back(&err.to_string(), opts);
-            None
+impl Pending {
+    /// Fold one event in. Reads never change what is served; in the parent
+    /// directory only the root's own name matters.
+    fn apply(&mut self, event: &Event, link: &Path, parent: Option<&Path>, now: Instant) {
+        if event.need_rescan() {
+            self.rescan = true;
+            self.changed = true;
+            return;
         }
-    };
-    // Kept so the channel never disconnects, whatever happens to the watcher.
-    let _tx = tx;
-    let mut retry_at: Option<Instant> = None;
-    loop {
-        // Wait for something to do.
-        let timeout = match (&watch, retry_at) {
-            (None, _) => opts.rescan_interval,
-            (Some(_), Some(at)) => at.saturating_duration_since(Instant::now()),
-            (Some(_), None) => SAFETY_RESCAN,
-        };
-        let first = rx.recv_timeout(timeout);
-        match first {
-            Ok(Signal::Changed) => debounce(&rx, opts.debounce, &mut watch, opts),
-            Ok(Signal::Failed(err)) => {
-                if watch.take().is_some() {
-                    fall_back(&err, opts);
+        if !relevant(event, link, parent) {
+            return;
+        }
+        match event.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
+                for p in &event.paths {
+                    self.writing.remove(p);
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
-        }
-        if let Some(w) = &mut watch {
-            // Before the walk, so a change made while it runs is an event.
-            if let Err(err) = w.follow_root() {
-                watch = None;
-                fall_back(&err.to_string(), opts);
+            EventKind::Access(_) => return,
+            EventKind::Modify(ModifyKind::Data(_)) => {
+                for p in &event.paths {
+                    if self.writing.len() < MAX_WRITING {
+                        self.writing.entry(p.clone()).or_insert(now);
+                    }
+                }
             }
-        }
-        retry_at = match store.rebuild() {
-            Ok(_) => None,
-            Err(err) => {
-                tracing::error!(
-                    error = format!("{err:#}"),
-                    retry_s = opts.rescan_interval.as_secs_f64(),
-                    "snapshot rebuild failed; serving the old one"
-                );
-                Some(Instant::now() + opts.rescan_interval)
+            EventKind::Create(CreateKind::Folder) => {
+                for p in &event.paths {
+                    if self.new_dirs.len() < MAX_NEW_DIRS {
+                        self.new_dirs.push(p.clone());
+                    } else {
+                        self.rescan = true;
+                    }
+                }
             }
-        };
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) => {
+                // A file renamed away or deleted mid-write has no writer
+                // left under that name.
+                for p in &event.paths {
+                    self.writing.remove(p);
+                }
+            }
+            _ => {}
+        }
+        self.changed = true;
     }
 }
 
-/// Wait until no event has come for `quiet`, or for at most
-/// [`MAX_DEFER_PERIODS`] of it.
-fn debounce(
-    rx: &mpsc::Receiver<Signal>,
-    quiet: Duration,
-    watch: &mut Option<Watch>,
+/// The inbox shared with the inotify callback.
+struct Inbox {
+    pending: Mutex<Pending>,
+}
+
+impl Inbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Watches established before the initial build; [`Watcher::spawn`] hands
+/// them to the watcher thread.
+pub struct Watcher {
     opts: WatchOptions,
-) {
-    let give_up = Instant::now() + quiet * MAX_DEFER_PERIODS;
-    loop {
-        let now = Instant::now();
-        if now >= give_up {
-            return;
+    inbox: Arc<Inbox>,
+    wake_rx: Receiver<()>,
+    watch: Option<Watch>,
+}
+
+impl Watcher {
+    /// Watch `root` (as configured) from now on. Without inotify the
+    /// watcher falls back to periodic rescans; that is logged, not an error.
+    pub fn establish(root: &Path, opts: WatchOptions) -> Watcher {
+        let link = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+        let inbox = Arc::new(Inbox {
+            pending: Mutex::new(Pending::default()),
+        });
+        let (wake_tx, wake_rx) = mpsc::sync_channel(1);
+        let watch = match Watch::new(&link, Arc::clone(&inbox), wake_tx) {
+            Ok(watch) => Some(watch),
+            Err(err) => {
+                fall_back(&err.to_string(), opts);
+                None
+            }
+        };
+        Watcher {
+            opts,
+            inbox,
+            wake_rx,
+            watch,
         }
-        match rx.recv_timeout(quiet.min(give_up - now)) {
-            Ok(Signal::Changed) => {}
-            Ok(Signal::Failed(err)) => {
-                if watch.take().is_some() {
-                    fall_back(&err, opts);
+    }
+
+    /// Start the watcher thread. It runs for the life of the process.
+    pub fn spawn(self, store: Arc<Store>) -> io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("watcher".into())
+            .spawn(move || self.run(&store))
+    }
+
+    fn run(mut self, store: &Store) {
+        let opts = self.opts;
+        let mut retry_at: Option<Instant> = None;
+        let mut safety_at = Instant::now() + SAFETY_RESCAN;
+        loop {
+            let now = Instant::now();
+            let mut deadline = match &self.watch {
+                None => now + opts.rescan_interval,
+                Some(_) => safety_at,
+            };
+            if let Some(at) = retry_at {
+                deadline = deadline.min(at);
+            }
+            if let Some(at) = self.next_write_deadline() {
+                deadline = deadline.min(at);
+            }
+            match self
+                .wake_rx
+                .recv_timeout(deadline.saturating_duration_since(now))
+            {
+                Ok(()) => {
+                    if !self.inbox.lock().rescan {
+                        self.debounce();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    // No callback (rescans only, or the watch is gone):
+                    // nothing will wake us, so wait out the deadline.
+                    if self.watch.take().is_some() {
+                        fall_back("inotify watcher stopped", opts);
+                    }
+                    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
                 }
             }
-            Err(_) => return,
+            let (held, rescan) = self.take_pending();
+            if rescan {
+                tracing::warn!("inotify lost events; rescanning the whole root");
+            }
+            if let Some(w) = &mut self.watch {
+                // Before the walk, so a change made while it runs is an event.
+                if let Err(err) = w.follow_root() {
+                    self.watch = None;
+                    fall_back(&err.to_string(), opts);
+                }
+            }
+            safety_at = Instant::now() + SAFETY_RESCAN;
+            retry_at = match store.rebuild_holding(&held) {
+                Ok(_) => None,
+                Err(err) => {
+                    tracing::error!(
+                        error = format!("{err:#}"),
+                        retry_s = opts.rescan_interval.as_secs_f64(),
+                        "snapshot rebuild failed; serving the old one"
+                    );
+                    Some(Instant::now() + opts.rescan_interval)
+                }
+            };
         }
+    }
+
+    /// When the oldest held write reaches `write_settle_max`.
+    fn next_write_deadline(&self) -> Option<Instant> {
+        let pending = self.inbox.lock();
+        pending
+            .writing
+            .values()
+            .min()
+            .map(|first| *first + self.opts.write_settle_max)
+    }
+
+    /// Wait until no event has come for the debounce period, or for at
+    /// most [`MAX_DEFER_PERIODS`] of it; an overflow ends the wait at once.
+    fn debounce(&self) {
+        let quiet = self.opts.debounce;
+        let give_up = Instant::now() + quiet * MAX_DEFER_PERIODS;
+        loop {
+            let now = Instant::now();
+            if now >= give_up {
+                return;
+            }
+            match self.wake_rx.recv_timeout(quiet.min(give_up - now)) {
+                Ok(()) if self.inbox.lock().rescan => return,
+                Ok(()) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Take what the callback gathered: watch the new directories, release
+    /// writes held too long, and return the files still held and whether a
+    /// full rescan was asked for.
+    fn take_pending(&mut self) -> (HashSet<PathBuf>, bool) {
+        let now = Instant::now();
+        let (new_dirs, failed, mut rescan, held) = {
+            let mut p = self.inbox.lock();
+            let settle = self.opts.write_settle_max;
+            p.writing.retain(|path, first| {
+                let keep = now.duration_since(*first) < settle;
+                if !keep {
+                    tracing::warn!(
+                        path = %path.display(),
+                        write_settle_max_s = settle.as_secs_f64(),
+                        "file still open for writing; publishing it anyway"
+                    );
+                }
+                keep
+            });
+            let held: HashSet<PathBuf> = p.writing.keys().cloned().collect();
+            p.changed = false;
+            let rescan = std::mem::take(&mut p.rescan);
+            (
+                std::mem::take(&mut p.new_dirs),
+                p.failed.take(),
+                rescan,
+                held,
+            )
+        };
+        if let Some(err) = failed {
+            if self.watch.take().is_some() {
+                fall_back(&err, self.opts);
+            }
+        }
+        if let Some(w) = &mut self.watch {
+            for dir in new_dirs {
+                // notify adds this watch itself, after the event; adding it
+                // here and waiting for it means the walk that follows runs
+                // with the watch in place.
+                match w.watcher.watch(&dir, RecursiveMode::Recursive) {
+                    Ok(()) => {}
+                    // Gone again, or replaced by a file: the walk sees that.
+                    Err(err) if !dir.is_dir() => {
+                        tracing::debug!(dir = %dir.display(), %err, "new directory vanished");
+                    }
+                    Err(err) => {
+                        tracing::warn!(dir = %dir.display(), %err, "could not watch a new directory; rescanning");
+                        rescan = true;
+                    }
+                }
+            }
+        }
+        (held, rescan)
     }
 }
 
@@ -154,19 +359,59 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(link: &Path, tx: mpsc::Sender<Signal>) -> notify::Result<Watch> {
+    fn new(link: &Path, inbox: Arc<Inbox>, wake: SyncSender<()>) -> notify::Result<Watch> {
         let parent = link.parent().map(Path::to_path_buf);
         let filter_link = link.to_path_buf();
         let filter_parent = parent.clone();
+        let drop_marker =
+            std::env::var_os(TEST_DROP_ENV).and_then(|name| parent.as_ref().map(|p| p.join(name)));
+        let mut dropping = false;
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {
-            let signal = match res {
-                Ok(event) if relevant(&event, &filter_link, filter_parent.as_deref()) => {
-                    Signal::Changed
+            let now = Instant::now();
+            match res {
+                Ok(event) => {
+                    if let Some(marker) = &drop_marker {
+                        if event.paths.iter().any(|p| p == marker) {
+                            match event.kind {
+                                EventKind::Create(_) => {
+                                    tracing::warn!("test hook: dropping inotify events");
+                                    dropping = true;
+                                }
+                                EventKind::Remove(_) if dropping => {
+                                    dropping = false;
+                                    let overflow = Event::new(EventKind::Other)
+                                        .set_flag(notify::event::Flag::Rescan);
+                                    inbox.lock().apply(
+                                        &overflow,
+                                        &filter_link,
+                                        filter_parent.as_deref(),
+                                        now,
+                                    );
+                                    let _ = wake.try_send(());
+                                }
+                                _ => {}
+                            }
+                            return;
+                        }
+                        if dropping {
+                            return;
+                        }
+                    }
+                    let mut pending = inbox.lock();
+                    pending.apply(&event, &filter_link, filter_parent.as_deref(), now);
+                    if !pending.changed {
+                        return;
+                    }
                 }
-                Ok(_) => return,
-                Err(err) => Signal::Failed(err.to_string()),
-            };
-            let _ = tx.send(signal);
+                Err(err) => {
+                    let mut pending = inbox.lock();
+                    pending.failed = Some(err.to_string());
+                    pending.changed = true;
+                }
+            }
+            // Capacity one: a wake-up already queued covers this event too,
+            // and the callback never blocks notify's thread.
+            let _ = wake.try_send(());
         })?;
         if let Some(parent) = &parent {
             watcher.watch(parent, RecursiveMode::NonRecursive)?;
@@ -201,10 +446,14 @@ impl Watch {
     }
 }
 
-/// Whether an event can change what the snapshot holds. Reads never do; in
-/// the parent directory only the root's own name matters.
+/// Whether an event can change what the snapshot holds. Reads never do
+/// (a close after writing is handled by [`Pending::apply`]); in the parent
+/// directory only the root's own name matters.
 fn relevant(event: &Event, link: &Path, parent: Option<&Path>) -> bool {
-    if matches!(event.kind, EventKind::Access(_)) {
+    if matches!(
+        event.kind,
+        EventKind::Access(kind) if kind != AccessKind::Close(AccessMode::Write)
+    ) {
         return false;
     }
     if event.need_rescan() || event.paths.is_empty() {
@@ -219,7 +468,7 @@ fn relevant(event: &Event, link: &Path, parent: Option<&Path>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{AccessKind, CreateKind, ModifyKind};
+    use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
 
     fn event(kind: EventKind, path: &str) -> Event {
         Event::new(kind).add_path(PathBuf::from(path))
@@ -251,5 +500,55 @@ mod tests {
         }
         let rescan = Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan);
         assert!(relevant(&rescan, link, parent));
+    }
+
+    #[test]
+    fn pending_tracks_writers_new_dirs_and_overflow() {
+        let link = Path::new("/srv/www/current");
+        let parent = Some(Path::new("/srv/www"));
+        let now = Instant::now();
+        let mut p = Pending::default();
+        let f = "/srv/www/releases/43/a.bin";
+        p.apply(
+            &event(
+                EventKind::Modify(ModifyKind::Data(notify::event::DataChange::Any)),
+                f,
+            ),
+            link,
+            parent,
+            now,
+        );
+        assert!(p.changed && p.writing.contains_key(Path::new(f)));
+        p.apply(
+            &event(EventKind::Access(AccessKind::Read), f),
+            link,
+            parent,
+            now,
+        );
+        assert!(
+            p.writing.contains_key(Path::new(f)),
+            "a read is not a close"
+        );
+        p.apply(
+            &event(EventKind::Access(AccessKind::Close(AccessMode::Write)), f),
+            link,
+            parent,
+            now,
+        );
+        assert!(p.writing.is_empty());
+        p.apply(
+            &event(
+                EventKind::Create(CreateKind::Folder),
+                "/srv/www/releases/43/new",
+            ),
+            link,
+            parent,
+            now,
+        );
+        assert_eq!(p.new_dirs, vec![PathBuf::from("/srv/www/releases/43/new")]);
+        assert!(!p.rescan);
+        let overflow = Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan);
+        p.apply(&overflow, link, parent, now);
+        assert!(p.rescan);
     }
 }

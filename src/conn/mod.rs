@@ -10,8 +10,9 @@
 
 pub mod output;
 pub mod respond;
+pub mod tls;
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,8 +25,9 @@ use crate::http::Status;
 use crate::metrics::access_log::ShardLog;
 use crate::metrics::{CloseReason, ShardCounters};
 use crate::sys::{EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
-use output::{Flush, Output};
+use output::{Flush, Output, WriteError};
 use respond::{Env, Persist, Scratch};
+use tls::{TlsConn, TlsRead};
 
 /// After the last response of a connection closed by the server with
 /// request bytes still unread, keep reading and discarding for this long, so
@@ -40,6 +42,12 @@ const NOT_SCHEDULED: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Most reads per readiness event, so a client that keeps the socket full
 /// cannot keep the shard from its other connections (16 × 16 KiB).
 const MAX_READS_PER_EVENT: usize = 16;
+
+/// Most times one event goes back to answering buffered requests after the
+/// output drained below its bound (each time followed by at most one flush),
+/// so a deep pipeline of small answers cannot keep the shard from its other
+/// connections; the rest continues on the resume list.
+const MAX_ROUNDS_PER_EVENT: usize = 8;
 
 /// Most idle buffers a shard keeps for reuse; beyond that they are freed.
 const POOL_MAX: usize = 1024;
@@ -111,13 +119,15 @@ impl ShardEnv<'_> {
     fn record(
         &mut self,
         peer: Option<SocketAddr>,
+        tls: Option<&TlsConn>,
         req: Option<&request::Request<'_>>,
         status: Status,
         bytes: u64,
     ) {
         self.counters.request(status, bytes);
         if let Some(log) = self.log.as_deref_mut() {
-            log.line(self.date.secs(), peer, req, status, bytes);
+            let session = tls.and_then(TlsConn::session_info);
+            log.line(self.date.secs(), peer, session, req, status, bytes);
         }
     }
 }
@@ -155,6 +165,9 @@ enum Fill {
 
 pub struct Conn {
     stream: TcpStream,
+    /// The TLS session of a connection accepted on a `tls_listen` port;
+    /// `None` is cleartext, whose path stays as it was.
+    tls: Option<Box<TlsConn>>,
     pub peer: Option<SocketAddr>,
     reading: Reading,
     /// Read buffer; empty (no capacity) while parked in the pool.
@@ -190,6 +203,7 @@ impl std::fmt::Debug for Conn {
             .field("served", &self.served)
             .field("readable", &self.readable)
             .field("write_blocked", &self.write_blocked)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -200,18 +214,22 @@ impl Conn {
         peer: Option<SocketAddr>,
         now: Instant,
         cfg: &ConnConfig,
+        tls: Option<Box<TlsConn>>,
     ) -> Conn {
         // The first request gets the header timeout, as nginx's
         // client_header_timeout does.
         let deadline = now + cfg.header_timeout;
+        // sendfile would bypass the encryption: TLS bodies are copied.
+        let zero_copy = cfg.zero_copy && tls.is_none();
         Conn {
             stream,
+            tls,
             peer,
             reading: Reading::Idle,
             rbuf: Vec::new(),
             rstart: 0,
             rend: 0,
-            out: Output::new(cfg.zero_copy),
+            out: Output::new(zero_copy),
             served: 0,
             readable: false,
             write_blocked: false,
@@ -234,6 +252,30 @@ impl Conn {
         &self.stream
     }
 
+    /// For a TLS connection whose handshake has not completed (nor
+    /// failed): seconds since it started.
+    pub fn unfinished_handshake(&self) -> Option<f64> {
+        self.tls
+            .as_ref()
+            .filter(|t| t.handshaking())
+            .map(|t| t.elapsed())
+    }
+
+    /// Nothing queued: no answer, and no ciphertext in the TLS session.
+    #[inline]
+    fn out_empty(&self) -> bool {
+        self.out.is_empty() && !self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+
+    /// Write what is queued, through TLS when the connection has it.
+    #[inline]
+    fn flush_out(&mut self) -> Result<Flush, WriteError> {
+        match &mut self.tls {
+            None => self.out.flush(&mut &self.stream),
+            Some(tls) => tls.flush(&mut self.out, &self.stream),
+        }
+    }
+
     /// Handle readiness `events` from epoll.
     pub fn on_ready(&mut self, events: u32, env: &mut ShardEnv<'_>) -> Step {
         if events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR) != 0 {
@@ -248,10 +290,10 @@ impl Conn {
     /// The deadline passed (the caller checked `now >= deadline`).
     pub fn on_timeout(&mut self, env: &mut ShardEnv<'_>) -> Step {
         match self.reading {
-            Reading::Lingering(reason) | Reading::Done(reason) if self.out.is_empty() => {
+            Reading::Lingering(reason) | Reading::Done(reason) if self.out_empty() => {
                 Step::Close(reason)
             }
-            _ if !self.out.is_empty() => Step::Close(CloseReason::WriteTimeout),
+            _ if !self.out_empty() => Step::Close(CloseReason::WriteTimeout),
             Reading::Head | Reading::Discard { .. } => {
                 self.prepare_out(env.pool);
                 let (status, bytes) = respond::error_with(
@@ -264,9 +306,9 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(self.peer, None, status, bytes);
+                env.record(self.peer, self.tls.as_deref(), None, status, bytes);
                 // Best effort: the client has been silent, don't wait for it.
-                let _ = self.out.flush(&self.stream);
+                let _ = self.flush_out();
                 Step::Close(CloseReason::HeaderTimeout)
             }
             Reading::Idle if self.served == 0 => Step::Close(CloseReason::HeaderTimeout),
@@ -278,7 +320,7 @@ impl Conn {
     /// response in flight (responses from now on carry `Connection: close`).
     pub fn on_drain(&mut self) -> Step {
         match self.reading {
-            Reading::Idle if self.out.is_empty() && self.rstart == self.rend => {
+            Reading::Idle if self.out_empty() && self.rstart == self.rend => {
                 Step::Close(CloseReason::Shutdown)
             }
             Reading::Lingering(reason) => Step::Close(reason),
@@ -289,10 +331,11 @@ impl Conn {
     fn drive(&mut self, env: &mut ShardEnv<'_>) -> Step {
         self.resume = false;
         let mut reads = 0;
+        let mut rounds = 0;
         loop {
-            self.answer(env);
-            if !self.out.is_empty() && !self.write_blocked {
-                match self.out.flush(&self.stream) {
+            let stalled = self.answer(env);
+            if !self.out_empty() && !self.write_blocked {
+                match self.flush_out() {
                     Ok(Flush::Done) => self.flushed(env),
                     Ok(Flush::Blocked) => {
                         self.write_blocked = true;
@@ -306,12 +349,23 @@ impl Conn {
                     Err(_) => return Step::Close(CloseReason::Error),
                 }
             }
-            if self.out.is_empty() {
+            if self.out_empty() {
                 if let Reading::Done(reason) = self.reading {
                     if !self.linger(reason, env.now) {
                         return Step::Close(reason);
                     }
                 }
+            }
+            // Requests left buffered behind a backlog are answered as soon
+            // as the output drains below the bound: no readiness edge will
+            // announce bytes that are already in our buffer.
+            if stalled && !self.out.is_backlogged(env.snapshot) {
+                if rounds == MAX_ROUNDS_PER_EVENT {
+                    self.resume = true;
+                    break;
+                }
+                rounds += 1;
+                continue;
             }
             if !(self.readable && self.wants_read(env.snapshot)) {
                 break;
@@ -323,16 +377,22 @@ impl Conn {
                 break;
             }
             reads += 1;
-            match self.fill(env.pool, env.cfg.read_buf) {
+            match self.fill(env) {
                 Ok(Fill::Data) => {}
                 Ok(Fill::Drained) => break,
                 Ok(Fill::Eof) => match self.reading {
                     Reading::Lingering(reason) => return Step::Close(reason),
-                    _ if self.out.is_empty() => return Step::Close(CloseReason::Client),
+                    _ if self.out_empty() => return Step::Close(CloseReason::Client),
                     // Half-closed: still deliver what was asked for.
                     _ => self.reading = Reading::Done(CloseReason::Client),
                 },
-                Err(_) => return Step::Close(CloseReason::Error),
+                Err(_) => {
+                    if let Some(tls) = &mut self.tls {
+                        // The alert rustls queued for the error.
+                        tls.flush_alert(&self.stream);
+                    }
+                    return Step::Close(CloseReason::Error);
+                }
             }
         }
         if env.draining {
@@ -369,6 +429,10 @@ impl Conn {
     /// Start lingering after the final response. Returns false when there is
     /// nothing to wait for and the connection can close right away.
     fn linger(&mut self, reason: CloseReason, now: Instant) -> bool {
+        if let Some(tls) = &mut self.tls {
+            tls.close_notify();
+            tls.flush_alert(&self.stream);
+        }
         let unread = self.rstart < self.rend || reason == CloseReason::Error;
         if !unread || self.stream.shutdown(Shutdown::Write).is_err() {
             return false;
@@ -382,9 +446,10 @@ impl Conn {
     }
 
     /// One `read` into the buffer.
-    fn fill(&mut self, pool: &mut BufPool, size: usize) -> io::Result<Fill> {
+    fn fill(&mut self, env: &mut ShardEnv<'_>) -> io::Result<Fill> {
         if self.rbuf.is_empty() {
-            self.rbuf = pool.read.pop().unwrap_or_else(|| vec![0; size]);
+            let size = env.cfg.read_buf;
+            self.rbuf = env.pool.read.pop().unwrap_or_else(|| vec![0; size]);
         }
         if let Reading::Lingering(_) = self.reading {
             self.rstart = 0;
@@ -401,6 +466,9 @@ impl Conn {
         if spare == 0 {
             // A full buffer holds complete requests waiting behind output.
             return Ok(Fill::Drained);
+        }
+        if self.tls.is_some() && !matches!(self.reading, Reading::Lingering(_)) {
+            return self.fill_tls(env);
         }
         match (&self.stream).read(&mut self.rbuf[self.rend..]) {
             Ok(0) => {
@@ -422,6 +490,48 @@ impl Conn {
         }
     }
 
+    /// [`fill`](Self::fill) through TLS: plaintext into the buffer. Only
+    /// handshake progress reads as `Data` too, so the caller flushes the
+    /// handshake's answer.
+    fn fill_tls(&mut self, env: &mut ShardEnv<'_>) -> io::Result<Fill> {
+        let Some(session) = self.tls.as_deref_mut() else {
+            unreachable!("fill_tls on a cleartext connection")
+        };
+        let mut done = None;
+        let res = session.read(&self.stream, &mut self.rbuf[self.rend..], &mut done);
+        if let Some((kind, secs)) = done {
+            env.counters.handshake(kind, secs);
+        }
+        match res? {
+            TlsRead::Data { n, more } => {
+                self.rend += n;
+                if !more {
+                    self.readable = false;
+                }
+                Ok(Fill::Data)
+            }
+            TlsRead::Drained => {
+                self.readable = false;
+                Ok(Fill::Drained)
+            }
+            TlsRead::Eof => {
+                self.readable = false;
+                Ok(Fill::Eof)
+            }
+            TlsRead::PlainHttp => {
+                // Answered in cleartext, bypassing the TLS session; the
+                // socket's buffer is empty, so the one write goes through.
+                let _ = (&self.stream).write(tls::PLAIN_HTTP_ANSWER);
+                env.record(self.peer, None, None, Status::BadRequest, 0);
+                self.tls = None;
+                self.rstart = 0;
+                self.rend = 1; // unread bytes: linger rather than reset
+                self.reading = Reading::Done(CloseReason::Error);
+                Ok(Fill::Data)
+            }
+        }
+    }
+
     fn prepare_out(&mut self, pool: &mut BufPool) {
         if self.out.is_empty() && self.out.buf().capacity() == 0 {
             if let Some(buf) = pool.write.pop() {
@@ -431,11 +541,13 @@ impl Conn {
     }
 
     /// Answer every complete request in the buffer, in order, until the
-    /// output is backlogged or the connection stops reading.
-    fn answer(&mut self, env: &mut ShardEnv<'_>) {
+    /// output is backlogged or the connection stops reading. Returns true
+    /// when it stopped on the backlog with bytes still buffered: the caller
+    /// must come back once the output drains.
+    fn answer(&mut self, env: &mut ShardEnv<'_>) -> bool {
         loop {
             match self.reading {
-                Reading::Done(_) | Reading::Lingering(_) => return,
+                Reading::Done(_) | Reading::Lingering(_) => return false,
                 Reading::Discard { remaining } => {
                     let take = remaining.min((self.rend - self.rstart) as u64);
                     self.rstart += take as usize;
@@ -443,16 +555,19 @@ impl Conn {
                         self.reading = Reading::Discard {
                             remaining: remaining - take,
                         };
-                        return;
+                        return false;
                     }
                     self.reading = Reading::Idle;
                 }
                 Reading::Idle | Reading::Head => {
-                    if self.rstart == self.rend
-                        || self.out.is_backlogged(env.snapshot)
-                        || !self.answer_one(env)
-                    {
-                        return;
+                    if self.rstart == self.rend {
+                        return false;
+                    }
+                    if self.out.is_backlogged(env.snapshot) {
+                        return true;
+                    }
+                    if !self.answer_one(env) {
+                        return false;
                     }
                 }
             }
@@ -485,7 +600,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(self.peer, None, status, bytes);
+                env.record(self.peer, self.tls.as_deref(), None, status, bytes);
                 self.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -513,14 +628,14 @@ impl Conn {
                 Persist::Close,
                 false,
             );
-            env.record(self.peer, Some(&req), status, bytes);
+            env.record(self.peer, self.tls.as_deref(), Some(&req), status, bytes);
             self.queued(env.now);
             self.rstart += head_len;
             self.reading = Reading::Done(CloseReason::Error);
             return false;
         }
         let (status, bytes) = respond::respond(&req, &mut renv, persist, &mut self.out);
-        env.record(self.peer, Some(&req), status, bytes);
+        env.record(self.peer, self.tls.as_deref(), Some(&req), status, bytes);
         self.queued(env.now);
         self.rstart += head_len;
         if persist == Persist::Close {
@@ -570,7 +685,7 @@ impl Conn {
 
     /// Between requests, hand the buffers back to the shard's pool.
     fn park(&mut self, pool: &mut BufPool) {
-        if self.reading != Reading::Idle || self.rstart != self.rend || !self.out.is_empty() {
+        if self.reading != Reading::Idle || self.rstart != self.rend || !self.out_empty() {
             return;
         }
         self.rstart = 0;

@@ -7,6 +7,7 @@
 //! belong to is pinned until they are sent.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
@@ -80,6 +81,38 @@ impl From<io::Error> for WriteError {
             return WriteError::FileChanged;
         }
         WriteError::Io(e)
+    }
+}
+
+/// Where the queue's bytes go: the socket itself (cleartext), or a TLS
+/// session that encrypts them (`conn::tls`). Generic, so the cleartext
+/// path compiles to the same direct calls as before the seam existed.
+pub trait Sink {
+    /// Gathered write. `more`: a file body follows (`MSG_MORE`).
+    fn write_vectored(&mut self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize>;
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize>;
+    /// Zero-copy send of `count` bytes of `file` from `*off`.
+    fn sendfile(&mut self, file: &File, off: &mut u64, count: usize) -> io::Result<usize>;
+}
+
+impl Sink for &TcpStream {
+    #[inline]
+    fn write_vectored(&mut self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        if more {
+            sys::sendmsg_more(*self, iov)
+        } else {
+            Write::write_vectored(self, iov)
+        }
+    }
+
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Write::write(self, buf)
+    }
+
+    #[inline]
+    fn sendfile(&mut self, file: &File, off: &mut u64, count: usize) -> io::Result<usize> {
+        sys::sendfile(*self, file, off, count)
     }
 }
 
@@ -208,7 +241,7 @@ impl Output {
     }
 
     /// Write as much as the socket takes. `Ok(true)` when everything is out.
-    pub fn flush(&mut self, stream: &TcpStream) -> Result<Flush, WriteError> {
+    pub fn flush<S: Sink>(&mut self, stream: &mut S) -> Result<Flush, WriteError> {
         for _ in 0..MAX_WRITES_PER_FLUSH {
             if self.is_empty() {
                 self.reset();
@@ -238,7 +271,7 @@ impl Output {
 
     /// One `writev` of the owned and arena pieces up to the next file chunk.
     /// Returns false on WouldBlock.
-    fn write_gathered(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+    fn write_gathered<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {
         let mut iov: [IoSlice<'_>; MAX_IOVECS] = [IoSlice::new(&[]); MAX_IOVECS];
         let mut n_iov = 0;
         let mut cursor = self.sent;
@@ -281,11 +314,7 @@ impl Output {
             }
             return Ok(true);
         }
-        let res = if before_file {
-            sys::sendmsg_more(stream, &iov[..n_iov])
-        } else {
-            (&*stream).write_vectored(&iov[..n_iov])
-        };
+        let res = stream.write_vectored(&iov[..n_iov], before_file);
         let written = match res {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -337,7 +366,7 @@ impl Output {
     }
 
     /// Send the front file chunk, in the mode the server runs in.
-    fn send_file(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+    fn send_file<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {
         if self.zero_copy {
             self.sendfile(stream)
         } else {
@@ -351,9 +380,9 @@ impl Output {
     /// changes any byte, so every byte sent was read from the snapshot's
     /// version. Unlike `sendfile`, the bytes are ours once read: a later
     /// rewrite cannot reach into data already queued on the socket.
-    fn copy_file(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+    fn copy_file<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {
         if self.staged < self.stage.len() {
-            return match (&*stream).write(&self.stage[self.staged..]) {
+            return match stream.write(&self.stage[self.staged..]) {
                 Ok(0) => Err(io::Error::from(io::ErrorKind::WriteZero).into()),
                 Ok(n) => {
                     self.staged += n;
@@ -398,12 +427,12 @@ impl Output {
     /// but TCP keeps referencing the page cache until the peer has read the
     /// data, so a rewrite in place can still reach bytes already queued:
     /// only for roots that change by rename (`sendfile = true`).
-    fn sendfile(&mut self, stream: &TcpStream) -> Result<bool, WriteError> {
+    fn sendfile<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {
         let (large, off, len) = front_file(&self.pin, &mut self.chunks);
         let file = large.file()?;
         if *len > 1 {
             let count = ((*len - 1) as usize).min(SENDFILE_CHUNK);
-            match sys::sendfile(stream, &*file, off, count) {
+            match stream.sendfile(&file, off, count) {
                 Ok(0) => return Err(WriteError::FileChanged),
                 Ok(n) => {
                     *len -= n as u64;
@@ -419,7 +448,7 @@ impl Output {
         if read != 1 || FileStamp::of(&meta) != large.stamp {
             return Err(WriteError::FileChanged);
         }
-        match (&*stream).write(&last) {
+        match stream.write(&last) {
             Ok(1) => {
                 self.chunks.pop_front();
                 Ok(true)

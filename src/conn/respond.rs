@@ -353,6 +353,15 @@ fn partial(
 }
 
 /// 301 from `/dir` to `/dir/`, keeping the query.
+///
+/// `Location` is built from the normalised path (`env.scratch.path`), never
+/// from the raw target: a target such as `//evil.example/../docs` or
+/// `/\evil.example/../docs` names the local `/docs`, but echoed back it is a
+/// network-path reference that browsers follow to another host. The
+/// normalised path has no empty segment, and every byte outside RFC 3986's
+/// `pchar` (a backslash included) is percent-encoded, so the value always
+/// starts with exactly one `/` followed by a byte that is neither `/` nor
+/// `\`.
 fn redirect_slash(
     target: &[u8],
     env: &mut Env<'_>,
@@ -360,21 +369,15 @@ fn redirect_slash(
     persist: Persist,
     head_only: bool,
 ) -> (Status, u64) {
-    // Absolute-form targets redirect to their path only. `normalize` has
-    // already accepted the target, so it has a path part.
+    // Absolute-form targets keep only their query. `normalize` has already
+    // accepted the target, so it has a path part.
     let target = path::path_part(target).unwrap_or(target);
-    let split = target
-        .iter()
-        .position(|&b| b == b'?' || b == b'#')
-        .unwrap_or(target.len());
-    let (path, query) = target.split_at(split);
+    let query = match target.iter().position(|&b| b == b'?' || b == b'#') {
+        Some(i) if target[i] == b'?' => &target[i..],
+        _ => &b""[..],
+    };
     let query = query.split(|&b| b == b'#').next().unwrap_or(b"");
-    let mut location = Vec::with_capacity(target.len() + 16);
-    location.extend_from_slice(b"Location: ");
-    location.extend_from_slice(path);
-    location.push(b'/');
-    location.extend_from_slice(query);
-    location.extend_from_slice(b"\r\n");
+    let location = slash_location(&env.scratch.path, query);
     error(
         env,
         out,
@@ -384,6 +387,39 @@ fn redirect_slash(
         persist,
         head_only,
     )
+}
+
+/// The `Location` header line for the trailing-slash redirect of the
+/// normalised `path`, with `query` (from `?`, or empty) kept.
+fn slash_location(path: &[u8], query: &[u8]) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut location = Vec::with_capacity(path.len() * 3 + query.len() + 16);
+    location.extend_from_slice(b"Location: ");
+    debug_assert!(path.first() == Some(&b'/') && !path.windows(2).any(|w| w == b"//"));
+    for &b in path {
+        if b == b'/' || is_pchar(b) {
+            location.push(b);
+        } else {
+            location.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+    location.push(b'/');
+    // The query is passed on as the client wrote it (escapes included);
+    // only bytes that may not appear in a header value are encoded.
+    for &b in query {
+        if b.is_ascii_graphic() {
+            location.push(b);
+        } else {
+            location.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+    location.extend_from_slice(b"\r\n");
+    location
+}
+
+/// RFC 3986 `pchar` minus `%` (a decoded `%` is data and gets encoded).
+fn is_pchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b)
 }
 
 /// A response with the snapshot's page for `status`, or else a short
@@ -470,4 +506,26 @@ pub fn error_with(
     buf.extend_from_slice(message.as_bytes());
     buf.push(b'\n');
     (status, body_len as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slash_location;
+
+    #[test]
+    fn slash_location_is_one_local_path() {
+        let cases: &[(&[u8], &[u8], &str)] = &[
+            (b"/docs", b"", "/docs/"),
+            (b"/docs", b"?x=//evil", "/docs/?x=//evil"),
+            (b"/\\evil.example", b"", "/%5Cevil.example/"),
+            (b"/a b/%", b"", "/a%20b/%25/"),
+            (b"/caf\xc3\xa9", b"?q=\xff", "/caf%C3%A9/?q=%FF"),
+            (b"/x", b"?a\r\nSet-Cookie: 1", "/x/?a%0D%0ASet-Cookie:%201"),
+        ];
+        for &(path, query, want) in cases {
+            let line = slash_location(path, query);
+            let want = format!("Location: {want}\r\n");
+            assert_eq!(String::from_utf8_lossy(&line), want, "{path:?} {query:?}");
+        }
+    }
 }

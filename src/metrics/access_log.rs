@@ -8,7 +8,9 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::config::LogFormat;
@@ -30,18 +32,30 @@ enum Msg {
 pub struct AccessLog {
     tx: SyncSender<Msg>,
     format: LogFormat,
+    /// Lines dropped by every shard, for `/metrics` and `/status.json`
+    /// (touched only when a line is dropped, never per request).
+    dropped: Arc<AtomicU64>,
 }
 
 impl AccessLog {
-    /// Open `path` for appending and start the writer thread.
-    pub fn open(path: &Path, format: LogFormat) -> std::io::Result<AccessLog> {
+    /// Open `path` for appending and start the writer thread; dropped lines
+    /// are added to `dropped`.
+    pub fn open(
+        path: &Path,
+        format: LogFormat,
+        dropped: Arc<AtomicU64>,
+    ) -> std::io::Result<AccessLog> {
         let file = open_append(path)?;
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let path = path.to_owned();
         std::thread::Builder::new()
             .name("access-log".into())
             .spawn(move || writer(path, file, rx))?;
-        Ok(AccessLog { tx, format })
+        Ok(AccessLog {
+            tx,
+            format,
+            dropped,
+        })
     }
 
     /// Ask the writer to reopen the file (SIGUSR1).
@@ -107,11 +121,13 @@ pub struct ShardLog {
 
 impl ShardLog {
     /// Append one line for an answered request (`req` is None when the head
-    /// could not be parsed).
+    /// could not be parsed; `tls` is the protocol version and cipher suite
+    /// of a TLS connection, in the JSON format only).
     pub fn line(
         &mut self,
         unix_secs: u64,
         peer: Option<SocketAddr>,
+        tls: Option<(&str, &str)>,
         req: Option<&Request<'_>>,
         status: Status,
         bytes: u64,
@@ -167,7 +183,11 @@ impl ShardLog {
                 escape_json(buf, referer.unwrap_or(b""));
                 buf.extend_from_slice(b"\",\"user_agent\":\"");
                 escape_json(buf, agent.unwrap_or(b""));
-                buf.extend_from_slice(b"\"}\n");
+                let (tls_version, tls_cipher) = tls.unwrap_or(("", ""));
+                let _ = writeln!(
+                    buf,
+                    "\",\"tls_version\":\"{tls_version}\",\"tls_cipher\":\"{tls_cipher}\"}}"
+                );
             }
         }
         if self.buf.len() >= FLUSH_BYTES {
@@ -192,12 +212,17 @@ impl ShardLog {
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(Msg::Lines { mut buf, .. })) => {
-                self.dropped += lines;
+                self.count_dropped(lines);
                 buf.clear();
                 self.buf = buf;
             }
-            Err(_) => self.dropped += lines,
+            Err(_) => self.count_dropped(lines),
         }
+    }
+
+    fn count_dropped(&mut self, lines: u64) {
+        self.dropped += lines;
+        self.log.dropped.fetch_add(lines, Ordering::Relaxed);
     }
 
     fn render_time(&mut self, secs: u64) {

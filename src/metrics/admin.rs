@@ -266,6 +266,7 @@ impl Rates {
             ready: metrics.ready(),
             draining: metrics.draining.load(Ordering::Acquire),
             metrics_enabled: metrics.enabled,
+            access_log_dropped: metrics.access_log_dropped.load(Ordering::Relaxed),
             totals: Totals {
                 requests: cores.iter().map(|c| c.requests).sum(),
                 rps: cores.iter().map(|c| c.rps).sum(),
@@ -299,6 +300,8 @@ struct Status {
     ready: bool,
     draining: bool,
     metrics_enabled: bool,
+    /// Access-log lines dropped because the writer fell behind.
+    access_log_dropped: u64,
     totals: Totals,
     snapshot: SnapshotStatus,
     cores: Vec<CoreStatus>,

@@ -2,6 +2,7 @@
 //! it, published to the shared registry on a tick. Nothing here is atomic,
 //! so the request path never writes a cache line another core reads.
 
+use crate::conn::tls::Handshake;
 use crate::http::Status;
 
 /// Number of distinct [`Status`] values.
@@ -56,6 +57,14 @@ pub const DURATION_BUCKETS: [f64; 14] = [
     0.25, 1.0, 10.0,
 ];
 
+/// TLS handshake duration bucket bounds, in seconds: a full handshake
+/// costs a signature (~0.1 ms ECDSA, ~1 ms RSA-2048) plus round trips, a
+/// resumption a fraction of that; a stalled client ends at the header
+/// timeout, so the buckets reach 10 s.
+pub const HANDSHAKE_BUCKETS: [f64; 12] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10.0,
+];
+
 /// Everything one shard counts. Monotonic totals; the publisher keeps what
 /// it already exported and adds the difference.
 #[derive(Debug, Clone)]
@@ -70,6 +79,13 @@ pub struct ShardCounters {
     /// Counts per bucket of [`DURATION_BUCKETS`], plus one for +Inf.
     pub duration_buckets: [u64; DURATION_BUCKETS.len() + 1],
     pub duration_sum: f64,
+    /// TLS handshakes by [`Handshake`] (full, resumed, failed).
+    pub handshakes: [u64; 3],
+    /// Counts per bucket of [`HANDSHAKE_BUCKETS`], plus one for +Inf.
+    pub handshake_buckets: [u64; HANDSHAKE_BUCKETS.len() + 1],
+    pub handshake_sum: f64,
+    /// Times the shard stopped accepting at `max_connections_per_core`.
+    pub conn_limit_hits: u64,
 }
 
 impl ShardCounters {
@@ -83,6 +99,10 @@ impl ShardCounters {
             active: 0,
             duration_buckets: [0; DURATION_BUCKETS.len() + 1],
             duration_sum: 0.0,
+            handshakes: [0; 3],
+            handshake_buckets: [0; HANDSHAKE_BUCKETS.len() + 1],
+            handshake_sum: 0.0,
+            conn_limit_hits: 0,
         }
     }
 
@@ -104,6 +124,15 @@ impl ShardCounters {
         let i = DURATION_BUCKETS.partition_point(|&b| b < secs);
         self.duration_buckets[i] += n;
         self.duration_sum += secs * n as f64;
+    }
+
+    /// A TLS handshake ended as `kind` after `secs` (failures too, so the
+    /// histogram shows how long bad clients held a slot).
+    pub fn handshake(&mut self, kind: Handshake, secs: f64) {
+        self.handshakes[kind as usize] += 1;
+        let i = HANDSHAKE_BUCKETS.partition_point(|&b| b < secs);
+        self.handshake_buckets[i] += 1;
+        self.handshake_sum += secs;
     }
 
     pub fn accepted(&mut self) {

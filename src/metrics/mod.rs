@@ -11,7 +11,7 @@ pub mod access_log;
 pub mod admin;
 mod counters;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use prometheus::proto::{
 };
 use prometheus::{Encoder, Registry, TextEncoder};
 
-pub use counters::{CloseReason, ShardCounters, DURATION_BUCKETS, STATUSES};
+pub use counters::{CloseReason, ShardCounters, DURATION_BUCKETS, HANDSHAKE_BUCKETS, STATUSES};
 
 use crate::cache::StoreStats;
 use crate::http::Status;
@@ -66,6 +66,8 @@ pub struct Metrics {
     pub handed_over: AtomicBool,
     /// `shardhttpd_upgrades_total{result}`: SIGUSR2 upgrades started here.
     pub upgrades: prometheus::IntCounterVec,
+    /// Access-log lines dropped because the writer fell behind.
+    pub access_log_dropped: Arc<AtomicU64>,
 }
 
 impl Metrics {
@@ -120,6 +122,7 @@ impl Metrics {
             draining: AtomicBool::new(false),
             handed_over: AtomicBool::new(false),
             upgrades,
+            access_log_dropped: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -151,6 +154,16 @@ impl Metrics {
         let mut families = self.registry.gather();
         families.extend(self.shard_families());
         families.extend(snapshot_families(snap));
+        let mut dropped = family(
+            "shardhttpd_access_log_dropped_total",
+            "Access-log lines dropped because the writer fell behind.",
+            MetricType::COUNTER,
+        );
+        dropped.mut_metric().push(counter(
+            &[],
+            self.access_log_dropped.load(Ordering::Relaxed) as f64,
+        ));
+        families.push(dropped);
         families.sort_by(|a, b| a.get_name().cmp(b.get_name()));
         let mut out = Vec::with_capacity(16 * 1024);
         if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
@@ -198,6 +211,16 @@ impl Metrics {
             "Connections closed, by reason.",
             MetricType::COUNTER,
         );
+        let mut handshakes = family(
+            "shardhttpd_tls_handshakes_total",
+            "TLS handshakes, by result: full, resumed (session ticket or ID) or failed.",
+            MetricType::COUNTER,
+        );
+        let mut handshake_duration = family(
+            "shardhttpd_tls_handshake_duration_seconds",
+            "Time from accept to the end of the TLS handshake (failed ones too).",
+            MetricType::HISTOGRAM,
+        );
         let mut info = family(
             "shardhttpd_shard_info",
             "One series per running shard: its core label and the CPU it is pinned to.",
@@ -230,12 +253,34 @@ impl Metrics {
                     c.closed[reason as usize] as f64,
                 ));
             }
+            for kind in crate::conn::tls::Handshake::ALL {
+                handshakes.mut_metric().push(counter(
+                    &[("core", core), ("result", kind.label())],
+                    c.handshakes[kind as usize] as f64,
+                ));
+            }
+            handshake_duration.mut_metric().push(buckets(
+                &[("core", core)],
+                &HANDSHAKE_BUCKETS,
+                &c.handshake_buckets,
+                c.handshake_sum,
+            ));
             if *running {
                 info.mut_metric()
                     .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
             }
         }
-        vec![requests, duration, bytes, accepted, active, closed, info]
+        vec![
+            requests,
+            duration,
+            bytes,
+            accepted,
+            active,
+            closed,
+            handshakes,
+            handshake_duration,
+            info,
+        ]
     }
 }
 
@@ -318,22 +363,32 @@ fn gauge(pairs: &[(&str, &str)], v: f64) -> Metric {
 }
 
 fn histogram(pairs: &[(&str, &str)], c: &ShardCounters) -> Metric {
+    buckets(
+        pairs,
+        &DURATION_BUCKETS,
+        &c.duration_buckets,
+        c.duration_sum,
+    )
+}
+
+/// A histogram from per-bucket counts (`counts` has one more, for +Inf).
+fn buckets(pairs: &[(&str, &str)], bounds: &[f64], counts: &[u64], sum: f64) -> Metric {
     let mut m = Metric::default();
     m.set_label(labels(pairs));
     let mut h = Histogram::default();
     let mut cumulative = 0;
-    let mut buckets = Vec::with_capacity(DURATION_BUCKETS.len());
-    for (i, &bound) in DURATION_BUCKETS.iter().enumerate() {
-        cumulative += c.duration_buckets[i];
+    let mut out = Vec::with_capacity(bounds.len());
+    for (i, &bound) in bounds.iter().enumerate() {
+        cumulative += counts[i];
         let mut b = Bucket::default();
         b.set_upper_bound(bound);
         b.set_cumulative_count(cumulative);
-        buckets.push(b);
+        out.push(b);
     }
-    cumulative += c.duration_buckets[DURATION_BUCKETS.len()];
-    h.set_bucket(buckets);
+    cumulative += counts[bounds.len()];
+    h.set_bucket(out);
     h.set_sample_count(cumulative);
-    h.set_sample_sum(c.duration_sum);
+    h.set_sample_sum(sum);
     m.set_histogram(h);
     m
 }

@@ -17,6 +17,7 @@ use arc_swap::{ArcSwap, Cache};
 
 use crate::cache::Snapshot;
 use crate::conn::respond::Scratch;
+use crate::conn::tls::{Handshake, TlsConn};
 use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step};
 use crate::http::date::DateCache;
 use crate::metrics::access_log::ShardLog;
@@ -63,6 +64,10 @@ pub struct ShardSpec {
     pub waker: Arc<EventFd>,
     pub shared: Arc<Shared>,
     pub conn_cfg: ConnConfig,
+    /// The TLS configuration, when some listeners are TLS.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// `listeners[..plain_listeners]` are cleartext, the rest TLS.
+    pub plain_listeners: usize,
     pub metrics: Arc<Metrics>,
     pub access_log: Option<ShardLog>,
     /// Told once the shard is pinned and its loop is set up (or failed to).
@@ -102,6 +107,9 @@ struct Shard {
     index: usize,
     epoll: Epoll,
     listeners: Vec<Option<TcpListener>>,
+    /// `listeners[..plain_listeners]` are cleartext, the rest TLS.
+    plain_listeners: usize,
+    tls: Option<Arc<rustls::ServerConfig>>,
     /// Listeners that hit [`ACCEPT_BATCH`] and still have connections queued.
     accept_pending: Vec<bool>,
     waker: Arc<EventFd>,
@@ -138,6 +146,8 @@ impl Shard {
             index: spec.index,
             epoll,
             accept_pending: vec![false; spec.listeners.len()],
+            plain_listeners: spec.plain_listeners,
+            tls: spec.tls,
             listeners: spec.listeners.into_iter().map(Some).collect(),
             waker: spec.waker,
             cache: Cache::new(Arc::clone(&spec.shared.snapshot)),
@@ -236,6 +246,11 @@ impl Shard {
                 }
                 if now >= deadline {
                     let tokens: Vec<u64> = self.conns.tokens().collect();
+                    tracing::warn!(
+                        shard = self.index,
+                        connections = tokens.len(),
+                        "shutdown grace ran out; force-closing connections"
+                    );
                     for token in tokens {
                         self.close(token, CloseReason::Shutdown);
                     }
@@ -299,7 +314,21 @@ impl Shard {
                         self.accept_failing = false;
                         tracing::info!(shard = self.index, "accepting again");
                     }
-                    let token = self.conns.insert(Conn::new(stream, peer, now, &self.cfg));
+                    let tls = match &self.tls {
+                        Some(config) if i >= self.plain_listeners => {
+                            match TlsConn::new(config, now) {
+                                Ok(t) => Some(Box::new(t)),
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "TLS session setup failed");
+                                    continue;
+                                }
+                            }
+                        }
+                        _ => None,
+                    };
+                    let token = self
+                        .conns
+                        .insert(Conn::new(stream, peer, now, &self.cfg, tls));
                     self.counters.accepted();
                     // With TCP_DEFER_ACCEPT the request is usually here
                     // already: answer it before registering, so a
@@ -397,7 +426,12 @@ impl Shard {
     }
 
     fn close(&mut self, token: u64, reason: CloseReason) {
-        if self.conns.remove(token).is_some() {
+        if let Some(conn) = self.conns.remove(token) {
+            if let Some(secs) = conn.unfinished_handshake() {
+                // Closed (timeout, EOF, reset) before the handshake ended;
+                // a handshake error was counted when it happened.
+                self.counters.handshake(Handshake::Failed, secs);
+            }
             self.counters.closed(reason);
         }
     }

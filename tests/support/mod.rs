@@ -1104,3 +1104,4 @@ pub fn threads(pid: u32) -> BTreeMap<String, u32> {
     }
     out
 }
+pub mod tls;

@@ -4,8 +4,10 @@
 //! all of them in one `send`. No parsing, no files, no timers: what is left
 //! is the syscall and TCP cost any HTTP/1.1 server pays, which is the
 //! distance every table shows. A request carrying `Connection: close` is
-//! answered with the same header and the connection closed, so the close
-//! rows measure accept + recv + send + close.
+//! answered with the same header and the connection closed. The listener has
+//! `TCP_DEFER_ACCEPT` (as shardhttpd's has) and a new connection is read at
+//! once, so the close rows measure accept + recv + send + close, with no
+//! epoll registration unless the request is not there yet.
 //!
 //! Run as `shardbench floor --listen ADDR` (the study pins it like a server).
 
@@ -28,6 +30,8 @@ struct Conn {
     close: bool,
     /// Response bytes not yet accepted by the kernel.
     pending: Vec<u8>,
+    /// Registered for EPOLLOUT (waiting to send `pending`), not EPOLLIN.
+    out_armed: bool,
 }
 
 fn response(close: bool) -> Vec<u8> {
@@ -74,6 +78,20 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
     if unsafe { libc::listen(lfd, BACKLOG) } == -1 {
         return Err(io::Error::last_os_error());
     }
+    let defer: libc::c_int = 1;
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            lfd,
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&defer as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
     // SAFETY: epoll_create1 returns a new fd (checked) that nothing else owns.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if ep == -1 {
@@ -107,7 +125,7 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
         for ev in &events[..n as usize] {
             let fd = ev.u64 as RawFd;
             if fd == lfd {
-                accept_all(&ep, lfd, &mut conns)?;
+                accept_all(&ep, lfd, &mut conns, &mut buf, &keep, &close)?;
                 continue;
             }
             let slot = fd as usize;
@@ -115,9 +133,9 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
                 continue;
             };
             let done = if ev.events & libc::EPOLLOUT as u32 != 0 && !conn.pending.is_empty() {
-                flush(&ep, conn)
+                flush(&ep, conn, true)
             } else {
-                serve(&ep, conn, &mut buf, &keep, &close)
+                serve(&ep, conn, &mut buf, &keep, &close, true)
             };
             if done {
                 // Dropping the OwnedFd closes it (and removes it from epoll).
@@ -139,7 +157,14 @@ fn ctl(ep: &OwnedFd, op: libc::c_int, fd: RawFd, events: u32) -> io::Result<()> 
     Ok(())
 }
 
-fn accept_all(ep: &OwnedFd, lfd: RawFd, conns: &mut Vec<Option<Conn>>) -> io::Result<()> {
+fn accept_all(
+    ep: &OwnedFd,
+    lfd: RawFd,
+    conns: &mut Vec<Option<Conn>>,
+    buf: &mut [u8],
+    keep: &[u8],
+    close: &[u8],
+) -> io::Result<()> {
     loop {
         // SAFETY: null address pointers are allowed; the result is checked.
         let fd = unsafe {
@@ -157,22 +182,41 @@ fn accept_all(ep: &OwnedFd, lfd: RawFd, conns: &mut Vec<Option<Conn>>) -> io::Re
         }
         // SAFETY: accept4 returned a new socket nothing else owns.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        let slot = fd as usize;
-        if conns.len() <= slot {
-            conns.resize_with(slot + 1, || None);
-        }
-        ctl(ep, libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32)?;
-        conns[slot] = Some(Conn {
+        let mut conn = Conn {
             fd: owned,
             matched: 0,
             close: false,
             pending: Vec::new(),
-        });
+            out_armed: false,
+        };
+        // TCP_DEFER_ACCEPT: the request is usually there already.
+        if serve(ep, &mut conn, buf, keep, close, false) {
+            continue;
+        }
+        let slot = fd as usize;
+        if conns.len() <= slot {
+            conns.resize_with(slot + 1, || None);
+        }
+        let events = if conn.out_armed {
+            libc::EPOLLOUT
+        } else {
+            libc::EPOLLIN
+        };
+        ctl(ep, libc::EPOLL_CTL_ADD, fd, events as u32)?;
+        conns[slot] = Some(conn);
     }
 }
 
 /// One recv, one send. Returns true when the connection is finished.
-fn serve(ep: &OwnedFd, conn: &mut Conn, buf: &mut [u8], keep: &[u8], close: &[u8]) -> bool {
+/// `registered`: the fd is in epoll already (else the caller adds it).
+fn serve(
+    ep: &OwnedFd,
+    conn: &mut Conn,
+    buf: &mut [u8],
+    keep: &[u8],
+    close: &[u8],
+    registered: bool,
+) -> bool {
     // SAFETY: `buf` is writable for its length; the fd is open.
     let n = unsafe { libc::recv(conn.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
     if n == 0 {
@@ -191,11 +235,12 @@ fn serve(ep: &OwnedFd, conn: &mut Conn, buf: &mut [u8], keep: &[u8], close: &[u8
         out.extend_from_slice(one);
     }
     conn.pending = out;
-    flush(ep, conn)
+    flush(ep, conn, registered)
 }
 
-/// Send what is pending; wait for EPOLLOUT if the kernel took only part.
-fn flush(ep: &OwnedFd, conn: &mut Conn) -> bool {
+/// Send what is pending; wait for EPOLLOUT if the kernel took only part
+/// (switching the registration only if the fd is `registered`).
+fn flush(ep: &OwnedFd, conn: &mut Conn, registered: bool) -> bool {
     // SAFETY: `pending` is readable for its length; the fd is open.
     let n = unsafe {
         libc::send(
@@ -206,18 +251,27 @@ fn flush(ep: &OwnedFd, conn: &mut Conn) -> bool {
         )
     };
     if n < 0 {
-        return io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock;
-    }
-    conn.pending.drain(..n as usize);
-    let fd = conn.fd.as_raw_fd();
-    if conn.pending.is_empty() {
-        if conn.close {
+        if io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
             return true;
         }
-        let _ = ctl(ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32);
     } else {
-        let _ = ctl(ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLOUT as u32);
+        conn.pending.drain(..n as usize);
     }
+    if conn.pending.is_empty() && conn.close {
+        return true;
+    }
+    let want_out = !conn.pending.is_empty();
+    // Only on a change of interest: the keep-alive path makes no epoll_ctl
+    // per request.
+    if registered && want_out != conn.out_armed {
+        let events = if want_out {
+            libc::EPOLLOUT
+        } else {
+            libc::EPOLLIN
+        };
+        let _ = ctl(ep, libc::EPOLL_CTL_MOD, conn.fd.as_raw_fd(), events as u32);
+    }
+    conn.out_armed = want_out;
     false
 }
 
@@ -231,6 +285,7 @@ mod tests {
             matched: 0,
             close: false,
             pending: Vec::new(),
+            out_armed: false,
         }
     }
 

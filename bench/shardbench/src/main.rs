@@ -73,6 +73,9 @@ struct RunArgs {
     /// Skip the shard sweep.
     #[arg(long)]
     no_sweep: bool,
+    /// Only the shard sweep: no matrix, no floor, no peers.
+    #[arg(long, conflicts_with = "no_sweep")]
+    sweep_only: bool,
     /// Connections in the shard sweep.
     #[arg(long, value_name = "N", default_value_t = 256)]
     sweep_concurrency: usize,
@@ -150,7 +153,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
     let ab = servers::installed("ab").is_some();
     let mut notes = plan.notes.clone();
     if !ab {
-        notes.push("ab is not installed: its rows are skipped".into());
+        notes.push("ab is not installed: its rows, HEAD among them, are skipped".into());
     }
     if servers::installed("httperf").is_none() {
         notes.push("httperf is not installed: no httperf rows".into());
@@ -161,6 +164,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
         ));
     }
     plan.cells.retain(|c| ab || c.tool != Tool::Ab);
+    if args.sweep_only {
+        plan.cells.clear();
+    }
 
     let out = args.out.clone();
     let work = out.join("work");
@@ -195,11 +201,13 @@ fn study(args: RunArgs) -> io::Result<bool> {
         nofile,
     };
     let mut running: Vec<Server> = Vec::new();
-    let (shard, _) = servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd")?;
-    running.push(shard);
-    running.push(servers::start_floor(&setup)?);
-    if args.no_peers {
-        notes.push("--no-peers: no peer servers measured".into());
+    if !args.sweep_only {
+        let (shard, _) = servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd")?;
+        running.push(shard);
+        running.push(servers::start_floor(&setup)?);
+    }
+    if args.no_peers || args.sweep_only {
+        notes.push("no peer servers measured".into());
     } else {
         for peer in servers::PEERS {
             if servers::installed(peer).is_none() {
@@ -247,6 +255,18 @@ fn study(args: RunArgs) -> io::Result<bool> {
         }
     }
     let names: Vec<String> = running.iter().map(|s| s.name.clone()).collect();
+    let somaxconn: usize = fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4096);
+    if plan.cells.iter().any(|c| c.concurrency > somaxconn) {
+        notes.push(format!(
+            "cells above c={somaxconn} (net.core.somaxconn) run at least {} s: the connections \
+             beyond the listen backlog wait for SYN retransmission, and shorter cells would \
+             measure the connect storm",
+            LONG_CELL.as_secs()
+        ));
+    }
     let jobs: Vec<(Cell, usize)> = plan
         .cells
         .iter()
@@ -264,14 +284,18 @@ fn study(args: RunArgs) -> io::Result<bool> {
         (1..=ctx.server.len()).collect()
     };
     let total = jobs.len() + 2 * sweep_shards.len();
-    let per_cell = duration.as_secs_f64() + 0.4;
+    let expected: f64 = jobs
+        .iter()
+        .map(|(c, _)| cell_duration(duration, c.concurrency, somaxconn).as_secs_f64() + 0.2)
+        .sum::<f64>()
+        + 2.0 * sweep_shards.len() as f64 * (duration.as_secs_f64() + 1.5);
     eprintln!(
         "{} cells ({} matrix over {}, {} sweep), about {} at {:.0} s per cell",
         total,
         jobs.len(),
         names.join(", "),
         2 * sweep_shards.len(),
-        hms(total as f64 * per_cell),
+        hms(expected),
         duration.as_secs_f64()
     );
     if args.dry_run {
@@ -290,10 +314,10 @@ fn study(args: RunArgs) -> io::Result<bool> {
         let elapsed = loop_start.elapsed().as_secs_f64();
         let left = (total - done) as f64 * (elapsed / done as f64);
         eprintln!(
-            "[{done}/{total}] {label}: {} rps, p50 {:.2} ms, p99 {:.2} ms, {:.2} µs/req, {} errors, client {:.0}% busy · {} left",
+            "[{done}/{total}] {label}: {} rps, p50 {:.2} ms, p99 {}, {:.2} µs/req, {} errors, client {:.0}% busy · {} left",
             rps_text(row.outcome.rps),
             row.outcome.p50_ms,
-            row.outcome.p99_ms,
+            report::ms(row.outcome.p99_ms, " ms"),
             row.server_cpu_us_per_req,
             row.outcome.errors,
             row.client_cpu_busy_pct,
@@ -319,7 +343,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
             port: s.port,
             path: cell.doc.path,
             concurrency: cell.concurrency,
-            duration: ctx.duration,
+            duration: cell_duration(ctx.duration, cell.concurrency, somaxconn),
             client_cpus: &ctx.client,
             last_modified: s.last_modified.as_deref(),
             work: &ctx.work,
@@ -449,6 +473,19 @@ fn study(args: RunArgs) -> io::Result<bool> {
     Ok(complete)
 }
 
+/// Shortest cell above the listen backlog.
+const LONG_CELL: Duration = Duration::from_secs(5);
+
+/// A cell's length: at least [`LONG_CELL`] when its connections overflow
+/// the listen backlog.
+fn cell_duration(base: Duration, concurrency: usize, somaxconn: usize) -> Duration {
+    if concurrency > somaxconn {
+        base.max(LONG_CELL)
+    } else {
+        base
+    }
+}
+
 /// Run one load and turn it into a row (section and names left to the
 /// caller). `None` when interrupted.
 fn measure(
@@ -475,6 +512,10 @@ fn measure(
         return Ok(None);
     };
     let elapsed = start.elapsed().as_secs_f64();
+    let mut note = outcome.note.clone();
+    if outcome.requests == 0 && note.is_empty() {
+        note = "no responses".into();
+    }
     let t1 = procs::tree_ticks(server_pid);
     let c1 = procs::cpu_ticks(&ctx.client);
     let server_s = t1.saturating_sub(t0) as f64 / ctx.tck as f64;
@@ -501,6 +542,7 @@ fn measure(
             0.0
         },
         outcome,
+        note,
         ..Row::default()
     }))
 }

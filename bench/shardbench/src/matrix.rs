@@ -8,6 +8,9 @@ use crate::load::{Mode, Tool};
 /// The classic concurrency levels.
 pub const CONCURRENCY: [usize; 5] = [1, 10, 100, 1000, 10_000];
 
+/// Most connections an ab row uses.
+pub const AB_MAX: usize = 1000;
+
 /// How much of the matrix to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -73,6 +76,8 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
     };
     let mut cells = Vec::new();
     let mut add = |mode, doc, c: usize, tool, notes: &mut Vec<String>| {
+        // ab is one single-threaded process: the classic tables stop at 1000.
+        let c = if tool == Tool::Ab { c.min(AB_MAX) } else { c };
         let concurrency = fit(c, notes);
         let cell = Cell {
             mode,
@@ -100,15 +105,19 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
                     }
                 }
             }
-            for mode in [Mode::Pipeline, Mode::Ims, Mode::Head] {
+            for mode in [Mode::Pipeline, Mode::Ims] {
                 for &c in levels {
                     add(mode, SMALL, c, Tool::Wrk, &mut notes);
                 }
             }
-            // The classic tables' ab rows: small files, up to c=1000.
+            // HEAD on ab (wrk 4 cannot count HEAD responses), and the
+            // classic tables' ab rows: small files; all up to c=1000.
+            for &c in levels.iter().filter(|&&c| c <= AB_MAX) {
+                add(Mode::Head, SMALL, c, Tool::Ab, &mut notes);
+            }
             for mode in [Mode::Close, Mode::KeepAlive] {
                 for doc in &DOCS[..2] {
-                    for &c in levels.iter().filter(|&&c| c <= 1000) {
+                    for &c in levels.iter().filter(|&&c| c <= AB_MAX) {
                         add(mode, *doc, c, Tool::Ab, &mut notes);
                     }
                 }
@@ -126,9 +135,10 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
             for doc in DOCS {
                 add(Mode::Close, doc, mid, Tool::Wrk, &mut notes);
             }
-            for mode in [Mode::Pipeline, Mode::Ims, Mode::Head] {
+            for mode in [Mode::Pipeline, Mode::Ims] {
                 add(mode, SMALL, mid, Tool::Wrk, &mut notes);
             }
+            add(Mode::Head, SMALL, mid, Tool::Ab, &mut notes);
             add(Mode::Close, SMALL, mid, Tool::Ab, &mut notes);
         }
         Kind::Tiny => {
@@ -146,8 +156,9 @@ mod tests {
     #[test]
     fn full_matrix_covers_every_classic_row() {
         let p = plan(Kind::Full, None, 100_000);
-        // 2 modes × 4 sizes × 5 levels + 3 rows × 5 + ab 2 × 2 × 4.
-        assert_eq!(p.cells.len(), 40 + 15 + 16);
+        // 2 modes × 4 sizes × 5 levels + 2 rows × 5, then on ab HEAD × 4
+        // and 2 modes × 2 sizes × 4 (up to c=1000).
+        assert_eq!(p.cells.len(), 40 + 10 + 4 + 16);
         assert!(p.notes.is_empty());
     }
 
@@ -168,5 +179,10 @@ mod tests {
         let floor = p.cells.iter().filter(|c| c.applies_to("floor")).count();
         assert_eq!(floor, 3 + 1 + 1, "keep-alive curve, close and pipelining");
         assert!(p.cells.iter().all(|c| c.applies_to("nginx")));
+        let p = plan(Kind::Quick, Some(&[10_000]), 100_000);
+        assert!(p
+            .cells
+            .iter()
+            .all(|c| c.tool == Tool::Wrk || c.concurrency == AB_MAX));
     }
 }

@@ -117,7 +117,7 @@ impl Row {
             self.outcome.requests.to_string(),
             format!("{:.0}", self.outcome.rps),
             format!("{:.3}", self.outcome.p50_ms),
-            format!("{:.3}", self.outcome.p99_ms),
+            ms(self.outcome.p99_ms, ""),
             self.outcome.errors.to_string(),
             format!("{:.2}", self.server_cpu_us_per_req),
             format!("{:.0}", self.server_cpu_busy_pct),
@@ -157,6 +157,20 @@ fn quote(f: &str) -> String {
         format!("\"{}\"", f.replace('"', "\"\""))
     } else {
         f.to_owned()
+    }
+}
+
+/// Milliseconds with three decimals, or `n/a`/empty when not measured.
+pub fn ms(v: f64, unit: &str) -> String {
+    if v.is_nan() {
+        if unit.is_empty() {
+            String::new()
+        } else {
+            "p99 n/a".into()
+        }
+    } else {
+        let places = if unit.is_empty() { 3 } else { 2 };
+        format!("{v:.places$}{unit}")
     }
 }
 
@@ -227,10 +241,10 @@ pub fn markdown(rows: &[Row]) -> String {
                         us.insert(s.as_str(), r.server_cpu_us_per_req);
                         let _ = write!(
                             line,
-                            " {} · {:.2} µs · {:.2} ms{}{} |",
+                            " {} · {:.2} µs · {}{}{} |",
                             rps(r.outcome.rps),
                             r.server_cpu_us_per_req,
-                            r.outcome.p99_ms,
+                            ms(r.outcome.p99_ms, " ms"),
                             if r.outcome.errors > 0 { " !" } else { "" },
                             if r.client_cpu_busy_pct >= 90.0 {
                                 " ᶜ"

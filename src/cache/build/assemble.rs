@@ -12,7 +12,7 @@ use super::plan::{add_dir_slashes, Plan, Step};
 use super::render::render_entry;
 use super::walk::Walk;
 use crate::cache::{
-    Body, BuildOptions, LargeFile, Repr, Resource, Snapshot, SnapshotStats, Source, SIDECARS,
+    Body, BuildOptions, Entry, LargeFile, Repr, Resource, Snapshot, SnapshotStats, Source, SIDECARS,
 };
 
 /// Where an arena body's bytes come from at assembly.
@@ -64,6 +64,21 @@ pub(super) fn assemble(
             }
             (step, _) => step,
         };
+        if let Step::Reuse(o) = step {
+            let old = old.expect("reuse needs an old snapshot");
+            let entry = old.entry(o);
+            let variant_bytes: u64 = entry.encoded.iter().map(|(_, r)| r.len).sum();
+            if variant_bytes <= variant_budget {
+                // Its heads are a pure function of inputs that did not
+                // change: copy them rather than render them again.
+                variant_budget -= variant_bytes;
+                stats.reused += 1;
+                let idx = u32::try_from(entries.len()).context("more than u32::MAX files")?;
+                entries.push(arena.carry_entry(entry, &mut stats));
+                remap[i] = Some(Resource::File(idx));
+                continue;
+            }
+        }
         let (identity, variants, source) = match (step, loaded) {
             (Step::Reuse(o), _) => {
                 let old = old.expect("reuse needs an old snapshot");
@@ -121,6 +136,7 @@ pub(super) fn assemble(
                 continue;
             }
             (Step::Load { .. }, Some(Loaded::Skip | Loaded::Unsettled) | None) => continue,
+            (Step::Hold, _) => continue,
         };
         match identity.body {
             Body::Mem { len, .. } => stats.mem_bytes += len as u64,
@@ -255,6 +271,28 @@ impl ArenaPlan {
             hash: repr.hash,
             body,
         }
+    }
+
+    /// Carry a whole old entry over, its heads as they are, its arena
+    /// bodies laid out anew; counts its bytes into `stats`.
+    pub(super) fn carry_entry(&mut self, entry: &Entry, stats: &mut SnapshotStats) -> Entry {
+        let mut entry = entry.clone();
+        match &entry.identity.body {
+            Body::Mem { len, .. } => stats.mem_bytes += *len as u64,
+            Body::File(_) => {
+                stats.file_bytes += entry.identity.len;
+                stats.large_files += 1;
+            }
+        }
+        if let Body::Mem { .. } = entry.identity.body {
+            entry.identity.body = self.push(Bytes::from_old(&entry.identity.body));
+        }
+        for (coding, repr) in &mut entry.encoded {
+            let slot = SIDECARS.iter().position(|(c, _)| c == coding).unwrap_or(0);
+            stats.encoded_bytes[slot] += repr.len;
+            repr.body = self.push(Bytes::from_old(&repr.body));
+        }
+        entry
     }
 
     /// Copy every part into fresh anonymous memory and seal it read-only.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
+use xxhash_rust::xxh3::xxh3_128;
 
 use super::plan::{Plan, Step};
 use super::render::content_type;
@@ -33,10 +33,6 @@ pub(super) const MAX_READ_ATTEMPTS: usize = 6;
 /// old: any later write then shows as a newer ctime, both to the re-check
 /// after a read here and to the connection's check around `sendfile`.
 pub(super) const STAMP_SETTLE: Duration = Duration::from_millis(20);
-
-/// Read size when streaming a large file through the hasher: big enough to
-/// amortise the syscalls, small enough to stay in L2.
-pub(super) const HASH_CHUNK: usize = 256 * 1024;
 
 /// Pass 2's result for one file.
 // Nearly every result is `Ok`: boxing it would only add an allocation.
@@ -80,14 +76,17 @@ pub(super) fn load_all(
         .min(todo.len());
     let cursor = AtomicUsize::new(0);
     let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    // The workers log inside the caller's span (the log filter drops a
+    // repeated start-up build's lines by its span).
+    let span = tracing::Span::current();
     let done: Vec<Vec<(usize, Loaded)>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
+                    let _span = span.enter();
                     // Builders share CPUs with the shards: the request path
                     // wins whenever both want a core.
                     crate::sys::lower_thread_priority();
-                    let mut chunk = Vec::new();
                     let mut out = Vec::new();
                     loop {
                         let n = cursor.fetch_add(1, Ordering::Relaxed);
@@ -95,7 +94,7 @@ pub(super) fn load_all(
                         let Step::Load { in_mem } = plan.steps[i] else {
                             unreachable!()
                         };
-                        match load_one(opts, walk, i, in_mem, &mut chunk) {
+                        match load_one(opts, walk, i, in_mem) {
                             Ok(loaded) => out.push((i, loaded)),
                             Err(err) => {
                                 // Stop every worker: the build has failed.
@@ -130,7 +129,6 @@ pub(super) fn load_one(
     walk: &Walk<'_>,
     i: usize,
     in_mem: bool,
-    chunk: &mut Vec<u8>,
 ) -> anyhow::Result<Loaded> {
     let job = &walk.files[i];
     let policy = MemPolicy {
@@ -138,14 +136,18 @@ pub(super) fn load_one(
         budget: if in_mem { job.stamp.size } else { 0 },
     };
     let opened = open_regular(walk, &job.path, &job.stamp);
-    let file = match opened.and_then(|f| load_file(&job.path, f, policy, chunk)) {
+    let file = match opened.and_then(|f| load_file(&job.path, f, policy)) {
         Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
         Ok(Some(file)) => file,
         Ok(None) => {
             tracing::debug!(path = %job.path.display(), "skipping file replaced by a non-file");
             return Ok(Loaded::Skip);
         }
-        Err(err) if is_forbidden(&err) => return Ok(Loaded::Forbidden),
+        Err(err) if is_forbidden(&err) => {
+            // Once per file and build: every request for it gets a 403.
+            tracing::warn!(path = %job.path.display(), %err, "unreadable file; answering 403");
+            return Ok(Loaded::Forbidden);
+        }
         Err(err) if tree_changed(&err) => {
             tracing::debug!(path = %job.path.display(), %err, "file changed since the walk");
             return Err(TreeChanged(job.path.clone()).into());
@@ -306,8 +308,10 @@ pub(super) enum LoadedBody {
 }
 
 /// Read and hash `file` (opened from `path`, used for logs). Files that fit
-/// `policy` are kept in memory; others are streamed through the hasher and
-/// keep their fd.
+/// `policy` are kept in memory. Others are not read at all: like nginx,
+/// their validator is derived from what `fstat` says (inode, size, mtime in
+/// ns; see [`stamp_validator`]), so a root of large media starts in the
+/// time it takes to stat it.
 /// `Ok(None)` when the fd is not a regular file (swapped since the walk).
 ///
 /// The stamp is taken before and after each read; when they differ the file
@@ -318,7 +322,6 @@ pub(super) fn load_file(
     path: &Path,
     file: File,
     policy: MemPolicy,
-    chunk: &mut Vec<u8>,
 ) -> io::Result<Option<LoadedFile>> {
     let mut attempt = 1;
     loop {
@@ -343,8 +346,7 @@ pub(super) fn load_file(
             let bytes = read_prefix(&file, before.size)?;
             (bytes.len() as u64, xxh3_128(&bytes), Some(bytes))
         } else {
-            let (len, hash) = hash_stream(&file, chunk)?;
-            (len, hash, None)
+            (before.size, stamp_validator(&before), None)
         };
         let after = FileStamp::of(&file.metadata()?);
         let settled = after == before && !fresh;
@@ -404,22 +406,15 @@ pub(super) fn read_prefix(file: &File, size: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Hash the whole of `file` in [`HASH_CHUNK`] pieces, so a large file never
-/// has to fit in memory. Returns the bytes hashed and the hash.
-pub(super) fn hash_stream(file: &File, chunk: &mut Vec<u8>) -> io::Result<(u64, u128)> {
-    chunk.resize(HASH_CHUNK, 0);
-    let mut hasher = Xxh3Default::new();
-    let mut pos = 0u64;
-    loop {
-        match file.read_at(chunk, pos) {
-            Ok(0) => break,
-            Ok(n) => {
-                hasher.update(&chunk[..n]);
-                pos += n as u64;
-            }
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok((pos, hasher.digest128()))
+/// The validator of a file sent from its fd, computed without reading it:
+/// a hash of its inode, size and mtime (ns). Any write changes the mtime,
+/// and a replacement by rename the inode; the connection re-checks the full
+/// stamp around every piece it sends, so bytes of another version never go
+/// out under this ETag.
+pub(super) fn stamp_validator(stamp: &FileStamp) -> u128 {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&stamp.ino.to_le_bytes());
+    bytes[8..16].copy_from_slice(&stamp.size.to_le_bytes());
+    bytes[16..].copy_from_slice(&stamp.mtime_ns.to_le_bytes());
+    xxh3_128(&bytes)
 }

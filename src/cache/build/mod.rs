@@ -23,6 +23,7 @@ mod walk;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::fs::{self, File};
 use std::io;
@@ -135,7 +136,7 @@ fn test_pause_before_open(root: &Path) {
 
 /// Walk `opts.root` and build generation `generation` from scratch.
 pub fn build(opts: &BuildOptions, generation: u64) -> anyhow::Result<Snapshot> {
-    match rebuild(opts, generation, None)? {
+    match rebuild(opts, generation, None, &HashSet::new())? {
         Built::New(snapshot) => Ok(snapshot),
         Built::Unchanged => unreachable!("a build without a previous snapshot is always new"),
     }
@@ -152,11 +153,13 @@ pub fn build(opts: &BuildOptions, generation: u64) -> anyhow::Result<Snapshot> {
 /// is left out (404), or marked [`Resource::Forbidden`] when the kernel says
 /// EACCES/EPERM. Symlinks are followed only to targets inside the canonical
 /// root, which is resolved again on every build (a symlinked root may have
-/// been switched).
+/// been switched). Files in `held` (canonical paths) have a writer that has
+/// not closed them yet: they keep their version in `old`, or stay out.
 pub fn rebuild(
     opts: &BuildOptions,
     generation: u64,
     old: Option<&Snapshot>,
+    held: &HashSet<PathBuf>,
 ) -> anyhow::Result<Built> {
     let started = Instant::now();
     // Entries built without variants cannot stand in for ones built with
@@ -195,7 +198,8 @@ pub fn rebuild(
     walk.walk_children(children, &root, &mut url, &mut ancestors)?;
     walk.dirs.push(Box::default());
 
-    let plan = Plan::new(opts, &walk, old);
+    let walked = started.elapsed();
+    let plan = Plan::new(opts, &walk, old, held);
     if let Some(old) = old {
         if plan.is_unchanged(&walk, old) {
             tracing::debug!(
@@ -206,7 +210,9 @@ pub fn rebuild(
         }
     }
     test_pause_before_open(&walk.root);
+    let planned = started.elapsed();
     let loaded = load_all(opts, &walk, &plan)?;
+    let load_done = started.elapsed();
     let snapshot = assemble(opts, walk, plan, loaded, old, generation)?;
     tracing::info!(
         generation,
@@ -216,6 +222,10 @@ pub fn rebuild(
         mem_bytes = snapshot.stats.mem_bytes,
         file_bytes = snapshot.stats.file_bytes,
         encoded_bytes = snapshot.stats.encoded_bytes.iter().sum::<u64>(),
+        walk_ms = walked.as_millis() as u64,
+        plan_ms = (planned - walked).as_millis() as u64,
+        load_ms = (load_done - planned).as_millis() as u64,
+        assemble_ms = (started.elapsed() - load_done).as_millis() as u64,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "snapshot built"
     );

@@ -2,6 +2,9 @@
 //! snapshot's entry (same [`Source`]) or load it again, and whether its
 //! identity body goes in memory; and whether the whole tree is unchanged.
 
+use std::collections::HashSet;
+use std::path::PathBuf;
+
 use super::walk::Walk;
 use crate::cache::{Body, BuildOptions, PathIndex, Resource, Snapshot, Source};
 
@@ -21,10 +24,20 @@ pub(super) enum Step {
     Load {
         in_mem: bool,
     },
+    /// A writer still has the file open and the old snapshot has no
+    /// version of it: left out until the writer closes it.
+    Hold,
 }
 
 impl Plan {
-    pub(super) fn new(opts: &BuildOptions, walk: &Walk<'_>, old: Option<&Snapshot>) -> Plan {
+    /// `held` names (canonical paths of) files a writer still has open: they
+    /// keep the old snapshot's version, whatever their stamp says.
+    pub(super) fn new(
+        opts: &BuildOptions,
+        walk: &Walk<'_>,
+        old: Option<&Snapshot>,
+        held: &HashSet<PathBuf>,
+    ) -> Plan {
         let mut identity_mem = 0u64;
         let steps = walk
             .files
@@ -40,6 +53,12 @@ impl Plan {
                     stamp: job.stamp,
                     sidecars: walk.sidecars(job).map(|s| s.map(|(_, stamp)| stamp)),
                 };
+                if !held.is_empty() && held.contains(&job.path) {
+                    return match old.and_then(|old| old.resolve(&job.url)) {
+                        Some(Resource::File(i)) => Step::Reuse(i),
+                        _ => Step::Hold,
+                    };
+                }
                 let reusable = old.and_then(|old| match old.resolve(&job.url) {
                     Some(Resource::File(i)) => {
                         let entry = old.entry(i);

@@ -7,7 +7,6 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::load::HASH_CHUNK;
 use super::render::{content_type, last_modified_secs, MAX_HTTP_DATE_SECS};
 use super::*;
 use crate::cache::{
@@ -199,22 +198,29 @@ fn etag_depends_on_content_only() {
 }
 
 #[test]
-fn streamed_hash_matches_in_memory_hash() {
+fn large_files_get_a_validator_without_being_read() {
     let dir = TempDir::new("stream");
-    // Several hash chunks and a ragged tail.
-    let content: Vec<u8> = (0..HASH_CHUNK * 2 + 123)
-        .map(|i| (i * 31 % 251) as u8)
-        .collect();
-    dir.write("big.bin", &content);
+    let content: Vec<u8> = (0..600_000).map(|i| (i * 31 % 251) as u8).collect();
+    let path = dir.write("big.bin", &content);
     let mut o = opts(&dir.0);
-    o.cache_max_bytes = 1 << 30;
-    o.sendfile_threshold = 1 << 30;
-    let in_mem = build(&o, 1).unwrap();
-    assert!(is_mem(&in_mem, b"/big.bin"));
     o.sendfile_threshold = 1024;
-    let streamed = build(&o, 2).unwrap();
-    assert!(!is_mem(&streamed, b"/big.bin"));
-    assert_eq!(etag(&in_mem, b"/big.bin"), etag(&streamed, b"/big.bin"));
+    let first = build(&o, 1).unwrap();
+    assert!(!is_mem(&first, b"/big.bin"));
+    let tag = etag(&first, b"/big.bin");
+    assert_eq!(
+        first.entry(file_idx(&first, b"/big.bin")).identity.len,
+        600_000
+    );
+    // Same stamp, same validator.
+    assert_eq!(etag(&build(&o, 2).unwrap(), b"/big.bin"), tag);
+    // Same bytes, new mtime: a new validator (it never saw the bytes).
+    File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+        .unwrap();
+    assert_ne!(etag(&build(&o, 3).unwrap(), b"/big.bin"), tag);
 }
 
 #[test]
@@ -396,7 +402,7 @@ fn page(n: usize) -> Vec<u8> {
 }
 
 fn rebuilt(o: &BuildOptions, generation: u64, old: &Snapshot) -> Option<Snapshot> {
-    match rebuild(o, generation, Some(old)).unwrap() {
+    match rebuild(o, generation, Some(old), &Default::default()).unwrap() {
         Built::New(s) => Some(s),
         Built::Unchanged => None,
     }

@@ -42,6 +42,9 @@ pub(super) struct Walk<'a> {
     /// `Resource::File(i)` here indexes `files`, not yet the snapshot.
     pub(super) index: PathIndex,
     pub(super) files: Vec<FileJob>,
+    /// Some file's name ends in a sidecar suffix; when none does, sidecar
+    /// lookups are skipped.
+    pub(super) has_sidecars: bool,
     /// URLs of walked directories (`""` for the root); `url + "/"` is added
     /// once it is known whether their `index.html` is servable.
     pub(super) dirs: Vec<Box<[u8]>>,
@@ -55,6 +58,7 @@ impl<'a> Walk<'a> {
             root_dir,
             index: PathIndex::default(),
             files: Vec::new(),
+            has_sidecars: false,
             dirs: Vec::new(),
         }
     }
@@ -66,19 +70,24 @@ impl<'a> Walk<'a> {
     /// root) is served under both.
     pub(super) fn walk_children(
         &mut self,
-        children: Vec<(OsString, fs::FileType)>,
+        children: Vec<Child>,
         dir: &Path,
         url: &mut Vec<u8>,
         ancestors: &mut Vec<DirId>,
     ) -> anyhow::Result<()> {
-        for (name, file_type) in children {
+        for Child {
+            name,
+            file_type,
+            meta,
+        } in children
+        {
             if !self.opts.serve_dotfiles && name.as_bytes().starts_with(b".") {
                 continue;
             }
             let url_len = url.len();
             url.push(b'/');
             url.extend_from_slice(name.as_bytes());
-            let result = self.walk_child(dir.join(&name), file_type, url, ancestors);
+            let result = self.walk_child(dir.join(&name), file_type, meta, url, ancestors);
             url.truncate(url_len);
             result?;
         }
@@ -91,6 +100,7 @@ impl<'a> Walk<'a> {
         &mut self,
         path: PathBuf,
         file_type: fs::FileType,
+        listed: Option<Metadata>,
         url: &mut Vec<u8>,
         ancestors: &mut Vec<DirId>,
     ) -> anyhow::Result<()> {
@@ -124,6 +134,8 @@ impl<'a> Walk<'a> {
                     return Ok(());
                 }
             }
+        } else if let Some(meta) = listed {
+            (path, meta)
         } else {
             match fs::symlink_metadata(&path) {
                 Ok(meta) => (path, meta),
@@ -143,6 +155,9 @@ impl<'a> Walk<'a> {
         } else if meta.is_file() {
             let idx = u32::try_from(self.files.len())
                 .context("more than u32::MAX files under the root")?;
+            self.has_sidecars |= SIDECARS
+                .iter()
+                .any(|(_, suffix)| url.ends_with(suffix.as_bytes()));
             self.files.push(FileJob {
                 url: url.as_slice().into(),
                 path,
@@ -179,6 +194,7 @@ impl<'a> Walk<'a> {
         let children = match read_dir_sorted(path) {
             Ok(children) => children,
             Err(err) if is_forbidden(&err) => {
+                tracing::warn!(path = %path.display(), %err, "unreadable directory; answering 403");
                 // It exists, so name it (301, then 403) rather than 404.
                 self.index.insert(url.as_slice().into(), Resource::AddSlash);
                 url.push(b'/');
@@ -208,6 +224,9 @@ impl<'a> Walk<'a> {
     /// The walk stamps of `job`'s sidecars, in [`SIDECARS`] order, with their
     /// indices in `files`.
     pub(super) fn sidecars(&self, job: &FileJob) -> [Option<(u32, FileStamp)>; 3] {
+        if !self.has_sidecars {
+            return [None; 3];
+        }
         let mut key = Vec::with_capacity(job.url.len() + 4);
         SIDECARS.map(|(_, suffix)| {
             key.clear();
@@ -221,20 +240,41 @@ impl<'a> Walk<'a> {
     }
 }
 
+/// One directory entry as listed: its name, type, and (except for
+/// symlinks) its `lstat`, when that succeeded.
+pub(super) struct Child {
+    name: OsString,
+    file_type: fs::FileType,
+    meta: Option<Metadata>,
+}
+
 /// A directory's entries, sorted by name so entry indices and arena layout are
 /// the same from build to build.
-pub(super) fn read_dir_sorted(dir: &Path) -> io::Result<Vec<(OsString, fs::FileType)>> {
+pub(super) fn read_dir_sorted(dir: &Path) -> io::Result<Vec<Child>> {
     let mut children = Vec::new();
     for entry in fs::read_dir(dir)? {
         // An entry that fails here vanished or is unreadable mid-listing; the
         // rest of the directory is still worth serving.
-        match entry.and_then(|e| Ok((e.file_name(), e.file_type()?))) {
+        match entry.and_then(|e| {
+            let file_type = e.file_type()?;
+            // `fstatat` relative to the directory being listed: no path
+            // lookup from the root per file. An error is classified again
+            // by the walk's own `lstat`.
+            let meta = (!file_type.is_symlink())
+                .then(|| e.metadata().ok())
+                .flatten();
+            Ok(Child {
+                name: e.file_name(),
+                file_type,
+                meta,
+            })
+        }) {
             Ok(child) => children.push(child),
             Err(err) if is_exhausted(&err) => return Err(err),
             Err(err) => tracing::warn!(dir = %dir.display(), %err, "skipping directory entry"),
         }
     }
-    children.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    children.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     Ok(children)
 }
 

@@ -1,0 +1,297 @@
+//! TLS as a transport under the connection state machine: a rustls
+//! `ServerConnection` driven sans-I/O. [`Conn`](super::Conn) reads
+//! plaintext from [`TlsConn::read`] into its request buffer and flushes its
+//! [`Output`] through [`TlsConn::flush`]; the HTTP code above never knows
+//! the bytes are encrypted.
+//!
+//! Syscalls stay as in cleartext: one `read` of ciphertext per readiness
+//! event into our own buffer (rustls would read 4 KiB at a time), fed to
+//! rustls from memory; every queued answer is encrypted (records of up to
+//! 16 KiB) and all records leave in one `writev`.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection};
+
+use super::output::{Flush, Output, Sink, WriteError};
+
+/// Ciphertext read per `read`: one maximal TLS record plus its header and
+/// expansion, so a full record never needs two reads.
+const CIPHER_BUF: usize = 16 * 1024 + 512;
+
+/// Most write rounds (encrypt, then `writev` the records) per flush.
+const MAX_ROUNDS: usize = 8;
+
+/// The answer to cleartext HTTP on a TLS port, as nginx gives it.
+pub const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
+Content-Type: text/plain\r\n\
+Content-Length: 52\r\n\
+Connection: close\r\n\
+\r\n\
+This port speaks HTTPS; a plain HTTP request came.\r\n";
+
+/// What [`TlsConn::read`] produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TlsRead {
+    /// `n` plaintext bytes (maybe 0 when only handshake progressed);
+    /// `more`: bytes may be left (buffered here or in the socket).
+    Data { n: usize, more: bool },
+    /// Nothing to read now.
+    Drained,
+    /// The client closed (close_notify or TCP FIN).
+    Eof,
+    /// The first bytes are a cleartext HTTP request, not a ClientHello.
+    PlainHttp,
+}
+
+/// How a handshake ended, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    Full,
+    Resumed,
+    Failed,
+}
+
+impl Handshake {
+    pub const ALL: [Handshake; 3] = [Handshake::Full, Handshake::Resumed, Handshake::Failed];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Handshake::Full => "full",
+            Handshake::Resumed => "resumed",
+            Handshake::Failed => "failed",
+        }
+    }
+}
+
+pub struct TlsConn {
+    conn: ServerConnection,
+    /// Ciphertext read but not yet handed to rustls.
+    cbuf: Box<[u8]>,
+    cstart: usize,
+    cend: usize,
+    /// No byte has arrived yet (the cleartext-HTTP check looks at the first).
+    fresh: bool,
+    /// When the connection was accepted: the handshake's start.
+    started: Instant,
+    /// The handshake has completed (and was counted).
+    established: bool,
+}
+
+impl std::fmt::Debug for TlsConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConn")
+            .field("established", &self.established)
+            .field("cipher_buffered", &(self.cend - self.cstart))
+            .field("wants_write", &self.conn.wants_write())
+            .finish()
+    }
+}
+
+/// rustls encrypts into its own buffer; a full buffer reads as WouldBlock
+/// so the [`Output`] stops and the records get written first.
+struct Encrypt<'a>(&'a mut ServerConnection);
+
+impl Sink for Encrypt<'_> {
+    fn write_vectored(&mut self, iov: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+        match self.0.writer().write_vectored(iov)? {
+            0 if iov.iter().any(|b| !b.is_empty()) => Err(io::ErrorKind::WouldBlock.into()),
+            n => Ok(n),
+        }
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.0.writer().write(buf)? {
+            0 if !buf.is_empty() => Err(io::ErrorKind::WouldBlock.into()),
+            n => Ok(n),
+        }
+    }
+
+    fn sendfile(&mut self, _: &std::fs::File, _: &mut u64, _: usize) -> io::Result<usize> {
+        // TLS connections always use the verified copy (Conn::new).
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
+impl TlsConn {
+    pub fn new(config: &Arc<ServerConfig>, now: Instant) -> io::Result<TlsConn> {
+        let mut conn = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
+        conn.set_buffer_limit(Some(crate::tls::SEND_BUFFER));
+        Ok(TlsConn {
+            conn,
+            cbuf: vec![0; CIPHER_BUF].into_boxed_slice(),
+            cstart: 0,
+            cend: 0,
+            fresh: true,
+            started: now,
+            established: false,
+        })
+    }
+
+    /// Still handshaking (a close now counts as a failed handshake).
+    pub fn handshaking(&self) -> bool {
+        !self.established
+    }
+
+    /// Seconds since the connection was accepted.
+    pub fn elapsed(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Encrypted bytes (handshake, alerts, records) wait to be written.
+    #[inline]
+    pub fn wants_write(&self) -> bool {
+        self.conn.wants_write()
+    }
+
+    /// `(version, cipher)` for the access log, once established.
+    pub fn session_info(&self) -> Option<(&'static str, &'static str)> {
+        if !self.established {
+            return None;
+        }
+        let version = match self.conn.protocol_version()? {
+            ProtocolVersion::TLSv1_3 => "TLSv1.3",
+            ProtocolVersion::TLSv1_2 => "TLSv1.2",
+            _ => "TLS",
+        };
+        let cipher = self.conn.negotiated_cipher_suite()?.suite().as_str()?;
+        Some((version, cipher))
+    }
+
+    /// Read plaintext into `out`. Returns the handshake that just completed
+    /// (if one did) beside the result; `Err` is a fatal TLS or socket error
+    /// (the alert, if any, is queued: flush before closing).
+    pub fn read(
+        &mut self,
+        stream: &TcpStream,
+        out: &mut [u8],
+        done: &mut Option<(Handshake, f64)>,
+    ) -> io::Result<TlsRead> {
+        let mut socket_drained = false;
+        loop {
+            match self.conn.reader().read(out) {
+                Ok(0) if !out.is_empty() => return Ok(TlsRead::Eof),
+                Ok(n) if n > 0 => {
+                    let more = !socket_drained || self.cstart < self.cend;
+                    return Ok(TlsRead::Data { n, more });
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // UnexpectedEof: TCP closed without close_notify; treat as
+                // an ordinary close (HTTP framing says what was complete).
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(TlsRead::Eof),
+                Err(e) => return Err(e),
+            }
+            if self.cstart < self.cend {
+                self.feed(done)?;
+                continue;
+            }
+            if socket_drained {
+                // Handshake progress only: report it so the caller flushes.
+                return Ok(if self.conn.wants_write() {
+                    TlsRead::Data { n: 0, more: false }
+                } else {
+                    TlsRead::Drained
+                });
+            }
+            match (&*stream).read(&mut self.cbuf) {
+                Ok(0) => return Ok(TlsRead::Eof),
+                Ok(n) => {
+                    if self.fresh {
+                        self.fresh = false;
+                        // A TLS record starts with its content type (22 for
+                        // the ClientHello); an HTTP method with a letter.
+                        if self.cbuf[0].is_ascii_uppercase() {
+                            return Ok(TlsRead::PlainHttp);
+                        }
+                    }
+                    self.cstart = 0;
+                    self.cend = n;
+                    socket_drained = n < self.cbuf.len();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.conn.wants_write() {
+                        return Ok(TlsRead::Data { n: 0, more: false });
+                    }
+                    return Ok(TlsRead::Drained);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Hand buffered ciphertext to rustls and process it.
+    fn feed(&mut self, done: &mut Option<(Handshake, f64)>) -> io::Result<()> {
+        let mut rest = &self.cbuf[self.cstart..self.cend];
+        let before = rest.len();
+        let res = self.conn.read_tls(&mut rest);
+        self.cstart += before - rest.len();
+        res?;
+        if let Err(e) = self.conn.process_new_packets() {
+            if !self.established {
+                self.established = true; // counted once, here
+                *done = Some((Handshake::Failed, self.started.elapsed().as_secs_f64()));
+            }
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        if !self.established && !self.conn.is_handshaking() {
+            self.established = true;
+            let kind = match self.conn.handshake_kind() {
+                Some(HandshakeKind::Resumed) => Handshake::Resumed,
+                _ => Handshake::Full,
+            };
+            *done = Some((kind, self.started.elapsed().as_secs_f64()));
+        }
+        Ok(())
+    }
+
+    /// Encrypt what `out` holds and write the records: as many rounds as
+    /// the socket takes, up to [`MAX_ROUNDS`].
+    pub fn flush(&mut self, out: &mut Output, stream: &TcpStream) -> Result<Flush, WriteError> {
+        for _ in 0..MAX_ROUNDS {
+            if !out.is_empty() && !self.conn.is_handshaking() {
+                // Blocked here means rustls' buffer is full: write first.
+                out.flush(&mut Encrypt(&mut self.conn))?;
+            }
+            if !self.conn.wants_write() {
+                if out.is_empty() {
+                    return Ok(Flush::Done);
+                }
+                if self.conn.is_handshaking() {
+                    // Answers wait for the handshake, which reading drives.
+                    return Ok(Flush::Blocked);
+                }
+                continue;
+            }
+            match self.conn.write_tls(&mut &*stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flush::Blocked),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if out.is_empty() && !self.conn.wants_write() {
+            Ok(Flush::Done)
+        } else {
+            Ok(Flush::Yielded)
+        }
+    }
+
+    /// Queue a close_notify (before shutting down our side).
+    pub fn close_notify(&mut self) {
+        if self.established {
+            self.conn.send_close_notify();
+        }
+    }
+
+    /// Best-effort write of whatever is queued (an alert, close_notify).
+    pub fn flush_alert(&mut self, stream: &TcpStream) {
+        while self.conn.wants_write() {
+            if self.conn.write_tls(&mut &*stream).is_err() {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Certificate/key pairs: loading and checking them (they parse, the key
+//! matches the certificate, the certificate is in its validity period), and
+//! the set that SNI chooses from. Errors name the config key and the file.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use rustls::crypto::CryptoProvider;
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+/// Where one pair comes from, and which config keys named it (for errors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertPaths {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// `tls_cert`/`tls_key`, or `tls_certificates[i]`.
+    pub origin: String,
+}
+
+/// One loaded pair and what the resolver and the metrics need from it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub key: Arc<CertifiedKey>,
+    /// DNS names of the subjectAltName extension, lowercased (`*.` kept).
+    pub names: Vec<String>,
+    /// The leaf's notAfter, Unix seconds.
+    pub not_after: i64,
+    /// The `name` label of the expiry metric: the first DNS name, else the
+    /// subject's CN, else the certificate file name.
+    pub label: String,
+}
+
+/// Load and check one pair. `now` is Unix seconds.
+pub fn load(paths: &CertPaths, provider: &CryptoProvider, now: i64) -> anyhow::Result<Loaded> {
+    let origin = &paths.origin;
+    let (cert_key, key_key) = if origin == "tls_cert" {
+        ("tls_cert".to_owned(), "tls_key".to_owned())
+    } else {
+        (format!("{origin}.cert"), format!("{origin}.key"))
+    };
+    let cert_file = paths.cert.display();
+    let key_file = paths.key.display();
+    let cert_pem = std::fs::read(&paths.cert)
+        .with_context(|| format!("config key `{cert_key}`: reading {cert_file}"))?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            anyhow!("config key `{cert_key}`: {cert_file}: not a PEM certificate chain: {e}")
+        })?;
+    if chain.is_empty() {
+        bail!("config key `{cert_key}`: {cert_file} holds no CERTIFICATE block");
+    }
+    let key_pem = std::fs::read(&paths.key)
+        .with_context(|| format!("config key `{key_key}`: reading {key_file}"))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+        anyhow!(
+            "config key `{key_key}`: {key_file}: no PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"
+        )
+    })?;
+    let signer = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| anyhow!("config key `{key_key}`: {key_file}: unsupported private key: {e}"))?;
+    let certified = CertifiedKey::new(chain, signer);
+    if let Err(e) = certified.keys_match() {
+        bail!(
+            "config key `{key_key}`: the key in {key_file} does not match the certificate in {cert_file} ({e})"
+        );
+    }
+    let (_, leaf) = X509Certificate::from_der(&certified.cert[0])
+        .map_err(|e| anyhow!("config key `{cert_key}`: {cert_file}: bad X.509 certificate: {e}"))?;
+    let validity = leaf.validity();
+    let not_before = validity.not_before.timestamp();
+    let not_after = validity.not_after.timestamp();
+    if now > not_after {
+        bail!(
+            "config key `{cert_key}`: the certificate in {cert_file} expired at {} (Unix {not_after})",
+            validity.not_after
+        );
+    }
+    if now < not_before {
+        bail!(
+            "config key `{cert_key}`: the certificate in {cert_file} is not valid before {}",
+            validity.not_before
+        );
+    }
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = leaf.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let GeneralName::DNSName(dns) = name {
+                names.push(dns.trim_end_matches('.').to_ascii_lowercase());
+            }
+        }
+    }
+    let cn = leaf
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_owned);
+    let label = names
+        .first()
+        .cloned()
+        .or(cn)
+        .unwrap_or_else(|| file_name(&paths.cert));
+    Ok(Loaded {
+        key: Arc::new(certified),
+        names,
+        not_after,
+        label,
+    })
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The pairs SNI chooses from; immutable, swapped whole on reload.
+#[derive(Debug)]
+pub struct CertSet {
+    /// Used when SNI is absent or names no certificate.
+    pub default: Arc<CertifiedKey>,
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// `*.example.com` as `.example.com`, first match in config order.
+    wildcards: Vec<(String, Arc<CertifiedKey>)>,
+    /// (label, notAfter) per pair, for the expiry gauge.
+    pub expiry: Vec<(String, i64)>,
+}
+
+impl CertSet {
+    /// `loaded[0]` is the default. Earlier pairs win a name they share.
+    pub fn new(loaded: Vec<Loaded>) -> CertSet {
+        let default = Arc::clone(&loaded[0].key);
+        let mut exact = HashMap::new();
+        let mut wildcards = Vec::new();
+        let mut expiry = Vec::new();
+        for l in &loaded {
+            for name in &l.names {
+                if let Some(suffix) = name.strip_prefix('*') {
+                    wildcards.push((suffix.to_owned(), Arc::clone(&l.key)));
+                } else {
+                    exact
+                        .entry(name.clone())
+                        .or_insert_with(|| Arc::clone(&l.key));
+                }
+            }
+            expiry.push((l.label.clone(), l.not_after));
+        }
+        CertSet {
+            default,
+            exact,
+            wildcards,
+            expiry,
+        }
+    }
+
+    /// The certificate for an SNI name (rustls hands it lowercased and
+    /// without a trailing dot). A wildcard covers exactly one label.
+    pub fn pick(&self, sni: Option<&str>) -> &Arc<CertifiedKey> {
+        let Some(name) = sni else {
+            return &self.default;
+        };
+        if let Some(k) = self.exact.get(name) {
+            return k;
+        }
+        if let Some(dot) = name.find('.') {
+            let suffix = &name[dot..];
+            if dot > 0 {
+                if let Some((_, k)) = self.wildcards.iter().find(|(s, _)| s == suffix) {
+                    return k;
+                }
+            }
+        }
+        &self.default
+    }
+}

@@ -1,0 +1,232 @@
+//! TLS configuration shared by every shard: the rustls `ServerConfig`
+//! (TLS 1.3 and 1.2, ALPN `http/1.1`, the certificate resolver and the
+//! ticketer), the certificate set behind an `ArcSwap`, and its reloading.
+//!
+//! The per-connection side (driving a `ServerConnection` from the epoll
+//! loop) is `conn::tls`. Reloading swaps the certificate set that the
+//! resolver reads, not the `ServerConfig` itself: new handshakes pick the
+//! new certificate up at once, established connections keep theirs, and
+//! the ticket keys and the TLS 1.2 session cache survive the reload.
+
+pub mod certs;
+pub mod tickets;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig};
+use rustls::sign::CertifiedKey;
+
+pub use certs::{CertPaths, CertSet};
+
+/// How often the certificate and key files are checked for changes: new
+/// handshakes see a replaced certificate within this (plus the load).
+const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// TLS session tickets sent after a full TLS 1.3 handshake. One is enough
+/// for a client that resumes once per connection; each costs an encryption
+/// and ~200 bytes.
+const TLS13_TICKETS: usize = 1;
+
+/// Ciphertext rustls may hold encrypted but unsent per connection: room
+/// for a verified-copy piece (128 KiB) so one piece is one `writev`.
+pub const SEND_BUFFER: usize = 160 * 1024;
+
+/// Validated TLS settings.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub listen: Vec<SocketAddr>,
+    /// The first pair is the default for clients without (known) SNI.
+    pub pairs: Vec<CertPaths>,
+    pub ticket_key_file: Option<PathBuf>,
+}
+
+/// The crypto provider: *ring* (see README, "TLS"), with its default
+/// suites: TLS 1.3 AES-GCM and ChaCha20-Poly1305, TLS 1.2 ECDHE with the
+/// same AEADs only. No CBC, no RSA key exchange, no static DH.
+pub fn provider() -> CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Load every pair; the first error wins (for `--check` and start-up).
+pub fn load_all(pairs: &[CertPaths], provider: &CryptoProvider) -> anyhow::Result<CertSet> {
+    let now = unix_now();
+    let loaded = pairs
+        .iter()
+        .map(|p| certs::load(p, provider, now))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(CertSet::new(loaded))
+}
+
+/// The certificate set and what reloading it needs.
+pub struct CertStore {
+    pairs: Vec<CertPaths>,
+    provider: Arc<CryptoProvider>,
+    current: ArcSwap<CertSet>,
+    expiry: prometheus::GaugeVec,
+    reloads: prometheus::IntCounterVec,
+}
+
+impl std::fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertStore")
+            .field("pairs", &self.pairs)
+            .finish()
+    }
+}
+
+impl CertStore {
+    fn publish_expiry(&self, set: &CertSet) {
+        self.expiry.reset();
+        for (name, not_after) in &set.expiry {
+            self.expiry
+                .with_label_values(&[name])
+                .set(*not_after as f64);
+        }
+    }
+
+    /// Reread every pair. A pair that fails to load keeps the old set
+    /// serving; logged and counted either way.
+    pub fn reload(&self) -> bool {
+        match load_all(&self.pairs, &self.provider) {
+            Ok(set) => {
+                self.publish_expiry(&set);
+                self.current.store(Arc::new(set));
+                self.reloads.with_label_values(&["success"]).inc();
+                tracing::info!(pairs = self.pairs.len(), "TLS certificates reloaded");
+                true
+            }
+            Err(e) => {
+                self.reloads.with_label_values(&["failure"]).inc();
+                tracing::error!(
+                    error = format!("{e:#}"),
+                    "TLS certificate reload failed; serving the previous certificates"
+                );
+                false
+            }
+        }
+    }
+
+    /// Collectors for the metrics registry.
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.expiry.clone()),
+            Box::new(self.reloads.clone()),
+        ]
+    }
+
+    /// Poll the files every [`WATCH_INTERVAL`] and reload when any changes
+    /// (size, mtime, ctime or inode: a rename over it, as Kubernetes secret
+    /// volumes and certbot's symlinks do, counts).
+    pub fn spawn_watcher(self: &Arc<Self>) -> std::io::Result<()> {
+        let store = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("tls-watch".into())
+            .spawn(move || {
+                let mut seen = store.stamps();
+                loop {
+                    std::thread::sleep(WATCH_INTERVAL);
+                    let now = store.stamps();
+                    if now != seen {
+                        seen = now;
+                        store.reload();
+                    }
+                }
+            })?;
+        Ok(())
+    }
+
+    fn stamps(&self) -> Vec<Option<(u64, i64, i64, u64)>> {
+        use std::os::unix::fs::MetadataExt;
+        self.pairs
+            .iter()
+            .flat_map(|p| [&p.cert, &p.key])
+            .map(|path| {
+                std::fs::metadata(path).ok().map(|m| {
+                    (
+                        m.size(),
+                        m.mtime_nsec() + m.mtime() * 1_000_000_000,
+                        m.ctime(),
+                        m.ino(),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// Chooses the certificate by SNI from the current set.
+#[derive(Debug)]
+struct Resolver(Arc<CertStore>);
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let set = self.0.current.load();
+        Some(Arc::clone(set.pick(hello.server_name())))
+    }
+}
+
+/// Everything the shards share for TLS.
+pub struct Tls {
+    pub config: Arc<ServerConfig>,
+    pub store: Arc<CertStore>,
+}
+
+impl Tls {
+    /// Load the certificates and build the server configuration.
+    pub fn new(settings: &TlsSettings) -> anyhow::Result<Tls> {
+        let provider = Arc::new(provider());
+        let set = load_all(&settings.pairs, &provider)?;
+        let store = Arc::new(CertStore {
+            pairs: settings.pairs.clone(),
+            provider: Arc::clone(&provider),
+            current: ArcSwap::from_pointee(set),
+            expiry: prometheus::GaugeVec::new(
+                prometheus::Opts::new(
+                    "shardhttpd_tls_certificate_expiry_timestamp_seconds",
+                    "notAfter of each served certificate, Unix seconds.",
+                ),
+                &["name"],
+            )
+            .expect("valid metric"),
+            reloads: prometheus::IntCounterVec::new(
+                prometheus::Opts::new(
+                    "shardhttpd_tls_certificate_reloads_total",
+                    "Certificate reloads (file change or SIGHUP), by result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+        });
+        store.publish_expiry(&store.current.load());
+        let ticketer: Arc<dyn rustls::server::ProducesTickets> = match &settings.ticket_key_file {
+            Some(path) => Arc::new(tickets::Ticketer::from_file(path)?),
+            None => Arc::new(tickets::Ticketer::random()?),
+        };
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .context("TLS protocol versions")?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Resolver(Arc::clone(&store))));
+        // A client offering ALPN without http/1.1 (h2 only) is refused
+        // with a no_application_protocol alert.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.ticketer = ticketer;
+        config.send_tls13_tickets = TLS13_TICKETS;
+        Ok(Tls {
+            config: Arc::new(config),
+            store,
+        })
+    }
+}
