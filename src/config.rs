@@ -265,6 +265,10 @@ pub struct Settings {
     /// per process.
     #[arg(long, value_name = "FILE")]
     pub tls_ticket_key_file: Option<PathBuf>,
+    /// Most open connections per shard; past it a shard stops accepting
+    /// (connections wait in the kernel's queue) until one closes.
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_core: Option<usize>,
 }
 
 /// One `[[tls_certificates]]` entry.
@@ -341,6 +345,10 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ),
         ("spa_fallback", "false".into()),
         ("tls_listen", "none (no TLS listener)".into()),
+        (
+            "max_connections_per_core",
+            "(RLIMIT_NOFILE - 64 - max_open_files) / shards, at least 64".into(),
+        ),
         ("tls_cert", "none".into()),
         ("tls_key", "none".into()),
         (
@@ -529,6 +537,7 @@ impl Settings {
             brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
             error_pages, spa_fallback,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
+            max_connections_per_core,
         )
     }
 
@@ -667,6 +676,8 @@ pub struct Config {
     pub spa_fallback: bool,
     /// TLS listeners and certificates; `None` without `tls_listen`.
     pub tls: Option<crate::tls::TlsSettings>,
+    /// Connections one shard holds at most before it pauses accepting.
+    pub max_connections_per_core: usize,
 }
 
 /// How connections are spread over the shards' listeners.
@@ -763,6 +774,16 @@ impl Config {
         if cpus.is_empty() {
             bail!("{}: no CPU available", s.name("cores"));
         }
+        let max_connections_per_core = match s.max_connections_per_core {
+            None => default_max_connections(
+                crate::sys::nofile_limit(),
+                s.max_open_files
+                    .unwrap_or(crate::cache::open_files::DEFAULT_MAX_OPEN_FILES),
+                cpus.len(),
+            ),
+            Some(0) => bail!("{}: must be at least 1", s.name("max_connections_per_core")),
+            Some(n) => n,
+        };
         let server = s
             .server_header
             .clone()
@@ -911,6 +932,7 @@ impl Config {
             error_pages,
             spa_fallback: s.spa_fallback.unwrap_or(false),
             tls,
+            max_connections_per_core,
         })
     }
 
@@ -977,6 +999,26 @@ fn error_pages(pages: Option<&BTreeMap<String, String>>) -> anyhow::Result<Vec<(
         out.push((n, rel.to_owned()));
     }
     Ok(out)
+}
+
+/// Fds kept back from connections: the listeners, epoll and eventfds,
+/// the admin listener, the access log, the watcher, build-time opens.
+pub const RESERVED_FDS: u64 = 64;
+/// The floor of the default `max_connections_per_core`.
+pub const MIN_CONNECTIONS_PER_CORE: usize = 64;
+
+/// Default `max_connections_per_core`: the fds RLIMIT_NOFILE leaves after
+/// [`RESERVED_FDS`] and the large-file cache (`max_open_files`, at most a
+/// quarter of the limit), shared by the shards; at least
+/// [`MIN_CONNECTIONS_PER_CORE`]. With the limit at 65 536, 1 024 open files
+/// and 4 shards: 16 112. So accept stops at the cap instead of at EMFILE.
+pub fn default_max_connections(nofile: Option<u64>, open_files: usize, shards: usize) -> usize {
+    let Some(nofile) = nofile else {
+        return 16_384;
+    };
+    let reserved = RESERVED_FDS + (open_files as u64).min(nofile / 4);
+    let per = nofile.saturating_sub(reserved) / shards.max(1) as u64;
+    (per as usize).max(MIN_CONNECTIONS_PER_CORE)
 }
 
 /// `tls_*`: listeners need a certificate, a certificate needs its key.

@@ -136,6 +136,9 @@ impl Preflight {
 fn check_tls(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
         crate::tls::load_all(&tls.pairs, &crate::tls::provider())?;
+        if let Some(path) = &tls.ticket_key_file {
+            crate::tls::tickets::Ticketer::from_file(path)?;
+        }
     }
     Ok(())
 }

@@ -665,3 +665,69 @@ fn check_validates_certificate_pairs() {
         "{text}"
     );
 }
+
+/// Two servers given the same `tls_ticket_key_file` resume each other's
+/// sessions (replicas behind one load balancer); a server with another
+/// secret does a full handshake instead.
+#[test]
+fn replicas_sharing_a_ticket_key_file_resume_each_others_sessions() {
+    let site = Site::new("tls-ticket-file");
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let shared = site.write("../ticket.key", &[0x5a; 48]);
+    let other = site.write("../other.key", &[0xa5; 48]);
+    let shared_s = shared.display().to_string();
+    let other_s = other.display().to_string();
+    let a = TlsServer::start(
+        &site.root,
+        &ca,
+        &leaf,
+        &["--tls-ticket-key-file", &shared_s],
+    );
+    let b = TlsServer::start(
+        &site.root,
+        &ca,
+        &leaf,
+        &["--tls-ticket-key-file", &shared_s],
+    );
+    let c = TlsServer::start(&site.root, &ca, &leaf, &["--tls-ticket-key-file", &other_s]);
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        let kind = |server: &TlsServer, client: &std::sync::Arc<rustls::ClientConfig>| {
+            let mut w = Wire::tls(server.tls_addr, client, "localhost");
+            assert_eq!(w.roundtrip(&get("/index.html")).status, 200);
+            w.session().unwrap().handshake_kind()
+        };
+        let client = ca.client(&[version]);
+        assert_eq!(kind(&a, &client), Some(rustls::HandshakeKind::Full));
+        assert_eq!(
+            kind(&b, &client),
+            Some(rustls::HandshakeKind::Resumed),
+            "{version:?}: a session from replica A did not resume on B"
+        );
+        let client = ca.client(&[version]);
+        kind(&a, &client);
+        assert_eq!(
+            kind(&c, &client),
+            Some(rustls::HandshakeKind::Full),
+            "{version:?}: a ticket opened with another secret"
+        );
+    }
+    // A secret shorter than 32 bytes is refused at start.
+    let short = site.write("../short.key", b"too short");
+    let out = command()
+        .args(["--check", "--root", &site.root.display().to_string()])
+        .args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&leaf.cert)
+        .arg("--tls-key")
+        .arg(&leaf.key)
+        .arg("--tls-ticket-key-file")
+        .arg(&short)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        text.contains("tls_ticket_key_file") && text.contains("32"),
+        "{text}"
+    );
+}

@@ -69,6 +69,8 @@ pub struct ConnConfig {
     pub server_line: Vec<u8>,
     /// Large files by `sendfile` (zero-copy) instead of a verified copy.
     pub zero_copy: bool,
+    /// `max_connections_per_core`: the shard pauses accepting at this many.
+    pub max_conns: usize,
 }
 
 impl ConnConfig {
@@ -88,6 +90,7 @@ impl ConnConfig {
             write_timeout: cfg.write_timeout,
             server_line: cfg.server_line.clone(),
             zero_copy: cfg.sendfile,
+            max_conns: cfg.max_connections_per_core,
         }
     }
 }
@@ -413,7 +416,9 @@ impl Conn {
             }
             self.unflushed = 0;
         }
-        if self.reading == Reading::Idle {
+        // Before the first request (a TLS handshake flight) the header
+        // timeout from accept still runs, as nginx's client_header_timeout.
+        if self.reading == Reading::Idle && self.served > 0 {
             self.deadline = env.now + env.cfg.keepalive_timeout;
         }
     }

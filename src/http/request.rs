@@ -89,6 +89,8 @@ pub enum ParseError {
     Malformed,
     /// HTTP/1.1 without Host → 400.
     MissingHost,
+    /// A Host value that is not `uri-host [":" port]` → 400 (RFC 9112 §3.2).
+    BadHost,
     /// Content-Length together with Transfer-Encoding → 400.
     LengthAndEncoding,
     /// Differing duplicate or unparsable Content-Length → 400.
@@ -106,6 +108,7 @@ impl ParseError {
             ParseError::TransferEncoding => Status::PayloadTooLarge,
             ParseError::Malformed
             | ParseError::MissingHost
+            | ParseError::BadHost
             | ParseError::LengthAndEncoding
             | ParseError::BadContentLength => Status::BadRequest,
         }
@@ -120,6 +123,7 @@ impl ParseError {
             ParseError::VersionNotSupported => "HTTP version not supported",
             ParseError::Malformed => "malformed request",
             ParseError::MissingHost => "missing Host header",
+            ParseError::BadHost => "invalid Host header",
             ParseError::LengthAndEncoding => "both Content-Length and Transfer-Encoding",
             ParseError::BadContentLength => "invalid Content-Length",
             ParseError::TransferEncoding => "request bodies are not accepted",
@@ -221,6 +225,10 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
                 if out.host.is_some() {
                     return Err(ParseError::Malformed);
                 }
+                // §3.2 again: a server MUST answer 400 to an invalid Host.
+                if !valid_host(value) {
+                    return Err(ParseError::BadHost);
+                }
                 out.host = Some(value);
             }
             Field::Connection => {
@@ -274,6 +282,56 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
         return Err(ParseError::MissingHost);
     }
     Ok(Some(out))
+}
+
+/// RFC 9112 §3.2 / RFC 3986 §3.2.2: `uri-host [ ":" port ]`, where
+/// `uri-host` is an IP-literal (`[` IPv6 or IPvFuture `]`), an IPv4
+/// address or a reg-name (unreserved, pct-encoded, sub-delims: an IPv4
+/// address is one too). An empty value is valid (a target without
+/// authority). Cheap: one pass over a few bytes.
+pub fn valid_host(v: &[u8]) -> bool {
+    let (host, port) = if v.first() == Some(&b'[') {
+        let Some(close) = v.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let inner = &v[1..close];
+        if inner.is_empty()
+            || !inner
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.' || b == b'v' || b == b'V')
+        {
+            return false;
+        }
+        match &v[close + 1..] {
+            [] => return true,
+            [b':', port @ ..] => (&v[..0], port),
+            _ => return false,
+        }
+    } else {
+        match v.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&v[..colon], &v[colon + 1..]),
+            None => (v, &v[..0]),
+        }
+    };
+    if !port.iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    let mut i = 0;
+    while i < host.len() {
+        match host[i] {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {}
+            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => {}
+            b'%' if i + 2 < host.len()
+                && host[i + 1].is_ascii_hexdigit()
+                && host[i + 2].is_ascii_hexdigit() =>
+            {
+                i += 2;
+            }
+            _ => return false,
+        }
+        i += 1;
+    }
+    true
 }
 
 /// The header fields this server acts on.
@@ -394,6 +452,41 @@ fn version_token_is_wellformed(buf: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn host_values() {
+        for ok in [
+            &b""[..],
+            b"example.com",
+            b"example.com:8080",
+            b"127.0.0.1",
+            b"127.0.0.1:80",
+            b"[::1]",
+            b"[::1]:443",
+            b"[v1.fe80::a]",
+            b"xn--bcher-kva.example",
+            b"a%2Db",
+            b"a:",
+        ] {
+            assert!(valid_host(ok), "{:?}", String::from_utf8_lossy(ok));
+        }
+        for bad in [
+            &b"a b"[..],
+            b"a/b",
+            b"u@a",
+            b"a:8x",
+            b"[::1",
+            b"[]",
+            b"[::1]x",
+            b"a%2",
+            b"a%zz",
+            b"a\"b",
+            b"[::g]",
+        ] {
+            assert!(!valid_host(bad), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
     use super::*;
 
     const LIMITS: Limits = Limits {
@@ -430,6 +523,11 @@ mod tests {
             ("HTTP/2 still arriving", b"GET / HTTP/2", ParseError::VersionNotSupported),
             ("HTTP/2. still arriving", b"GET / HTTP/2.", ParseError::VersionNotSupported),
             ("missing host", b"GET / HTTP/1.1\r\n\r\n", ParseError::MissingHost),
+            ("host with a space", b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", ParseError::BadHost),
+            ("host with a slash", b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", ParseError::BadHost),
+            ("host with userinfo", b"GET / HTTP/1.1\r\nHost: u@a\r\n\r\n", ParseError::BadHost),
+            ("host port not digits", b"GET / HTTP/1.1\r\nHost: a:8x\r\n\r\n", ParseError::BadHost),
+            ("host unclosed literal", b"GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", ParseError::BadHost),
             ("two hosts", b"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", ParseError::Malformed),
             ("CL and TE", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", ParseError::LengthAndEncoding),
             ("TE and CL", b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", ParseError::LengthAndEncoding),

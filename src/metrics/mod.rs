@@ -211,6 +211,11 @@ impl Metrics {
             "Connections closed, by reason.",
             MetricType::COUNTER,
         );
+        let mut limit = family(
+            "shardhttpd_connections_limit_reached_total",
+            "Times a shard reached max_connections_per_core and paused accepting.",
+            MetricType::COUNTER,
+        );
         let mut handshakes = family(
             "shardhttpd_tls_handshakes_total",
             "TLS handshakes, by result: full, resumed (session ticket or ID) or failed.",
@@ -253,6 +258,9 @@ impl Metrics {
                     c.closed[reason as usize] as f64,
                 ));
             }
+            limit
+                .mut_metric()
+                .push(counter(&[("core", core)], c.conn_limit_hits as f64));
             for kind in crate::conn::tls::Handshake::ALL {
                 handshakes.mut_metric().push(counter(
                     &[("core", core), ("result", kind.label())],
@@ -277,6 +285,7 @@ impl Metrics {
             accepted,
             active,
             closed,
+            limit,
             handshakes,
             handshake_duration,
             info,

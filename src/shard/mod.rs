@@ -32,6 +32,9 @@ const ACCEPT_BATCH: usize = 64;
 /// Pause before accepting again after an error such as EMFILE (the wheel
 /// ticks every 250 ms, so the retry happens within that).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// An idle shard trims the heap once this many connections have closed
+/// since the last trim (checked on the publish tick, only with none open).
+const TRIM_AFTER_CLOSES: u64 = 256;
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 1024;
 /// The token of the wake-up eventfd.
@@ -132,6 +135,10 @@ struct Shard {
     accept_retry: Option<Instant>,
     /// The last accept failed (for logging once per episode).
     accept_failing: bool,
+    /// At `max_connections_per_core`: accepting paused until one closes.
+    at_cap: bool,
+    /// Connections closed since the heap was last trimmed.
+    closed_since_trim: u64,
 }
 
 impl Shard {
@@ -166,6 +173,8 @@ impl Shard {
             resume: Vec::new(),
             accept_retry: None,
             accept_failing: false,
+            at_cap: false,
+            closed_since_trim: 0,
         })
     }
 
@@ -234,6 +243,13 @@ impl Shard {
                 self.on_timer(token, now);
             }
             if now >= self.next_publish {
+                if self.conns.is_empty() && self.closed_since_trim >= TRIM_AFTER_CLOSES {
+                    // Idle after a burst (1000 aborted TLS handshakes, a
+                    // connection storm): give the freed per-connection
+                    // memory back instead of keeping the burst's peak.
+                    self.closed_since_trim = 0;
+                    sys::trim_heap();
+                }
                 self.metrics.publish(self.index, &self.counters);
                 if let Some(log) = &mut self.log {
                     log.flush();
@@ -308,6 +324,21 @@ impl Shard {
                 self.accept_pending[i] = false;
                 return;
             };
+            if self.conns.len() >= self.cfg.max_conns {
+                // Leave the rest in the kernel's queue; `close` resumes
+                // accepting (the listener's edge will not come again).
+                if !self.at_cap {
+                    self.at_cap = true;
+                    self.counters.conn_limit_hits += 1;
+                    tracing::warn!(
+                        shard = self.index,
+                        limit = self.cfg.max_conns,
+                        "max_connections_per_core reached; accepting paused"
+                    );
+                }
+                self.accept_pending.fill(false);
+                return;
+            }
             match sys::accept4(listener) {
                 Ok((stream, peer)) => {
                     if self.accept_failing {
@@ -433,6 +464,13 @@ impl Shard {
                 self.counters.handshake(Handshake::Failed, secs);
             }
             self.counters.closed(reason);
+            self.closed_since_trim += 1;
+            if self.at_cap && self.conns.len() < self.cfg.max_conns {
+                self.at_cap = false;
+                for (pending, listener) in self.accept_pending.iter_mut().zip(&self.listeners) {
+                    *pending = listener.is_some();
+                }
+            }
         }
     }
 }

@@ -42,6 +42,10 @@ pub enum Mode {
     Ims,
     /// HEAD.
     Head,
+    /// Keep-alive GET over TLS.
+    TlsKeepAlive,
+    /// `Connection: close` GET over TLS: a full handshake per request.
+    TlsClose,
 }
 
 impl Mode {
@@ -52,7 +56,13 @@ impl Mode {
             Mode::Pipeline => "pipeline16",
             Mode::Ims => "ims304",
             Mode::Head => "head",
+            Mode::TlsKeepAlive => "tls-keep-alive",
+            Mode::TlsClose => "tls-close",
         }
+    }
+
+    pub fn is_tls(self) -> bool {
+        matches!(self, Mode::TlsKeepAlive | Mode::TlsClose)
     }
 }
 
@@ -87,7 +97,8 @@ pub struct Outcome {
 
 /// The command line for `spec`.
 pub fn command(spec: &Spec<'_>) -> io::Result<Vec<String>> {
-    let url = format!("http://127.0.0.1:{}{}", spec.port, spec.path);
+    let scheme = if spec.mode.is_tls() { "https" } else { "http" };
+    let url = format!("{scheme}://127.0.0.1:{}{}", spec.port, spec.path);
     let secs = spec.duration.as_secs_f64().ceil().max(1.0) as u64;
     let mut cmd = vec![
         "taskset".to_owned(),
@@ -108,8 +119,10 @@ pub fn command(spec: &Spec<'_>) -> io::Result<Vec<String>> {
                 "--latency".into(),
             ]);
             match spec.mode {
-                Mode::KeepAlive => {}
-                Mode::Close => cmd.extend(["-H".into(), header("Connection", "close")]),
+                Mode::KeepAlive | Mode::TlsKeepAlive => {}
+                Mode::Close | Mode::TlsClose => {
+                    cmd.extend(["-H".into(), header("Connection", "close")])
+                }
                 Mode::Pipeline => cmd.extend([
                     "-s".into(),
                     script(spec.work, "pipeline.lua", PIPELINE_LUA)?,

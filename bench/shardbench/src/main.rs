@@ -88,7 +88,9 @@ struct RunArgs {
     /// CPUs for the servers (default: the CPUs the client does not use).
     #[arg(long, value_name = "LIST")]
     server_cpus: Option<String>,
-    /// Add the TLS rows (only when shardhttpd was built with TLS listeners).
+    /// Add the TLS rows (keep-alive and close over HTTPS, c ≤ 1000) for
+    /// shardhttpd and every peer with TLS, on a self-signed P-256
+    /// certificate made with openssl.
     #[arg(long)]
     tls: bool,
     /// Show the matrix and the time it will take, and exit.
@@ -127,7 +129,6 @@ struct Ctx {
     server: Vec<usize>,
     work: PathBuf,
     duration: Duration,
-    tck: u64,
 }
 
 /// The whole study. Ok(false) when interrupted.
@@ -149,7 +150,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
     // The client and the server each hold one fd per connection, plus some.
     let cap = nofile.saturating_sub(256).max(1) as usize;
     let (client, server) = split_cpus(&args)?;
-    let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap);
+    let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap, args.tls);
     let ab = servers::installed("ab").is_some();
     let mut notes = plan.notes.clone();
     if !ab {
@@ -178,7 +179,6 @@ fn study(args: RunArgs) -> io::Result<bool> {
         server,
         work: work.clone(),
         duration,
-        tck: procs::ticks_per_second(),
     };
     let mut commands = vec![std::env::args().collect::<Vec<_>>().join(" ")];
     eprintln!(
@@ -200,9 +200,29 @@ fn study(args: RunArgs) -> io::Result<bool> {
         cpus: &ctx.server,
         nofile,
     };
+    let tls = if args.tls && !args.sweep_only {
+        let help = std::process::Command::new(&bin).arg("--help").output()?;
+        if !String::from_utf8_lossy(&help.stdout).contains("--tls-listen") {
+            notes.push("--tls: this shardhttpd has no TLS listener; TLS rows skipped".into());
+            None
+        } else if servers::installed("openssl").is_none() {
+            notes.push(
+                "--tls: openssl is not installed to make a certificate; TLS rows skipped".into(),
+            );
+            None
+        } else {
+            Some(servers::make_cert(&work, &mut commands)?)
+        }
+    } else {
+        None
+    };
+    if tls.is_none() {
+        plan.cells.retain(|c| !c.mode.is_tls());
+    }
     let mut running: Vec<Server> = Vec::new();
     if !args.sweep_only {
-        let (shard, _) = servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd")?;
+        let (shard, _) =
+            servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd", tls.as_ref())?;
         running.push(shard);
         running.push(servers::start_floor(&setup)?);
     }
@@ -216,8 +236,15 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 notes.push(n);
                 continue;
             }
-            match servers::start_peer(peer, &setup) {
-                Ok(s) => running.push(s),
+            match servers::start_peer(peer, &setup, tls.as_ref()) {
+                Ok(s) => {
+                    if tls.is_some() && s.tls_port.is_none() {
+                        notes.push(format!(
+                            "{peer} has no TLS module installed: no TLS rows for it"
+                        ));
+                    }
+                    running.push(s)
+                }
                 Err(e) => {
                     let n = format!("SKIP {peer}: it did not start or serve the documents: {e}");
                     eprintln!("{n}");
@@ -225,17 +252,6 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 }
             }
         }
-    }
-    if args.tls {
-        let help = std::process::Command::new(&bin).arg("--help").output()?;
-        if String::from_utf8_lossy(&help.stdout).contains("--tls") {
-            notes.push(
-                "--tls: this shardhttpd has TLS flags, but this version of the tool has no TLS rows yet".into(),
-            );
-        } else {
-            notes.push("--tls: this shardhttpd has no TLS listener; TLS rows skipped".into());
-        }
-        eprintln!("note: {}", notes.last().map_or("", String::as_str));
     }
     for s in &mut running {
         commands.push(format!("# {} (port {})\n{}", s.name, s.port, s.command));
@@ -274,7 +290,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
             running
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| c.applies_to(&s.name))
+                .filter(|(_, s)| {
+                    c.applies_to(&s.name) && (!c.mode.is_tls() || s.tls_port.is_some())
+                })
                 .map(move |(i, _)| (*c, i))
         })
         .collect();
@@ -340,7 +358,11 @@ fn study(args: RunArgs) -> io::Result<bool> {
         let spec = Spec {
             tool: cell.tool,
             mode: cell.mode,
-            port: s.port,
+            port: if cell.mode.is_tls() {
+                s.tls_port.unwrap_or(s.port)
+            } else {
+                s.port
+            },
             path: cell.doc.path,
             concurrency: cell.concurrency,
             duration: cell_duration(ctx.duration, cell.concurrency, somaxconn),
@@ -376,7 +398,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 break 'sweep;
             }
             let name = format!("shardhttpd-{n}-{steer}");
-            let (mut s, admin) = servers::start_shardhttpd(&bin, &setup, n, steer, &name)?;
+            let (mut s, admin) = servers::start_shardhttpd(&bin, &setup, n, steer, &name, None)?;
             commands.push(format!("# {name}\n{}", s.command));
             let spec = Spec {
                 tool: Tool::Wrk,
@@ -505,7 +527,7 @@ fn measure(
             "_"
         )
     ));
-    let t0 = procs::tree_ticks(server_pid);
+    let t0 = procs::tree_cpu_ns(server_pid);
     let c0 = procs::cpu_ticks(&ctx.client);
     let start = Instant::now();
     let Some(outcome) = load::run(spec.tool, &cmd, spec.duration, &raw)? else {
@@ -516,9 +538,9 @@ fn measure(
     if outcome.requests == 0 && note.is_empty() {
         note = "no responses".into();
     }
-    let t1 = procs::tree_ticks(server_pid);
+    let t1 = procs::tree_cpu_ns(server_pid);
     let c1 = procs::cpu_ticks(&ctx.client);
-    let server_s = t1.saturating_sub(t0) as f64 / ctx.tck as f64;
+    let server_s = t1.saturating_sub(t0) as f64 / 1e9;
     let (busy, all) = (c1.0.saturating_sub(c0.0), c1.1.saturating_sub(c0.1));
     Ok(Some(Row {
         tool: spec.tool.name().into(),

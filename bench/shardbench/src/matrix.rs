@@ -11,6 +11,10 @@ pub const CONCURRENCY: [usize; 5] = [1, 10, 100, 1000, 10_000];
 /// Most connections an ab row uses.
 pub const AB_MAX: usize = 1000;
 
+/// Most connections a TLS row uses: beyond, a handshake storm measures the
+/// listen backlog.
+pub const TLS_MAX: usize = 1000;
+
 /// How much of the matrix to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -61,7 +65,7 @@ pub struct Plan {
 
 /// The cells of `kind`; `levels` replaces its concurrency levels; each level
 /// is capped at `cap` (from RLIMIT_NOFILE), with a note when it is.
-pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
+pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan {
     let mut notes = Vec::new();
     let fit = |c: usize, notes: &mut Vec<String>| -> usize {
         if c > cap {
@@ -115,6 +119,13 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
             for &c in levels.iter().filter(|&&c| c <= AB_MAX) {
                 add(Mode::Head, SMALL, c, Tool::Ab, &mut notes);
             }
+            if tls {
+                for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
+                    for &c in levels.iter().filter(|&&c| c <= TLS_MAX) {
+                        add(mode, SMALL, c, Tool::Wrk, &mut notes);
+                    }
+                }
+            }
             for mode in [Mode::Close, Mode::KeepAlive] {
                 for doc in &DOCS[..2] {
                     for &c in levels.iter().filter(|&&c| c <= AB_MAX) {
@@ -140,10 +151,20 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize) -> Plan {
             }
             add(Mode::Head, SMALL, mid, Tool::Ab, &mut notes);
             add(Mode::Close, SMALL, mid, Tool::Ab, &mut notes);
+            if tls {
+                for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
+                    add(mode, SMALL, mid.min(TLS_MAX), Tool::Wrk, &mut notes);
+                }
+            }
         }
         Kind::Tiny => {
             let c = levels.and_then(|l| l.first().copied()).unwrap_or(10);
             add(Mode::KeepAlive, SMALL, c, Tool::Wrk, &mut notes);
+            if tls {
+                for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
+                    add(mode, SMALL, c.min(TLS_MAX), Tool::Wrk, &mut notes);
+                }
+            }
         }
     }
     Plan { cells, notes }
@@ -155,7 +176,7 @@ mod tests {
 
     #[test]
     fn full_matrix_covers_every_classic_row() {
-        let p = plan(Kind::Full, None, 100_000);
+        let p = plan(Kind::Full, None, 100_000, false);
         // 2 modes × 4 sizes × 5 levels + 2 rows × 5, then on ab HEAD × 4
         // and 2 modes × 2 sizes × 4 (up to c=1000).
         assert_eq!(p.cells.len(), 40 + 10 + 4 + 16);
@@ -163,8 +184,16 @@ mod tests {
     }
 
     #[test]
+    fn tls_rows_only_when_asked() {
+        let p = plan(Kind::Full, None, 100_000, true);
+        let tls: Vec<&Cell> = p.cells.iter().filter(|c| c.mode.is_tls()).collect();
+        assert_eq!(tls.len(), 2 * 4, "keep-alive and close at c ≤ 1000");
+        assert!(tls.iter().all(|c| !c.applies_to("floor")));
+    }
+
+    #[test]
     fn concurrency_is_capped_and_reported() {
-        let p = plan(Kind::Full, Some(&[100, 1000, 10_000]), 4000);
+        let p = plan(Kind::Full, Some(&[100, 1000, 10_000]), 4000, false);
         assert!(p.cells.iter().all(|c| c.concurrency <= 4000));
         assert!(p.cells.iter().any(|c| c.concurrency == 4000));
         assert_eq!(
@@ -175,11 +204,11 @@ mod tests {
 
     #[test]
     fn the_floor_serves_only_the_small_page_rows() {
-        let p = plan(Kind::Quick, None, 100_000);
+        let p = plan(Kind::Quick, None, 100_000, false);
         let floor = p.cells.iter().filter(|c| c.applies_to("floor")).count();
         assert_eq!(floor, 3 + 1 + 1, "keep-alive curve, close and pipelining");
         assert!(p.cells.iter().all(|c| c.applies_to("nginx")));
-        let p = plan(Kind::Quick, Some(&[10_000]), 100_000);
+        let p = plan(Kind::Quick, Some(&[10_000]), 100_000, false);
         assert!(p
             .cells
             .iter()

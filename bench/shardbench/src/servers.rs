@@ -29,6 +29,66 @@ pub struct Server {
     pub last_modified: Option<String>,
     /// The command line, for commands.txt.
     pub command: String,
+    /// The HTTPS port, when the server was started with TLS.
+    pub tls_port: Option<u16>,
+}
+
+/// A self-signed certificate for 127.0.0.1 / localhost, shared by every
+/// server in the TLS rows.
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Make the certificate with openssl (ECDSA P-256, as a modern deployment
+/// would serve).
+pub fn make_cert(work: &Path, log: &mut Vec<String>) -> io::Result<Tls> {
+    let cert = work.join("cert.pem");
+    let key = work.join("key.pem");
+    let args = [
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "7",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        "-keyout",
+        &key.display().to_string(),
+        "-out",
+        &cert.display().to_string(),
+    ]
+    .map(str::to_owned);
+    log.push(format!("openssl {}", args.join(" ")));
+    let out = Command::new("openssl").args(&args).output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "openssl req failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(Tls { cert, key })
+}
+
+/// Wait until a TLS port accepts connections (the handshake is wrk's).
+fn wait_tls(port: u16) -> io::Result<()> {
+    let end = Instant::now() + READY;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    while TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+        if Instant::now() >= end {
+            return Err(io::Error::other(format!(
+                "nothing listens on TLS port {port}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 impl Server {
@@ -229,6 +289,7 @@ fn launch(name: &str, setup: &Setup<'_>, port: u16, cmd: &[String]) -> io::Resul
         group,
         last_modified,
         command: full.join(" "),
+        tls_port: None,
     })
 }
 
@@ -239,9 +300,11 @@ pub fn start_shardhttpd(
     shards: usize,
     steer: &str,
     name: &str,
+    tls: Option<&Tls>,
 ) -> io::Result<(Server, u16)> {
     let port = free_port()?;
     let admin = free_port()?;
+    let tls_port = tls.map(|_| free_port()).transpose()?;
     let cpus = &setup.cpus[..shards.min(setup.cpus.len())];
     // A single CPU `c` is written `c-c`: a bare number is a shard count.
     let cores = match cpus {
@@ -266,8 +329,24 @@ pub fn start_shardhttpd(
     .iter()
     .map(|s| s.to_string())
     .collect();
+    let mut cmd = cmd;
+    if let (Some(t), Some(p)) = (tls, tls_port) {
+        cmd.extend([
+            "--tls-listen".into(),
+            format!("127.0.0.1:{p}"),
+            "--tls-cert".into(),
+            t.cert.display().to_string(),
+            "--tls-key".into(),
+            t.key.display().to_string(),
+        ]);
+    }
     let sub = Setup { cpus, ..*setup };
-    Ok((launch(name, &sub, port, &cmd)?, admin))
+    let mut server = launch(name, &sub, port, &cmd)?;
+    if let Some(p) = tls_port {
+        wait_tls(p)?;
+        server.tls_port = Some(p);
+    }
+    Ok((server, admin))
 }
 
 /// The floor, run from this very executable.
@@ -297,8 +376,11 @@ pub fn installed(program: &str) -> Option<PathBuf> {
 }
 
 /// Start peer `name` (one of [`PEERS`]) with its fair config.
-pub fn start_peer(name: &str, setup: &Setup<'_>) -> io::Result<Server> {
+pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Result<Server> {
     let port = free_port()?;
+    // lighttpd's TLS is a separate module (lighttpd-mod-openssl): only with it.
+    let tls = tls.filter(|_| name != "lighttpd" || lighttpd_has_tls());
+    let tls_port = tls.map(|_| free_port()).transpose()?;
     let work = setup.work;
     let root = setup.root.display().to_string();
     let w = work.display().to_string();
@@ -333,8 +415,19 @@ pub fn start_peer(name: &str, setup: &Setup<'_>) -> io::Result<Server> {
                  client_body_temp_path {w}/nginx/body;\n  proxy_temp_path {w}/nginx/proxy;\n\
                  fastcgi_temp_path {w}/nginx/fastcgi;\n  uwsgi_temp_path {w}/nginx/uwsgi;\n\
                  scgi_temp_path {w}/nginx/scgi;\n\
-                 server {{ listen 127.0.0.1:{port} backlog=4096; root {root}; }}\n}}\n"
+                 server {{ listen 127.0.0.1:{port} backlog=4096; root {root}; }}\n"
             );
+            if let (Some(t), Some(p)) = (tls, tls_port) {
+                let _ = write!(
+                    conf,
+                    "server {{ listen 127.0.0.1:{p} ssl backlog=4096; root {root};\n\
+                     ssl_certificate {}; ssl_certificate_key {};\n\
+                     ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m; }}\n",
+                    t.cert.display(),
+                    t.key.display()
+                );
+            }
+            conf.push_str("}\n");
             let path = work.join("nginx.conf");
             fs::write(&path, conf)?;
             vec![
@@ -357,8 +450,20 @@ pub fn start_peer(name: &str, setup: &Setup<'_>) -> io::Result<Server> {
             let _ = write!(
                 conf,
                 "num-threads: 1\nmax-connections: {conns}\npid-file: {w}/h2o.pid\n\
-                 error-log: {w}/h2o-error.log\nlisten:\n  host: 127.0.0.1\n  port: {port}\n\
-                 hosts:\n  default:\n    paths:\n      /:\n        file.dir: {root}\n"
+                 error-log: {w}/h2o-error.log\nlisten:\n  host: 127.0.0.1\n  port: {port}\n"
+            );
+            if let (Some(t), Some(p)) = (tls, tls_port) {
+                let _ = write!(
+                    conf,
+                    "listen:\n  host: 127.0.0.1\n  port: {p}\n  ssl:\n    certificate-file: {}\n\
+                     \x20   key-file: {}\n",
+                    t.cert.display(),
+                    t.key.display()
+                );
+            }
+            let _ = write!(
+                conf,
+                "hosts:\n  default:\n    paths:\n      /:\n        file.dir: {root}\n"
             );
             let path = work.join("h2o.conf");
             fs::write(&path, conf)?;
@@ -379,6 +484,17 @@ pub fn start_peer(name: &str, setup: &Setup<'_>) -> io::Result<Server> {
                  \".bin\" => \"application/octet-stream\")\n",
                 fds / 2
             );
+            let mut conf = conf;
+            if let (Some(t), Some(p)) = (tls, tls_port) {
+                let _ = write!(
+                    conf,
+                    "server.modules += (\"mod_openssl\")\n\
+                     $SERVER[\"socket\"] == \"127.0.0.1:{p}\" {{\n  ssl.engine = \"enable\"\n\
+                     \x20 ssl.pemfile = \"{}\"\n  ssl.privkey = \"{}\"\n}}\n",
+                    t.cert.display(),
+                    t.key.display()
+                );
+            }
             let path = work.join("lighttpd.conf");
             fs::write(&path, conf)?;
             vec![
@@ -390,7 +506,22 @@ pub fn start_peer(name: &str, setup: &Setup<'_>) -> io::Result<Server> {
         }
         other => return Err(io::Error::other(format!("unknown peer {other}"))),
     };
-    launch(name, &sub, port, &cmd)
+    let mut server = launch(name, &sub, port, &cmd)?;
+    if let Some(p) = tls_port {
+        wait_tls(p)?;
+        server.tls_port = Some(p);
+    }
+    Ok(server)
+}
+
+/// Whether lighttpd's TLS module is installed.
+pub fn lighttpd_has_tls() -> bool {
+    [
+        "/usr/lib/lighttpd/mod_openssl.so",
+        "/usr/lib64/lighttpd/mod_openssl.so",
+    ]
+    .iter()
+    .any(|p| Path::new(p).is_file())
 }
 
 /// Running as root: the peers then need to be told to stay root (they
