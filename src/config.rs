@@ -38,6 +38,11 @@ pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
 /// nginx's `send_timeout`: a reader that takes nothing for this long is dropped.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Longest `drain_delay`: endpoint removal takes seconds, not hours.
+pub const MAX_DRAIN_DELAY: Duration = Duration::from_secs(3600);
+/// How long the new process of a SIGUSR2 upgrade has to say it is ready
+/// (its snapshot built, every shard in its loop) before the old one gives up.
+pub const DEFAULT_UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Files at least this large are sent with `sendfile` from an fd.
 pub const DEFAULT_SENDFILE_THRESHOLD: u64 = 1024 * 1024;
 /// Memory for bodies held in the snapshot.
@@ -163,6 +168,19 @@ pub struct Settings {
     /// seconds.
     #[arg(long, value_name = "DURATION")]
     pub shutdown_grace: Option<DurationValue<Secs>>,
+    /// After SIGTERM, keep accepting and serving this long while /readyz
+    /// already fails, so load balancers stop routing here first; bare
+    /// number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub drain_delay: Option<DurationValue<Secs>>,
+    /// Binary started by SIGUSR2 (default: this executable's path as
+    /// resolved at start, so a binary replaced on disk is the one started).
+    #[arg(long, value_name = "PATH")]
+    pub upgrade_binary: Option<PathBuf>,
+    /// How long the new process of a SIGUSR2 upgrade has to become ready;
+    /// bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub upgrade_timeout: Option<DurationValue<Secs>>,
     /// Files at least this large are sent from their fd, not memory.
     #[arg(long, value_name = "SIZE")]
     pub sendfile_threshold: Option<Size>,
@@ -337,6 +355,12 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ),
         ("write_timeout", format_duration(DEFAULT_WRITE_TIMEOUT)),
         ("shutdown_grace", format_duration(DEFAULT_SHUTDOWN_GRACE)),
+        ("drain_delay", "0s".into()),
+        (
+            "upgrade_binary",
+            "this executable, as resolved at start".into(),
+        ),
+        ("upgrade_timeout", format_duration(DEFAULT_UPGRADE_TIMEOUT)),
         (
             "sendfile_threshold",
             format_size(DEFAULT_SENDFILE_THRESHOLD),
@@ -591,7 +615,7 @@ impl Settings {
             root, listen, cores, admin, backlog, steer, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
-            shutdown_grace, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
+            shutdown_grace, drain_delay, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
             watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
             compress, compress_min_bytes,
@@ -710,6 +734,11 @@ pub struct Config {
     pub keepalive_timeout: Duration,
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// Serving goes on this long after SIGTERM, with `/readyz` failing.
+    pub drain_delay: Duration,
+    /// What SIGUSR2 starts; `None`: this executable, resolved at start.
+    pub upgrade_binary: Option<PathBuf>,
+    pub upgrade_timeout: Duration,
     pub sendfile_threshold: u64,
     pub sendfile: bool,
     pub cache_max_bytes: u64,
@@ -953,6 +982,16 @@ impl Config {
             )?,
             write_timeout: duration("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT)?,
             shutdown_grace: duration("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE)?,
+            drain_delay: match s.drain_delay.map_or(Duration::ZERO, |d| d.value) {
+                d if d <= MAX_DRAIN_DELAY => d,
+                _ => bail!("{}: must be at most 1h", s.name("drain_delay")),
+            },
+            upgrade_binary: s.upgrade_binary.clone(),
+            upgrade_timeout: duration(
+                "upgrade_timeout",
+                s.upgrade_timeout,
+                DEFAULT_UPGRADE_TIMEOUT,
+            )?,
             rescan_interval: duration(
                 "rescan_interval",
                 s.rescan_interval,

@@ -13,6 +13,8 @@
 //!   and reloaded in place, session tickets.
 //! - [`http`]: pure HTTP/1.x code: request parsing, path normalisation,
 //!   conditional and range evaluation, response heads.
+//! - [`upgrade`]: the SIGUSR2 binary upgrade by listener handover; [`notify`]
+//!   the systemd notification protocol.
 //! - [`sys`]: the only module allowed `unsafe`: thin wrappers over epoll,
 //!   eventfd, `sendfile`, `send(MSG_MORE)`.
 #![deny(unsafe_code)]
@@ -22,8 +24,10 @@ pub mod config;
 pub mod conn;
 pub mod http;
 pub mod metrics;
+pub mod notify;
 pub mod preflight;
 pub mod server;
 pub mod shard;
 pub mod sys;
 pub mod tls;
+pub mod upgrade;

@@ -1,15 +1,18 @@
 //! Start-up and lifecycle: check and claim the addresses, bind the admin
 //! listener and one socket per shard and address, build the first snapshot
 //! (reporting progress), start the shards, then turn signals into actions
-//! (SIGHUP rebuilds, SIGTERM/SIGINT drain and exit).
+//! (SIGHUP rebuilds, SIGUSR2 upgrades the binary, SIGTERM/SIGINT drain and
+//! exit). A new process of an upgrade adopts the sockets its predecessor
+//! handed over instead of binding them.
 
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -18,9 +21,11 @@ use crate::config::{Config, Steer};
 use crate::conn::ConnConfig;
 use crate::metrics::access_log::AccessLog;
 use crate::metrics::{admin, Metrics};
+use crate::notify::notify;
 use crate::preflight::{self, Preflight, SetupError};
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
+use crate::upgrade::{self, Inherited, Kind, Passed};
 
 /// Tries at the background compressed build of a large root (a deploy
 /// racing it can make the walk fail), and the pause between them.
@@ -87,6 +92,23 @@ fn steer_by_cpu(cpus: &[usize], per_shard: &[Vec<TcpListener>]) -> std::io::Resu
     Ok(())
 }
 
+/// The SIGUSR2 upgrade in flight, between the signal loop and the thread
+/// that waits for the new process.
+struct UpgradeState {
+    running: AtomicBool,
+    /// Set on shutdown: a new process not ready yet is stopped.
+    cancel: AtomicBool,
+    /// The new process is ready: this one drains.
+    done: std::sync::Mutex<Option<upgrade::Ready>>,
+}
+
+/// A shard's socket: adopted from the old process (already listening) or
+/// bound here (listening once the snapshot is built).
+enum ShardSocket {
+    Adopted(TcpListener),
+    Bound(Socket),
+}
+
 /// Run the server until a shutdown signal has been handled.
 ///
 /// Start-up order: everything that can fail on configuration or
@@ -97,7 +119,42 @@ fn steer_by_cpu(cpus: &[usize], per_shard: &[Vec<TcpListener>]) -> std::io::Resu
 /// snapshot is there.
 pub fn run(config: Config) -> anyhow::Result<()> {
     log_start(&config);
-    let (mut claims, _) = Preflight::default().run(&config)?;
+    // Resolved now: once a deploy replaces the file, /proc/self/exe names the
+    // deleted old binary, and SIGUSR2 must start the new one.
+    let upgrade_binary = match &config.upgrade_binary {
+        Some(path) => path.clone(),
+        None => std::fs::read_link("/proc/self/exe").context("resolving /proc/self/exe")?,
+    };
+    let upgrade_args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let mut inherited =
+        Inherited::from_env().context("adopting the sockets of the process this one replaces")?;
+    // Every listening address: `addrs[..plain]` are cleartext, the rest TLS
+    // (in every shard's list).
+    let mut addrs = config.listen.clone();
+    let plain = addrs.len();
+    if let Some(settings) = &config.tls {
+        addrs.extend(&settings.listen);
+    }
+    let kind_of = |i: usize| if i < plain { Kind::Listen } else { Kind::Tls };
+    // Adopted before the preflight, which must neither claim nor probe the
+    // addresses the old process still holds.
+    let mut adopted: Vec<Vec<TcpListener>> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &addr)| inherited.take_listen(addr, kind_of(i)))
+        .collect();
+    let adopted_admin = inherited.take_admin(config.admin);
+    inherited.close_rest();
+    let preflight = Preflight {
+        inherited: addrs
+            .iter()
+            .zip(&adopted)
+            .filter(|(_, a)| !a.is_empty())
+            .map(|(&addr, _)| addr)
+            .collect(),
+        ..Preflight::default()
+    };
+    let (mut claims, _) = preflight.run(&config)?;
     let metrics = Metrics::new(&config.cpus, config.metrics);
     let tls = match &config.tls {
         Some(settings) => {
@@ -112,7 +169,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let admin_listener = preflight::bind_admin(config.admin)?;
+    let admin_listener = match adopted_admin {
+        Some(listener) => {
+            tracing::info!("admin endpoint addr={} (inherited)", listener.local_addr()?);
+            listener
+        }
+        None => preflight::bind_admin(config.admin)?,
+    };
+    let admin_dup = admin_listener.try_clone()?;
     let published: Arc<OnceLock<Arc<Store>>> = Arc::new(OnceLock::new());
     {
         let metrics = Arc::clone(&metrics);
@@ -125,22 +189,34 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .context("spawning the admin thread")?;
     }
     // Register before any shard runs, so an early signal is not lost.
-    let mut signals =
-        Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1]).context("installing signal handlers")?;
+    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2])
+        .context("installing signal handlers")?;
 
     // Bind every socket before the build, so an address in use is reported
     // at once. Port 0: the first shard's socket picks the port and the
-    // others join it.
-    let mut addrs = config.listen.clone();
-    // `addrs[..plain]` are cleartext, the rest TLS (in every shard's list).
-    let plain = addrs.len();
-    if let Some(settings) = &config.tls {
-        addrs.extend(&settings.listen);
-    }
-    let mut per_shard = Vec::with_capacity(config.cpus.len());
-    for _ in &config.cpus {
-        let mut sockets = Vec::with_capacity(addrs.len());
-        for addr in &mut addrs {
+    // others join it. Adopted sockets come first: shard i takes the old
+    // shard i's socket; with fewer shards than sockets the extra ones go
+    // round the shards (none is closed, so none of their queued connections
+    // is lost); with more, the other shards bind sockets that join the same
+    // reuseport group. Each shard's list: (cleartext, TLS).
+    let shards = config.cpus.len();
+    type Lists = (Vec<ShardSocket>, Vec<ShardSocket>);
+    let mut per_shard: Vec<Lists> = (0..shards).map(|_| Default::default()).collect();
+    for (i, (addr, adopted)) in addrs.iter_mut().zip(adopted.iter_mut()).enumerate() {
+        if let Some(first) = adopted.first() {
+            *addr = first.local_addr()?;
+        }
+        let passed = adopted.len();
+        for (j, listener) in adopted.drain(..).enumerate() {
+            let lists = &mut per_shard[j % shards];
+            let target = if i < plain {
+                &mut lists.0
+            } else {
+                &mut lists.1
+            };
+            target.push(ShardSocket::Adopted(listener));
+        }
+        for lists in per_shard.iter_mut().skip(passed) {
             let socket =
                 bind_socket(*addr).map_err(|e| preflight::bind_error("listen", *addr, &e))?;
             if addr.port() == 0 {
@@ -149,9 +225,13 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                     claims.add_picked(bound);
                 }
             }
-            sockets.push(socket);
+            let target = if i < plain {
+                &mut lists.0
+            } else {
+                &mut lists.1
+            };
+            target.push(ShardSocket::Bound(socket));
         }
-        per_shard.push(sockets);
     }
 
     let access_log = match &config.access_log {
@@ -216,18 +296,56 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         snapshot: store.shared(),
         draining: AtomicBool::new(false),
         shutdown_grace: config.shutdown_grace,
+        sweep: std::sync::Mutex::new(Vec::new()),
     });
+    // Each shard's listeners, cleartext first, and how many are cleartext.
     let mut per_shard_listeners = Vec::with_capacity(per_shard.len());
-    for (sockets, _) in per_shard.into_iter().zip(&config.cpus) {
-        let mut listeners = Vec::with_capacity(sockets.len());
-        for (socket, addr) in sockets.into_iter().zip(&addrs) {
-            listeners.push(
-                listen(socket, config.backlog).with_context(|| format!("listening on {addr}"))?,
-            );
+    let mut plain_counts = Vec::with_capacity(per_shard.len());
+    for (cleartext, tls_sockets) in per_shard {
+        plain_counts.push(cleartext.len());
+        let mut listeners = Vec::with_capacity(cleartext.len() + tls_sockets.len());
+        for socket in cleartext.into_iter().chain(tls_sockets) {
+            listeners.push(match socket {
+                ShardSocket::Adopted(listener) => listener,
+                ShardSocket::Bound(socket) => {
+                    let addr = socket.local_addr()?.as_socket();
+                    listen(socket, config.backlog)
+                        .with_context(|| format!("listening on {addr:?}"))?
+                }
+            });
         }
         per_shard_listeners.push(listeners);
     }
     let per_shard = per_shard_listeners;
+    // What a SIGUSR2 upgrade hands over: a duplicate of every socket (the
+    // shards and the admin thread own the originals), with its kind, shard
+    // and address.
+    let mut handover: Vec<(Passed, TcpListener)> = Vec::new();
+    for (shard, listeners) in per_shard.iter().enumerate() {
+        for (j, listener) in listeners.iter().enumerate() {
+            let dup = listener.try_clone()?;
+            let passed = Passed {
+                fd: dup.as_raw_fd(),
+                kind: if j < plain_counts[shard] {
+                    Kind::Listen
+                } else {
+                    Kind::Tls
+                },
+                shard,
+                addr: listener.local_addr()?,
+            };
+            handover.push((passed, dup));
+        }
+    }
+    handover.push((
+        Passed {
+            fd: admin_dup.as_raw_fd(),
+            kind: Kind::Admin,
+            shard: 0,
+            addr: admin_dup.local_addr()?,
+        },
+        admin_dup,
+    ));
     if config.steer == Steer::Cpu {
         steer_by_cpu(&config.cpus, &per_shard).context("setting up --steer cpu")?;
     }
@@ -251,7 +369,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             shared: Arc::clone(&shared),
             conn_cfg: conn_cfg.clone(),
             tls: tls.as_ref().map(|t| Arc::clone(&t.config)),
-            plain_listeners: plain,
+            plain_listeners: plain_counts[index],
             metrics: Arc::clone(&metrics),
             access_log: access_log.as_ref().map(AccessLog::for_shard),
             started: started_tx.clone(),
@@ -300,6 +418,25 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .context("spawning the rebuild thread")?;
     }
 
+    // Serving: tell systemd (a new process of an upgrade also names itself
+    // the main process), then the old process, if there is one.
+    if inherited.is_upgrade() {
+        notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    } else {
+        notify("READY=1");
+    }
+    inherited
+        .ready()
+        .context("signalling readiness to the old process")?;
+
+    let upgrade = Arc::new(UpgradeState {
+        running: AtomicBool::new(false),
+        cancel: AtomicBool::new(false),
+        done: std::sync::Mutex::new(None),
+    });
+    let mut upgrade_thread = None;
+    let mut last_signal = None;
+    let signals_handle = signals.handle();
     for signal in signals.forever() {
         match signal {
             SIGUSR1 => {
@@ -312,16 +449,77 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 // change too.
                 let _ = rebuild_tx.try_send(());
             }
-            _ => {
-                tracing::info!(signal, "shutting down");
-                metrics.draining.store(true, Ordering::Release);
-                shared.draining.store(true, Ordering::Release);
-                for waker in &wakers {
-                    let _ = waker.notify();
+            SIGUSR2 => {
+                if upgrade.running.swap(true, Ordering::AcqRel) {
+                    tracing::warn!("upgrade already in progress; SIGUSR2 ignored");
+                    continue;
                 }
+                if let Some(previous) = upgrade_thread.take() {
+                    let _ = std::thread::JoinHandle::join(previous);
+                }
+                tracing::info!("SIGUSR2: starting the binary upgrade");
+                let passed: Vec<Passed> = handover.iter().map(|(p, _)| *p).collect();
+                upgrade_thread = Some(spawn_upgrade(
+                    upgrade_binary.clone(),
+                    upgrade_args.clone(),
+                    passed,
+                    config.upgrade_timeout,
+                    Arc::clone(&upgrade),
+                    Arc::clone(&metrics),
+                    signals_handle.clone(),
+                )?);
+            }
+            _ => {
+                last_signal = Some(signal);
                 break;
             }
         }
+    }
+    // A shutdown during an upgrade stops the new process if it is not ready yet.
+    upgrade.cancel.store(true, Ordering::Release);
+    if let Some(thread) = upgrade_thread {
+        let _ = thread.join();
+    }
+    let handed_over = upgrade
+        .done
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    match handed_over {
+        Some(ready) => {
+            // Queues of sockets the new process did not adopt (an address no
+            // longer configured) are emptied and served before they close.
+            let sweep: Vec<SocketAddr> = handover
+                .iter()
+                .filter(|(p, _)| p.kind != Kind::Admin && !ready.adopted.contains(&p.fd))
+                .map(|(p, _)| p.addr)
+                .collect();
+            *shared.sweep.lock().unwrap_or_else(|e| e.into_inner()) = sweep;
+            metrics.handed_over.store(true, Ordering::Release);
+            metrics.draining.store(true, Ordering::Release);
+            tracing::info!(new_pid = ready.pid, "handed over; draining");
+        }
+        None => {
+            tracing::info!(signal = last_signal, "shutting down");
+            notify("STOPPING=1");
+            // /readyz fails from now on; keep serving while load balancers
+            // notice, then drain.
+            metrics.draining.store(true, Ordering::Release);
+            if !config.drain_delay.is_zero() {
+                tracing::info!(
+                    drain_delay_s = config.drain_delay.as_secs_f64(),
+                    "not ready; serving until drain_delay has passed"
+                );
+                std::thread::sleep(config.drain_delay);
+            }
+        }
+    }
+    // The duplicates kept for a handover would keep the sockets listening
+    // (and queueing connections nobody accepts) after the shards close theirs.
+    drop(handover);
+    shared.draining.store(true, Ordering::Release);
+    for waker in &wakers {
+        let _ = waker.notify();
     }
     for thread in threads {
         let _ = thread.join();
@@ -350,6 +548,46 @@ fn rebuild_on_hup(store: &Store) {
     }
 }
 
+/// The thread that starts the new binary and waits for it: on success it
+/// ends the signal loop (this process then drains), on failure this process
+/// keeps serving.
+fn spawn_upgrade(
+    binary: std::path::PathBuf,
+    args: Vec<std::ffi::OsString>,
+    passed: Vec<Passed>,
+    timeout: Duration,
+    state: Arc<UpgradeState>,
+    metrics: Arc<Metrics>,
+    signals: signal_hook::iterator::Handle,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("upgrade".into())
+        .spawn(
+            move || match upgrade::start(&binary, &args, &passed, timeout, &state.cancel) {
+                Ok(ready) => {
+                    metrics.upgrades.with_label_values(&["success"]).inc();
+                    tracing::info!(
+                        pid = ready.pid,
+                        "upgrade: the new process is ready; draining this one"
+                    );
+                    *state.done.lock().unwrap_or_else(|e| e.into_inner()) = Some(ready);
+                    signals.close();
+                }
+                Err(e) => {
+                    metrics.upgrades.with_label_values(&["failed"]).inc();
+                    tracing::error!(
+                        error = format!("{e:#}"),
+                        "upgrade failed; this process keeps serving"
+                    );
+                    // In case the new process named itself the main one.
+                    notify(&format!("MAINPID={}", std::process::id()));
+                    state.running.store(false, Ordering::Release);
+                }
+            },
+        )
+        .context("spawning the upgrade thread")
+}
+
 /// Build the first snapshot on its own thread while this one reports
 /// progress and watches for signals. `None`: a stop signal came first.
 fn first_build(config: &Config, signals: &mut Signals) -> anyhow::Result<Option<Arc<Store>>> {
@@ -369,6 +607,9 @@ fn first_build(config: &Config, signals: &mut Signals) -> anyhow::Result<Option<
                     "SIGHUP received during the first build; that build already reads the current files"
                 ),
                 SIGUSR1 => {}
+                SIGUSR2 => tracing::warn!(
+                    "SIGUSR2 during the first build ignored: nothing to upgrade until serving"
+                ),
                 _ => {
                     tracing::info!(signal, "stop signal during the first build; exiting");
                     return Ok(None);

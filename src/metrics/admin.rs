@@ -97,6 +97,10 @@ fn run(listener: TcpListener, metrics: Arc<Metrics>, snapshot: SnapshotSource) -
     // queued clients will not come again, so retry on a timer.
     let mut accept_failed = false;
     loop {
+        if state.metrics.handed_over.load(Ordering::Acquire) {
+            // A new process serves the shared admin socket now.
+            return Ok(());
+        }
         let now = Instant::now();
         // Wake for the next sample and the earliest deadline.
         let timeout = clients
@@ -340,6 +344,11 @@ impl Rates {
             .collect();
         Status {
             version: env!("CARGO_PKG_VERSION"),
+            pid: std::process::id(),
+            started_at: metrics
+                .started_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
             uptime_seconds: metrics.started.elapsed().as_secs_f64(),
             ready: metrics.ready(),
             draining: metrics.draining.load(Ordering::Acquire),
@@ -373,6 +382,10 @@ impl Rates {
 #[derive(Serialize)]
 struct Status {
     version: &'static str,
+    /// This process: it changes with each binary upgrade.
+    pid: u32,
+    /// When this process started, in Unix seconds.
+    started_at: f64,
     uptime_seconds: f64,
     ready: bool,
     draining: bool,

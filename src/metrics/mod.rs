@@ -57,8 +57,15 @@ pub struct Metrics {
     pub slots: Vec<ShardSlot>,
     registry: Registry,
     pub started: Instant,
+    /// Wall-clock start, for `/status.json`'s `started_at`.
+    pub started_at: std::time::SystemTime,
     /// Set while shutting down: `/readyz` fails.
     pub draining: AtomicBool,
+    /// Set once a new process has taken the sockets over: the admin
+    /// listener stops accepting, leaving the shared socket to the successor.
+    pub handed_over: AtomicBool,
+    /// `shardhttpd_upgrades_total{result}`: SIGUSR2 upgrades started here.
+    pub upgrades: prometheus::IntCounterVec,
     /// Access-log lines dropped because the writer fell behind.
     pub access_log_dropped: Arc<AtomicU64>,
 }
@@ -83,6 +90,20 @@ impl Metrics {
         registry
             .register(Box::new(info))
             .expect("fresh registry accepts build_info");
+        let upgrades = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "shardhttpd_upgrades_total",
+                "SIGUSR2 binary upgrades started by this process, by result (success: the new process took the sockets over; failed: it exited or was not ready in time, and this one kept serving).",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        for result in ["success", "failed"] {
+            upgrades.with_label_values(&[result]);
+        }
+        registry
+            .register(Box::new(upgrades.clone()))
+            .expect("fresh registry accepts upgrades_total");
         Arc::new(Metrics {
             enabled,
             slots: cpus
@@ -97,7 +118,10 @@ impl Metrics {
                 .collect(),
             registry,
             started: Instant::now(),
+            started_at: std::time::SystemTime::now(),
             draining: AtomicBool::new(false),
+            handed_over: AtomicBool::new(false),
+            upgrades,
             access_log_dropped: Arc::new(AtomicU64::new(0)),
         })
     }

@@ -59,6 +59,11 @@ pub struct Shared {
     /// Set once on SIGTERM/SIGINT; shards read it when woken.
     pub draining: AtomicBool,
     pub shutdown_grace: Duration,
+    /// Listening addresses whose queues a shard empties (accepting until
+    /// nothing is left) before it closes them: after a binary upgrade, those
+    /// the new process did not adopt, so their queued connections are served
+    /// rather than reset.
+    pub sweep: std::sync::Mutex<Vec<std::net::SocketAddr>>,
 }
 
 /// What a shard thread is started with.
@@ -302,6 +307,21 @@ impl Shard {
             connections = self.conns.len(),
             "shard draining"
         );
+        let sweep = self
+            .shared
+            .sweep
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for i in 0..self.listeners.len() {
+            let addr = self.listeners[i].as_ref().and_then(|l| l.local_addr().ok());
+            if addr.is_some_and(|a| sweep.contains(&a)) {
+                self.accept_pending[i] = true;
+                while self.accept_pending[i] {
+                    self.accept(i, now);
+                }
+            }
+        }
         self.draining = Some(now + self.shared.shutdown_grace);
         for l in &mut self.listeners {
             if let Some(listener) = l.take() {

@@ -9,11 +9,13 @@
 
 mod epoll;
 mod fs;
+mod handover;
 mod net;
 mod thread;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 pub use fs::{nofile_limit, open_beneath};
+pub use handover::{inherit_fds, pipe, take_inherited, wait_readable};
 pub use net::{
     accept4, attach_reuseport_cbpf, peer_pid, sendfile, sendmsg_more, set_defer_accept,
     set_incoming_cpu,

@@ -9,6 +9,7 @@
 pub mod caches;
 pub mod metrics;
 pub mod procfs;
+pub mod upgrade;
 
 use std::collections::BTreeMap;
 use std::fmt;

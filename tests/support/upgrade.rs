@@ -1,0 +1,472 @@
+//! Helpers for the binary-upgrade and drain tests: continuous client traffic
+//! that tells a reset from a refusal from a clean close, who owns a listening
+//! port according to `/proc`, and a guard that stops the processes an upgrade
+//! started (they inherit the harness's stderr pipe, so they must be gone
+//! before the `Server` joins its log reader).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::IO_TIMEOUT;
+
+/// Sends `sig` (`TERM`, `USR2`, …) to `pid` with `kill(1)`.
+pub fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{sig} {pid} failed");
+}
+
+/// The process has exited (no `/proc` entry, or a zombie).
+pub fn process_gone(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Stops (SIGKILL) every PID pushed, on drop. Declare it after the `Server`
+/// so it drops first.
+#[derive(Default)]
+pub struct Successors(pub Mutex<Vec<u32>>);
+
+impl Successors {
+    pub fn push(&self, pid: u32) {
+        self.0.lock().unwrap().push(pid);
+    }
+}
+
+impl Drop for Successors {
+    fn drop(&mut self) {
+        for &pid in self.0.lock().unwrap().iter() {
+            if !process_gone(pid) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
+}
+
+/// Inodes of the TCP sockets listening on `port` (IPv4 and IPv6).
+fn listening_inodes(port: u16) -> BTreeSet<u64> {
+    let mut inodes = BTreeSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "0A" {
+                continue;
+            }
+            let local_port = f[1]
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) {
+                if let Ok(inode) = f[9].parse() {
+                    inodes.insert(inode);
+                }
+            }
+        }
+    }
+    inodes
+}
+
+/// The PIDs holding a socket that listens on `port`, read from `/proc`.
+pub fn listening_pids(port: u16) -> BTreeSet<u32> {
+    let inodes = listening_inodes(port);
+    let mut pids = BTreeSet::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let Ok(fds) = fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = fs::read_link(fd.path()) else {
+                continue;
+            };
+            let target = target.to_string_lossy();
+            let inode = target
+                .strip_prefix("socket:[")
+                .and_then(|s| s.strip_suffix(']'))
+                .and_then(|s| s.parse().ok());
+            if inode.is_some_and(|i| inodes.contains(&i)) {
+                pids.insert(pid);
+                break;
+            }
+        }
+    }
+    pids
+}
+
+/// GET `path` from the admin listener; (status, body).
+pub fn admin_get(admin: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&admin, IO_TIMEOUT)?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: admin\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// `pid` from `/status.json`.
+pub fn status_pid(admin: SocketAddr) -> Option<u32> {
+    let (_, body) = admin_get(admin, "/status.json").ok()?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["pid"].as_u64().map(|p| p as u32)
+}
+
+/// How one request went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// `connect` refused.
+    Refused,
+    /// Reset (ECONNRESET/EPIPE) on a fresh connection or mid-response.
+    Reset,
+    /// Closed before the whole response arrived, on a fresh connection.
+    Closed,
+    /// Wrong status or body, or a timeout.
+    Wrong,
+}
+
+/// What a [`Traffic`] run saw.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub ok: u64,
+    pub refused: u64,
+    pub reset: u64,
+    pub closed: u64,
+    pub wrong: u64,
+    /// A reused keep-alive connection closed (or reset) before a single byte
+    /// of the next response: the server closed it as idle while the request
+    /// was on its way. RFC 9112 §9.3.1 lets a client retry an idempotent
+    /// request then; the loader does, and the retry must succeed.
+    pub keepalive_retries: u64,
+    pub first_errors: Vec<String>,
+}
+
+impl Tally {
+    pub fn failures(&self) -> u64 {
+        self.refused + self.reset + self.closed + self.wrong
+    }
+}
+
+/// Continuous traffic: `keepalive` threads sending requests back to back on
+/// persistent connections, `fresh` threads opening a new connection per
+/// request. Every response's status and body are checked against `paths`.
+pub struct Traffic {
+    stop: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<()>>,
+    tally: Arc<Mutex<Tally>>,
+    pub sent: Arc<AtomicU64>,
+}
+
+type Paths = Arc<Vec<(String, Vec<u8>)>>;
+
+impl Traffic {
+    pub fn start(
+        addr: SocketAddr,
+        keepalive: usize,
+        fresh: usize,
+        paths: Vec<(String, Vec<u8>)>,
+    ) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let sent = Arc::new(AtomicU64::new(0));
+        let paths: Paths = Arc::new(paths);
+        let mut threads = Vec::new();
+        for t in 0..keepalive + fresh {
+            let (stop, tally, sent, paths) = (
+                Arc::clone(&stop),
+                Arc::clone(&tally),
+                Arc::clone(&sent),
+                Arc::clone(&paths),
+            );
+            let persistent = t < keepalive;
+            threads.push(thread::spawn(move || {
+                client(addr, persistent, t, &stop, &tally, &sent, &paths)
+            }));
+        }
+        Traffic {
+            stop,
+            threads,
+            tally,
+            sent,
+        }
+    }
+
+    pub fn stop(self) -> Tally {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().expect("traffic thread panicked");
+        }
+        std::mem::take(&mut *self.tally.lock().unwrap())
+    }
+}
+
+fn record(tally: &Mutex<Tally>, f: Failure, what: String) {
+    let mut t = tally.lock().unwrap();
+    match f {
+        Failure::Refused => t.refused += 1,
+        Failure::Reset => t.reset += 1,
+        Failure::Closed => t.closed += 1,
+        Failure::Wrong => t.wrong += 1,
+    }
+    if t.first_errors.len() < 10 {
+        t.first_errors.push(format!("{:?}: {what}", f));
+    }
+}
+
+fn client(
+    addr: SocketAddr,
+    persistent: bool,
+    t: usize,
+    stop: &AtomicBool,
+    tally: &Mutex<Tally>,
+    sent: &AtomicU64,
+    paths: &Paths,
+) {
+    let mut conn: Option<(TcpStream, u64)> = None;
+    let mut i = t;
+    while !stop.load(Ordering::Relaxed) {
+        let (path, want) = &paths[i % paths.len()];
+        i += 1;
+        let mut retried = false;
+        loop {
+            if conn.is_none() {
+                match TcpStream::connect_timeout(&addr, IO_TIMEOUT) {
+                    Ok(s) => {
+                        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                        s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+                        let _ = s.set_nodelay(true);
+                        conn = Some((s, 0));
+                    }
+                    Err(e) => {
+                        let f = if e.kind() == io::ErrorKind::ConnectionRefused {
+                            Failure::Refused
+                        } else {
+                            Failure::Wrong
+                        };
+                        record(tally, f, format!("connect: {e}"));
+                        thread::sleep(Duration::from_millis(5));
+                        break;
+                    }
+                }
+            }
+            let (stream, served) = conn.as_mut().expect("connected");
+            let reused = *served > 0;
+            let close = if persistent {
+                ""
+            } else {
+                "Connection: close\r\n"
+            };
+            let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{close}\r\n");
+            sent.fetch_add(1, Ordering::Relaxed);
+            match exchange(stream, req.as_bytes()) {
+                Ok((status, body, closes)) => {
+                    if status != 200 || &body != want {
+                        record(
+                            tally,
+                            Failure::Wrong,
+                            format!("GET {path}: {status}, {} bytes", body.len()),
+                        );
+                    } else {
+                        tally.lock().unwrap().ok += 1;
+                    }
+                    *served += 1;
+                    if closes || !persistent {
+                        conn = None;
+                    }
+                    break;
+                }
+                Err((f, nothing_read, e)) => {
+                    conn = None;
+                    if reused && nothing_read && !retried {
+                        tally.lock().unwrap().keepalive_retries += 1;
+                        retried = true;
+                        continue;
+                    }
+                    record(tally, f, format!("GET {path} (reused {reused}): {e}"));
+                    break;
+                }
+            }
+        }
+        if !persistent {
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Why an exchange failed: the kind, whether not a byte of the response
+/// came, and what happened.
+type ExchangeError = (Failure, bool, String);
+
+/// One request and its response: (status, body, server closes). On failure,
+/// the kind, whether not a byte of the response came, and what happened.
+fn exchange(s: &mut TcpStream, req: &[u8]) -> Result<(u16, Vec<u8>, bool), ExchangeError> {
+    let classify = |e: &io::Error| match e.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => Failure::Reset,
+        _ => Failure::Wrong,
+    };
+    if let Err(e) = s.write_all(req) {
+        return Err((classify(&e), true, format!("write: {e}")));
+    }
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let started = Instant::now();
+    let mut need: Option<(usize, u16, bool)> = None;
+    loop {
+        if let Some((total, status, closes)) = need {
+            if buf.len() >= total {
+                let head_end = total - content_len(&buf).unwrap_or(0);
+                return Ok((status, buf[head_end..total].to_vec(), closes));
+            }
+        } else if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let status = head
+                .split(' ')
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let len = content_len(&buf).unwrap_or(0);
+            let closes = head.contains("\r\nconnection: close");
+            need = Some((end + 4 + len, status, closes));
+            continue;
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => {
+                return Err((
+                    Failure::Closed,
+                    buf.is_empty(),
+                    format!("closed after {} bytes", buf.len()),
+                ))
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) => {
+                return Err((
+                    classify(&e),
+                    buf.is_empty(),
+                    format!(
+                        "read after {} bytes, {:?}: {e}",
+                        buf.len(),
+                        started.elapsed()
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+fn content_len(buf: &[u8]) -> Option<usize> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    head.lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The binary started by an arbitrary command (under `taskset`, with an
+/// extra environment): stderr collected, killed on drop.
+pub struct Proc {
+    pub child: std::process::Child,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stderr piped; does not wait for anything.
+    pub fn spawn(mut cmd: Command) -> Proc {
+        use std::io::BufRead;
+        let mut child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&logs);
+        thread::spawn(move || {
+            for line in io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(super::strip_ansi(&line));
+            }
+        });
+        Proc { child, logs }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// Waits for a log line containing `needle`.
+    pub fn wait_for_log(&self, needle: &str, deadline: Duration) -> Option<String> {
+        let mut found = None;
+        super::poll_until(deadline, || {
+            found = self
+                .logs
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+                .cloned();
+            found.is_some()
+        });
+        found
+    }
+
+    /// The address in the first log line containing `needle` (`addr=`).
+    pub fn addr(&self, needle: &str) -> SocketAddr {
+        let line = self
+            .wait_for_log(needle, super::READY_DEADLINE)
+            .unwrap_or_else(|| panic!("no {needle:?} line\n{}", self.log_text()));
+        super::log_field(&line, "addr")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("bad line {line:?}"))
+    }
+
+    /// Waits for exit; the status, or None on timeout.
+    pub fn wait_exit(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        let mut status = None;
+        super::poll_until(deadline, || {
+            status = self.child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        status
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!("---- process log ----\n{}\n---- end ----", self.log_text());
+        }
+    }
+}
