@@ -14,12 +14,12 @@
 
 mod build;
 mod compress;
+mod index;
 pub mod open_files;
 mod rules;
 pub mod store;
 pub mod watch;
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -27,8 +27,9 @@ use std::sync::Arc;
 
 use crate::http::accept::Coding;
 
-pub use build::{build, sidecars_rejected};
+pub use build::{build, sidecars_rejected, MAX_PATCH_PATHS};
 pub use compress::CompressOptions;
+pub use index::{Entries, PathIndex};
 pub use open_files::{OpenFiles, RootDir};
 pub use rules::{
     CacheControl, DotfileAllow, HeaderRules, StatusCacheControl, DEFAULT_DOTFILE_ALLOW,
@@ -113,6 +114,27 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// What fills a slot no path points to any more.
+    pub(crate) fn vacant(source: Source) -> Entry {
+        Entry {
+            content_type_line: Box::default(),
+            last_modified: 0,
+            identity: Repr {
+                len: 0,
+                hash: 0,
+                etag: Box::default(),
+                encoding_line: b"",
+                common: Box::default(),
+                head_200: Box::default(),
+                body: Body::Mem { off: 0, len: 0 },
+            },
+            encoded: Vec::new(),
+            codings: Box::default(),
+            vary: false,
+            source,
+        }
+    }
+
     /// The representation for a negotiated coding (identity when the entry
     /// has no such variant).
     pub fn repr(&self, coding: Coding) -> &Repr {
@@ -266,10 +288,21 @@ pub struct SnapshotStats {
     pub segments_shared: u64,
 }
 
-/// Normalised path → resource. Keys come from the walk, not from clients,
-/// so a fast non-keyed hash is safe; it is ~3× cheaper than SipHash on the
-/// short paths every request looks up.
-pub type PathIndex = HashMap<Box<[u8]>, Resource, rustc_hash::FxBuildHasher>;
+/// Facts of the walk behind a snapshot that decide whether the next
+/// rebuild may patch it from the paths inotify reported rather than walk
+/// the whole root again.
+#[derive(Debug, Clone, Default)]
+pub struct Walked {
+    /// The canonical root walked; another one (a root swap) is walked in
+    /// full.
+    pub root: PathBuf,
+    /// The walk followed a symlink: a change under its target is reported
+    /// under the target's path only, so every rebuild walks in full.
+    pub symlinks: bool,
+    /// `cache_max_bytes` left a small file out of memory or a variant out:
+    /// a full walk decides who gets the budget, in walk order.
+    pub budget_spent: bool,
+}
 
 /// An immutable view of the document root.
 pub struct Snapshot {
@@ -278,9 +311,18 @@ pub struct Snapshot {
     /// Built with compressed variants (`BuildOptions::compress` was set).
     pub compressed: bool,
     index: PathIndex,
-    entries: Vec<Entry>,
-    /// Read-only anonymous memory holding every `Body::Mem`.
-    segments: Vec<Segment>,
+    entries: Entries,
+    /// Indices of `entries` no path points to any more (left by
+    /// incremental rebuilds, reused by the next ones).
+    free: Vec<u32>,
+    /// Read-only anonymous memory holding every `Body::Mem`, by slot; an
+    /// incremental rebuild drops and adds slots without renumbering the
+    /// others, so entries it does not touch stay valid as they are.
+    segments: Vec<Option<Segment>>,
+    /// Body bytes still served from each slot of `segments`.
+    segment_live: Vec<u64>,
+    /// What an incremental rebuild needs to know about the walk.
+    walked: Walked,
     /// Status code → entry served as that error's body.
     error_pages: Vec<(u16, u32)>,
     /// The entry of `/index.html` when the SPA fallback is on.
@@ -295,8 +337,9 @@ impl Snapshot {
         self.index.get(path).copied()
     }
 
+    #[inline]
     pub fn entry(&self, index: u32) -> &Entry {
-        &self.entries[index as usize]
+        self.entries.get(index)
     }
 
     /// The bytes of a `Body::Mem`.
@@ -305,7 +348,10 @@ impl Snapshot {
             return &[];
         }
         let (segment, at) = unpack_off(off);
-        &self.segments[segment][at..at + len]
+        match &self.segments[segment] {
+            Some(segment) => &segment[at..at + len],
+            None => unreachable!("a body points into a dropped segment"),
+        }
     }
 
     /// The page configured for an error status, if the snapshot has it.
@@ -334,7 +380,8 @@ impl Snapshot {
         self.spa_index
     }
 
-    /// Number of entries.
+    /// Number of entry slots (files served, and slots left free by
+    /// incremental rebuilds).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -350,8 +397,11 @@ impl Snapshot {
             stats: SnapshotStats::default(),
             compressed: false,
             index: PathIndex::default(),
-            entries: Vec::new(),
+            entries: Entries::default(),
+            free: Vec::new(),
             segments: Vec::new(),
+            segment_live: Vec::new(),
+            walked: Walked::default(),
             error_pages: Vec::new(),
             spa_index: None,
             status_cache_control: StatusCacheControl::default(),

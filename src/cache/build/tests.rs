@@ -436,6 +436,7 @@ fn fast_compress() -> Option<CompressOptions> {
         brotli_level: 5,
         gzip_level: 6,
         zstd_level: 3,
+        fast_above: 0,
     })
 }
 
@@ -448,7 +449,7 @@ fn page(n: usize) -> Vec<u8> {
 }
 
 fn rebuilt(o: &BuildOptions, generation: u64, old: &Snapshot) -> Option<Snapshot> {
-    match rebuild(o, generation, Some(old), &Default::default()).unwrap() {
+    match rebuild(o, generation, Some(old), &Default::default(), None).unwrap() {
         Built::New(s) => Some(s),
         Built::Unchanged => None,
     }
