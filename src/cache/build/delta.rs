@@ -24,7 +24,7 @@ use super::assemble::{finish_entry, loaded_parts, special_pages, ArenaPlan, NEW_
 use super::load::{load_all, Loaded};
 use super::plan::{dir_slash, Plan, Step};
 use super::walk::{Walk, MAX_DEPTH};
-use super::{exhausted, is_exhausted, open_root, Built};
+use super::{canonical_root, exhausted, is_exhausted, open_root, Built};
 
 use crate::cache::{
     pack_off, unpack_off, Body, BuildOptions, Entry, Resource, Segment, Snapshot, SnapshotStats,
@@ -64,10 +64,11 @@ pub(super) fn patch(
     if changed.len() > MAX_PATCH_PATHS {
         return Ok(Err("too many paths changed"));
     }
-    let (root, _, root_dir) = open_root(opts)?;
+    let (root, root_meta) = canonical_root(opts)?;
     if root != old.walked.root {
         return Ok(Err("the root was swapped"));
     }
+    let root_dir = open_root(&root, &root_meta)?;
 
     // The URLs to look at again, sorted, each with its path.
     let mut dirty: BTreeMap<Vec<u8>, PathBuf> = BTreeMap::new();

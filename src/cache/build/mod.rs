@@ -57,10 +57,8 @@ pub fn sidecars_rejected() -> [(&'static str, u64); 2] {
     })
 }
 
-/// The canonical root, its metadata, and the root open: every file is
-/// opened beneath this fd (`sys::open_beneath`), so a directory swapped for
-/// a symlink after the walk cannot lead outside.
-fn open_root(opts: &BuildOptions) -> anyhow::Result<(PathBuf, Metadata, Arc<RootDir>)> {
+/// The canonical root and its metadata; it must be a directory.
+fn canonical_root(opts: &BuildOptions) -> anyhow::Result<(PathBuf, Metadata)> {
     let root = fs::canonicalize(&opts.root)
         .with_context(|| format!("document root {}", opts.root.display()))?;
     let root_meta =
@@ -70,17 +68,25 @@ fn open_root(opts: &BuildOptions) -> anyhow::Result<(PathBuf, Metadata, Arc<Root
         "document root {} is not a directory",
         root.display()
     );
-    let root_dir = File::open(&root)
+    Ok((root, root_meta))
+}
+
+/// The root open: every file is opened beneath this fd
+/// (`sys::open_beneath`), so a directory swapped for a symlink after the
+/// walk cannot lead outside. It must still be the directory `root_meta`
+/// describes.
+fn open_root(root: &Path, root_meta: &Metadata) -> anyhow::Result<Arc<RootDir>> {
+    let root_dir = File::open(root)
         .map_err(|err| match is_exhausted(&err) {
-            true => exhausted(&root, err),
+            true => exhausted(root, err),
             false => anyhow::Error::new(err),
         })
         .with_context(|| format!("opening document root {}", root.display()))?;
     let root_dir_meta = root_dir.metadata()?;
     if (root_dir_meta.dev(), root_dir_meta.ino()) != (root_meta.dev(), root_meta.ino()) {
-        return Err(TreeChanged(root).into());
+        return Err(TreeChanged(root.to_path_buf()).into());
     }
-    Ok((root, root_meta, Arc::new(RootDir { dir: root_dir })))
+    Ok(Arc::new(RootDir { dir: root_dir }))
 }
 
 /// `opts` with the compression levels for a root of `identity_mem`
@@ -231,11 +237,12 @@ pub fn rebuild(
             Err(why) => tracing::debug!(why, "walking the whole root"),
         }
     }
-    let (root, root_meta, root_dir) = open_root(opts)?;
+    let (root, root_meta) = canonical_root(opts)?;
     // Read the root up front so that an unreadable root fails the build instead
     // of producing an empty snapshot that 404s everything.
     let children = read_dir_sorted(&root)
         .with_context(|| format!("reading document root {}", root.display()))?;
+    let root_dir = open_root(&root, &root_meta)?;
     let mut walk = Walk::new(opts, root.clone(), root_dir);
     let mut ancestors = vec![(root_meta.dev(), root_meta.ino())];
     let mut url = Vec::new();
