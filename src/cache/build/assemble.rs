@@ -222,12 +222,12 @@ pub(super) fn loaded_parts(
             // again.
             opts.open_files.seed(file.stamp, f);
             let rel = job.path.strip_prefix(&walk.root).unwrap_or(&job.path);
-            Body::File(LargeFile {
+            Body::File(Box::new(LargeFile {
                 root: Arc::clone(&walk.root_dir),
                 rel: rel.into(),
                 stamp: file.stamp,
                 files: Arc::clone(&opts.open_files),
-            })
+            }))
         }
     };
     let identity = ReprParts {
@@ -241,7 +241,7 @@ pub(super) fn loaded_parts(
         .collect();
     let source = Source {
         stamp: file.stamp,
-        sidecars,
+        sidecars: Source::sidecar_key(sidecars),
     };
     (identity, variants, source)
 }
@@ -398,7 +398,7 @@ impl ArenaPlan {
         if let Body::Mem { .. } = entry.identity.body {
             entry.identity.body = self.push(Bytes::from_old(&entry.identity.body));
         }
-        for (coding, repr) in &mut entry.encoded {
+        for (coding, repr) in entry.encoded.iter_mut() {
             let slot = SIDECARS.iter().position(|(c, _)| c == coding).unwrap_or(0);
             stats.encoded_bytes[slot] += repr.len;
             repr.body = self.push(Bytes::from_old(&repr.body));

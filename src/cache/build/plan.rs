@@ -69,7 +69,9 @@ impl Plan {
                 }
                 let source = Source {
                     stamp: job.stamp,
-                    sidecars: walk.sidecars(job).map(|s| s.map(|(_, stamp)| stamp)),
+                    sidecars: Source::sidecar_key(
+                        walk.sidecars(job).map(|s| s.map(|(_, stamp)| stamp)),
+                    ),
                 };
                 if !held.is_empty() && held.contains(&job.path) {
                     return match old.and_then(|old| old.resolve(&job.url)) {
