@@ -13,6 +13,11 @@
 //! (paths of new directories and of files being written are capped; beyond
 //! the cap the record asks for a full rescan instead).
 //!
+//! The record also gathers the paths the events name: a rebuild looks at
+//! those again and patches the previous snapshot (`build::delta`). It walks
+//! the whole root instead after an overflow, on a root swap, past
+//! [`MAX_CHANGED_PATHS`], after a failed rebuild and on the safety rescan.
+//!
 //! The thread debounces (a rebuild starts once the tree has been quiet for
 //! the debounce period), and rebuilds:
 //! - at once, skipping the debounce, after a queue overflow (`IN_Q_OVERFLOW`)
@@ -45,8 +50,7 @@ use super::Store;
 const MAX_DEFER_PERIODS: u32 = 10;
 
 /// New directories remembered between two rebuilds; past this a full
-/// rescan (which every rebuild is, today) is asked for instead of adding
-/// their watches one by one.
+/// rescan is asked for instead of adding their watches one by one.
 const MAX_NEW_DIRS: usize = 4096;
 
 /// Changed paths remembered between two rebuilds; past this the next
