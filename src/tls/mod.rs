@@ -54,9 +54,9 @@ pub struct TlsSettings {
 /// `ignore_client_order`): AES-128-GCM with SHA-256 first. Most clients
 /// list AES-256-GCM-SHA384 first, but on x86 SHA-256 has instructions
 /// (SHA-NI) and SHA-512 does not, so the SHA-384 key schedule was an
-/// eighth of a resumed handshake's CPU; and AES-128 encrypts about 1.6×
-/// faster (docs/benchmarks.md, "TLS crypto provider"). ChaCha20 comes
-/// before AES-256, for the rare client that offers no AES-128.
+/// eighth of a resumed handshake's CPU (docs/benchmarks.md, "TLS");
+/// AES-128 also encrypts a little faster. ChaCha20 comes before AES-256,
+/// for the rare client that offers no AES-128.
 pub fn provider() -> CryptoProvider {
     let mut provider = rustls::crypto::ring::default_provider();
     provider
