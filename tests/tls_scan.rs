@@ -23,7 +23,16 @@ fn testssl_finds_no_weak_protocol_or_cipher_and_forward_secrecy() {
     let server = TlsServer::start(&site.root, &ca, &leaf, &[]);
     let json = site.base().join("testssl.json");
     let out = Command::new("testssl")
-        .args(["--quiet", "--color", "0", "--warnings", "off", "--protocols", "--std", "--fs"])
+        .args([
+            "--quiet",
+            "--color",
+            "0",
+            "--warnings",
+            "off",
+            "--protocols",
+            "--std",
+            "--fs",
+        ])
         .arg("--jsonfile")
         .arg(&json)
         .arg(server.tls_addr.to_string())

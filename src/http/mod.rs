@@ -125,8 +125,7 @@ mod tests {
             );
         }
         assert_eq!(Status::NotFound.line(), b"HTTP/1.1 404 Not Found\r\n");
-        let codes: std::collections::BTreeSet<u16> =
-            Status::ALL.iter().map(|s| s.code()).collect();
+        let codes: std::collections::BTreeSet<u16> = Status::ALL.iter().map(|s| s.code()).collect();
         assert_eq!(codes.len(), Status::ALL.len(), "codes are distinct");
     }
 }

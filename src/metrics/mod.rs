@@ -356,7 +356,9 @@ fn snapshot_families(snap: &StoreStats) -> Vec<MetricFamily> {
     copied
         .mut_metric()
         .push(gauge(&[], snap.last_build_bytes_copied as f64));
-    vec![generation, files, bytes, rebuilds, sidecars, examined, copied]
+    vec![
+        generation, files, bytes, rebuilds, sidecars, examined, copied,
+    ]
 }
 
 fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {
