@@ -143,11 +143,10 @@ impl std::fmt::Debug for Output {
 }
 
 impl Output {
-    pub fn new(zero_copy: bool) -> Output {
-        Output {
-            zero_copy,
-            ..Output::default()
-        }
+    /// Set when a pooled queue is given to a connection (TLS connections
+    /// never use `sendfile`).
+    pub fn set_zero_copy(&mut self, zero_copy: bool) {
+        self.zero_copy = zero_copy;
     }
 
     pub fn is_empty(&self) -> bool {
