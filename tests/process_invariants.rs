@@ -145,7 +145,11 @@ fn snapshot_builders_run_below_the_shards_priority() {
         others_lowered.is_empty(),
         "threads that are no builders were lowered: {others_lowered:?}"
     );
-    assert_eq!(procfs::task_nice(pid, shard), Some(base), "shard nice after");
+    assert_eq!(
+        procfs::task_nice(pid, shard),
+        Some(base),
+        "shard nice after"
+    );
 }
 
 /// Thirty-two pipelined requests arriving in one segment are answered with
