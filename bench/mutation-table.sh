@@ -7,8 +7,10 @@
 # reverts it (`git apply -R`), so the tree ends as it started. A mutation
 # that no test fails is a SURVIVOR and the script exits 1.
 #
-# Usage: bench/mutation-table.sh [NN...]     (default: every patch)
+# Usage: bench/mutation-table.sh [--no-baseline] [NN...]   (default: every patch)
 #   e.g. bench/mutation-table.sh 06 09
+# First the named suites run on the unmutated tree and must pass (a failure
+# there would make every "caught" below meaningless); --no-baseline skips that.
 # Needs a clean src/ (it refuses to run over uncommitted changes there).
 # Output: a Markdown table on stdout; per-mutation logs in
 # target/mutation-table/NN.log. On 2 busy cores each row takes 3-8 minutes
@@ -42,7 +44,15 @@ if ! git diff --quiet -- src; then
   exit 2
 fi
 
-wanted=("$@")
+baseline=1
+wanted=()
+for arg in "$@"; do
+  case "$arg" in
+    --no-baseline) baseline=0 ;;
+    [0-9][0-9]) wanted+=("$arg") ;;
+    *) echo "usage: $0 [--no-baseline] [NN...]" >&2; exit 2 ;;
+  esac
+done
 [ ${#wanted[@]} -gt 0 ] || wanted=($(ls bench/mutations/*.patch | sed 's|.*/\([0-9]*\)-.*|\1|'))
 
 logs=target/mutation-table
@@ -55,6 +65,19 @@ revert() {
   fi
 }
 trap revert EXIT
+
+if [ "$baseline" -eq 1 ]; then
+  all=()
+  for f in $(for nn in "${wanted[@]}"; do suites "$nn" | tr , '\n'; done | sort -u); do
+    all+=(--test "$f")
+  done
+  start=$SECONDS
+  if ! cargo test "${all[@]}" >"$logs/baseline.log" 2>&1; then
+    echo "baseline: the unmutated tree fails its suites; see $logs/baseline.log" >&2
+    exit 2
+  fi
+  echo "baseline: unmutated suites pass ($((SECONDS - start)) s)" >&2
+fi
 
 echo "| mutation | suites run | failing tests | time |"
 echo "|---|---|---|---|"
