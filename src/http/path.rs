@@ -252,6 +252,21 @@ mod tests {
         }
     }
 
+    /// The fast path takes exactly the paths that need neither decoding nor
+    /// resolving; everything else goes through both passes (whose output
+    /// the table above checks).
+    #[test]
+    fn fast_path_only_for_normal_paths() {
+        for normal in ["/", "/a", "/a/b.html", "/a/", "/a.b/c.", "/a\\b", "/a./b"] {
+            assert!(is_normal(normal.as_bytes()), "{normal:?} is normal");
+        }
+        for odd in [
+            "//", "/a//b", "/.", "/a/./b", "/a/..", "/.x", "/a%20b", "/a\0b",
+        ] {
+            assert!(!is_normal(odd.as_bytes()), "{odd:?} is not normal");
+        }
+    }
+
     /// Every target over a small, hostile alphabet either fails or yields a
     /// path with no empty, `.` or `..` segment that normalises to itself.
     #[test]
