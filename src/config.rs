@@ -250,6 +250,11 @@ pub struct Settings {
     /// zstd level, 1-22.
     #[arg(long, value_name = "N")]
     pub zstd_level: Option<i32>,
+    /// Roots holding more in-memory body bytes than this are compressed at
+    /// the fast levels (brotli 5, gzip 6, zstd 9) so their variants are
+    /// ready in minutes rather than hours; `0` never does.
+    #[arg(long, value_name = "SIZE")]
+    pub compress_fast_above: Option<Size>,
     /// `Cache-Control` by URL glob (config file only): a table
     /// `{ "*.html" = "no-cache" }` (longest glob wins) or an array of
     /// `{ glob, value }` tables (first match wins).
@@ -393,6 +398,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("brotli_level", c.brotli_level.to_string()),
         ("gzip_level", c.gzip_level.to_string()),
         ("zstd_level", c.zstd_level.to_string()),
+        ("compress_fast_above", format_size(c.fast_above)),
         (
             "cache_control_default",
             "none (no Cache-Control header)".into(),
@@ -619,7 +625,7 @@ impl Settings {
             metrics, access_log, access_log_format,
             watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
             compress, compress_min_bytes,
-            brotli_level, gzip_level, zstd_level, cache_control, cache_control_default,
+            brotli_level, gzip_level, zstd_level, compress_fast_above, cache_control, cache_control_default,
             error_pages, spa_fallback, dotfile_allow, index_files, default_type,
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
@@ -1121,6 +1127,7 @@ fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::Compres
         brotli_level: s.brotli_level.unwrap_or(d.brotli_level),
         gzip_level: s.gzip_level.unwrap_or(d.gzip_level),
         zstd_level: s.zstd_level.unwrap_or(d.zstd_level),
+        fast_above: s.compress_fast_above.map_or(d.fast_above, |b| b.0),
     };
     if opts.brotli_level > 11 {
         bail!("{}: must be between 0 and 11", s.name("brotli_level"));

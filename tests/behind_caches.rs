@@ -149,6 +149,7 @@ through_each_cache!(
     every_accept_encoding_decodes_to_the_current_content,
     expired_entries_are_revalidated_with_304s,
     a_change_reaches_clients_after_expiry_never_mixed,
+    an_in_place_rewrite_in_paused_pieces_is_never_cached_half_written,
     a_stale_sidecar_never_reaches_a_client,
     error_cache_control_is_honoured_for_404,
     the_fast_start_window_is_not_cached_for_the_full_lifetime,
@@ -264,6 +265,62 @@ fn a_change_reaches_clients_after_expiry_never_mixed(kind: Kind) {
         );
     }
     assert!(seen.iter().all(|v| *v <= last));
+}
+
+/// d. A file rewritten in place (truncated, then written in pieces with
+/// pauses, the way `cp` onto an existing file or a slow upload does) while
+/// the cache keeps fetching it after each 1 s expiry: every body a client
+/// gets is one whole version, never the half-written file, and the new
+/// version arrives once the writer has closed it.
+fn an_in_place_rewrite_in_paused_pieces_is_never_cached_half_written(kind: Kind) {
+    use std::io::Write;
+    const LINES: usize = 300;
+    let old = versioned(1, LINES);
+    let new = versioned(2, LINES);
+    let mut origin = Origin::new("cache-d", &[("doc.txt", &old)]);
+    origin.start("cache_control_default = \"public, max-age=1\"\n", &[]);
+    let Some(cache) = Cache::start(kind, origin.server().addr()) else {
+        return;
+    };
+    let check = |what: &str| -> u32 {
+        let mut versions = Vec::new();
+        for ae in ACCEPT_ENCODINGS {
+            let headers: Vec<(&str, &str)> =
+                ae.map(|v| ("Accept-Encoding", v)).into_iter().collect();
+            let r = cache.get("/doc.txt", &headers);
+            assert_eq!(r.status, 200, "{kind:?} {what}: {r:?}");
+            let body = decoded(&r).unwrap_or_else(|e| panic!("{kind:?} {what}: {e}: {r:?}"));
+            let lines = body.iter().filter(|b| **b == b'\n').count();
+            assert_eq!(
+                lines, LINES,
+                "{kind:?} AE {ae:?} {what}: a partial body reached a client"
+            );
+            versions.push(single_version(&body, &format!("{kind:?} AE {ae:?} {what}")));
+        }
+        versions.into_iter().max().unwrap()
+    };
+    assert_eq!(check("before"), 1);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(origin.root.join("doc.txt"))
+        .unwrap();
+    let pieces: Vec<&[u8]> = new.chunks(new.len() / 4 + 1).collect();
+    for piece in &pieces {
+        file.write_all(piece).unwrap();
+        file.flush().unwrap();
+        // Longer than the 1 s lifetime, so the cache refetches while the
+        // file is half written.
+        let until = Instant::now() + Duration::from_millis(1200);
+        while Instant::now() < until {
+            assert_eq!(check("during the rewrite"), 1);
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    drop(file);
+    origin.wait_serving("/doc.txt", &new);
+    thread::sleep(Duration::from_millis(2100));
+    assert_eq!(check("after the writer closed"), 2);
 }
 
 /// e. `doc.txt` rewritten while `doc.txt.gz` is left behind: the stale

@@ -114,8 +114,16 @@ fn set_nofile(pid: u32, n: usize) {
     assert!(status.success(), "prlimit failed");
 }
 
-fn open_fds(pid: u32) -> usize {
-    fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+/// The soft limit at which `pid` has exactly one fd left to open: the
+/// kernel hands out the lowest free number, and EMFILE means that number is
+/// at the limit. (The count of open fds plus one is not that when an fd
+/// numbered above the limit was inherited.)
+fn limit_leaving_one(pid: u32) -> usize {
+    let used: Vec<usize> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !used.contains(n)).unwrap() + 1
 }
 
 /// Issue 12 item 3, the reproduction: 40 files sent from fds under an
@@ -213,9 +221,10 @@ fn a_build_out_of_fds_keeps_the_old_snapshot_and_is_retried() {
     let mut conn = server.connect();
     let r = conn.roundtrip(&get("/f00.txt"));
     assert_eq!(r.body_str(), "v1 0\n");
-    // One fd to spare: the build lists the root with it, then holds it as
-    // the root's directory fd, and every file open fails with EMFILE.
-    set_nofile(server.pid(), open_fds(server.pid()) + 1);
+    // One fd to spare: the build lists the root with it (a full walk),
+    // then holds it as the root's directory fd, and every file open fails
+    // with EMFILE.
+    set_nofile(server.pid(), limit_leaving_one(server.pid()));
     for i in 0..20 {
         site.write(&format!("f{i:02}.txt"), format!("v2 {i}\n").as_bytes());
     }

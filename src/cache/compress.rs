@@ -26,6 +26,35 @@ pub struct CompressOptions {
     pub gzip_level: u32,
     /// 1..=22.
     pub zstd_level: i32,
+    /// A root with more in-memory identity bytes than this is compressed
+    /// at [`FAST_LEVELS`] at most (0: never).
+    pub fast_above: u64,
+}
+
+/// The levels a large root is compressed at, at most (brotli, gzip, zstd):
+/// about 12× the throughput of the defaults (11, 9, 19) for variants about
+/// 7% larger (12 MB of HTML on two busy cores: 4.9 s instead of 59 s).
+pub const FAST_LEVELS: (u32, u32, i32) = (5, 6, 9);
+
+/// Default of `compress_fast_above`.
+pub const DEFAULT_FAST_ABOVE: u64 = 64 * 1024 * 1024;
+
+impl CompressOptions {
+    /// The levels to compress a root of `identity_mem` in-memory body bytes
+    /// at: the configured ones, or at most [`FAST_LEVELS`] for a root above
+    /// `fast_above`.
+    pub fn for_root(self, identity_mem: u64) -> CompressOptions {
+        if self.fast_above == 0 || identity_mem <= self.fast_above {
+            return self;
+        }
+        let (brotli, gzip, zstd) = FAST_LEVELS;
+        CompressOptions {
+            brotli_level: self.brotli_level.min(brotli),
+            gzip_level: self.gzip_level.min(gzip),
+            zstd_level: self.zstd_level.min(zstd),
+            ..self
+        }
+    }
 }
 
 impl Default for CompressOptions {
@@ -35,6 +64,7 @@ impl Default for CompressOptions {
             brotli_level: 11,
             gzip_level: 9,
             zstd_level: 19,
+            fast_above: DEFAULT_FAST_ABOVE,
         }
     }
 }
@@ -226,5 +256,31 @@ mod tests {
             let long = encode(coding, &[text.clone(), text.clone()].concat(), &opts).unwrap();
             assert!(!decodes_to(coding, &long, len, hash), "{coding:?} long");
         }
+    }
+
+    #[test]
+    fn a_root_above_compress_fast_above_gets_the_fast_levels() {
+        let opts = CompressOptions {
+            fast_above: 100,
+            ..CompressOptions::default()
+        };
+        assert_eq!(opts.for_root(100), opts);
+        let fast = opts.for_root(101);
+        assert_eq!(
+            (fast.brotli_level, fast.gzip_level, fast.zstd_level),
+            FAST_LEVELS
+        );
+        assert_eq!(fast.min_bytes, opts.min_bytes);
+        // Levels already below the fast ones stay.
+        let low = CompressOptions {
+            brotli_level: 2,
+            ..opts
+        };
+        assert_eq!(low.for_root(1 << 40).brotli_level, 2);
+        let never = CompressOptions {
+            fast_above: 0,
+            ..opts
+        };
+        assert_eq!(never.for_root(u64::MAX), never);
     }
 }

@@ -14,12 +14,12 @@
 
 mod build;
 mod compress;
+mod index;
 pub mod open_files;
 mod rules;
 pub mod store;
 pub mod watch;
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -27,8 +27,9 @@ use std::sync::Arc;
 
 use crate::http::accept::Coding;
 
-pub use build::{build, sidecars_rejected};
+pub use build::{build, sidecars_rejected, MAX_PATCH_PATHS};
 pub use compress::CompressOptions;
+pub use index::{Entries, PathIndex};
 pub use open_files::{OpenFiles, RootDir};
 pub use rules::{
     CacheControl, DotfileAllow, HeaderRules, StatusCacheControl, DEFAULT_DOTFILE_ALLOW,
@@ -89,11 +90,15 @@ pub enum Resource {
     Forbidden,
 }
 
-/// One file of the snapshot.
+/// One file of the snapshot. Kept small (a root can hold millions): its
+/// heads are one allocation per representation, the other header lines
+/// are ranges of the identity head.
 #[derive(Debug, Clone)]
 pub struct Entry {
-    /// `Content-Type: …\r\n`, with `; charset=utf-8` for text types.
-    pub content_type_line: Box<[u8]>,
+    /// Where `Content-Type: …\r\n` is in the identity head (see
+    /// [`Entry::content_type_line`]).
+    content_type_at: u32,
+    content_type_len: u32,
     /// Last-Modified as Unix seconds.
     pub last_modified: u64,
     /// The uncompressed representation. The only one whose body may be a
@@ -101,7 +106,7 @@ pub struct Entry {
     pub identity: Repr,
     /// Compressed representations, always in memory, in server preference
     /// order (br, zstd, gzip): ties in `Accept-Encoding` go to the first.
-    pub encoded: Vec<(Coding, Repr)>,
+    pub encoded: Box<[(Coding, Repr)]>,
     /// The codings of `encoded`, same order, for `http::accept::negotiate`.
     pub codings: Box<[Coding]>,
     /// Responses depend on `Accept-Encoding` (there is at least one
@@ -113,6 +118,48 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry whose `Content-Type` line is `content_type_line` of
+    /// `identity`'s head.
+    pub(crate) fn new(
+        content_type_line: std::ops::Range<usize>,
+        last_modified: u64,
+        identity: Repr,
+        encoded: Box<[(Coding, Repr)]>,
+        vary: bool,
+        source: Source,
+    ) -> Entry {
+        let codings = encoded.iter().map(|(c, _)| *c).collect();
+        Entry {
+            content_type_at: content_type_line.start as u32,
+            content_type_len: content_type_line.len() as u32,
+            last_modified,
+            identity,
+            encoded,
+            codings,
+            vary,
+            source,
+        }
+    }
+
+    /// What fills a slot no path points to any more.
+    pub(crate) fn vacant(source: Source) -> Entry {
+        Entry::new(
+            0..0,
+            0,
+            Repr::new(0, 0, Vec::new(), 0, 0..0, b"", Body::Mem { off: 0, len: 0 }),
+            Box::default(),
+            false,
+            source,
+        )
+    }
+
+    /// `Content-Type: …\r\n`, with `; charset=utf-8` for text types.
+    #[inline]
+    pub fn content_type_line(&self) -> &[u8] {
+        let at = self.content_type_at as usize;
+        &self.identity.head[at..at + self.content_type_len as usize]
+    }
+
     /// The representation for a negotiated coding (identity when the entry
     /// has no such variant).
     pub fn repr(&self, coding: Coding) -> &Repr {
@@ -129,9 +176,33 @@ impl Entry {
 pub struct Source {
     pub stamp: FileStamp,
     /// `name.br`, `name.zst`, `name.gz` (in [`SIDECARS`] order), when
-    /// present. A rejected sidecar is recorded too, so the entry is reused
-    /// (and the rejection not logged again) until either file changes.
-    pub sidecars: [Option<FileStamp>; 3],
+    /// present, as [`Source::sidecar_key`]: a rejected sidecar is recorded
+    /// too, so the entry is reused (and the rejection not logged again)
+    /// until either file changes.
+    pub sidecars: u64,
+}
+
+impl Source {
+    /// The stamps of a file's sidecars folded into 8 bytes (0: none) rather
+    /// than 150 in every entry; only ever compared for equality.
+    pub fn sidecar_key(stamps: [Option<FileStamp>; 3]) -> u64 {
+        if stamps.iter().all(Option::is_none) {
+            return 0;
+        }
+        let mut bytes = [0u8; 3 * 41];
+        for (chunk, stamp) in bytes.chunks_mut(41).zip(stamps) {
+            if let Some(s) = stamp {
+                chunk[0] = 1;
+                for (i, v) in [s.dev, s.ino, s.size, s.mtime_ns as u64, s.ctime_ns as u64]
+                    .iter()
+                    .enumerate()
+                {
+                    chunk[1 + 8 * i..9 + 8 * i].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        xxhash_rust::xxh3::xxh3_64(&bytes) | 1
+    }
 }
 
 /// Precompressed sidecar suffixes, in the order of [`Source::sidecars`].
@@ -141,24 +212,74 @@ pub const SIDECARS: [(Coding, &str); 3] = [
     (Coding::Gzip, ".gz"),
 ];
 
-/// One representation of an entry: identity or a compressed variant.
+/// One representation of an entry: identity or a compressed variant. Its
+/// 200 head is one allocation; the fields shared with 206 and 304 are its
+/// tail, the ETag a range of that.
 #[derive(Debug, Clone)]
 pub struct Repr {
     pub len: u64,
     /// xxh3-128 of the bytes sent; the ETag is rendered from it.
     pub hash: u128,
-    /// Strong ETag derived from the content, quotes included.
-    pub etag: Box<[u8]>,
+    /// The complete 200 head except `Date`, `Connection` and the final CRLF:
+    /// status line, Server, Content-Type, Content-Length, encoding, common.
+    head: Box<[u8]>,
+    /// Where [`Repr::common`] starts in `head`.
+    common_at: u32,
+    /// Where [`Repr::etag`] is in `head`.
+    etag_at: u32,
+    etag_len: u32,
     /// `Content-Encoding: …\r\n`, empty for identity.
     pub encoding_line: &'static [u8],
+    pub body: Body,
+}
+
+impl Repr {
+    /// A representation whose 200 head is `head_200`, the shared fields
+    /// its tail from `common_at`, the ETag the range `etag`.
+    pub(crate) fn new(
+        len: u64,
+        hash: u128,
+        head_200: Vec<u8>,
+        common_at: usize,
+        etag: std::ops::Range<usize>,
+        encoding_line: &'static [u8],
+        body: Body,
+    ) -> Repr {
+        debug_assert!(common_at <= etag.start && etag.end <= head_200.len());
+        Repr {
+            len,
+            hash,
+            head: head_200.into(),
+            common_at: common_at as u32,
+            etag_at: etag.start as u32,
+            etag_len: etag.len() as u32,
+            encoding_line,
+            body,
+        }
+    }
+
+    /// The complete 200 head except `Date`, `Connection` and the final
+    /// CRLF: status line, Server, Content-Type, Content-Length, encoding,
+    /// common.
+    #[inline]
+    pub fn head_200(&self) -> &[u8] {
+        &self.head
+    }
+
     /// Fields shared by 200, 206 and 304: `Last-Modified`, `ETag`,
     /// `Accept-Ranges: bytes`, then `Cache-Control` and
     /// `Vary: Accept-Encoding` where they apply (each with CRLF).
-    pub common: Box<[u8]>,
-    /// The complete 200 head except `Date`, `Connection` and the final CRLF:
-    /// status line, Server, Content-Type, Content-Length, encoding, common.
-    pub head_200: Box<[u8]>,
-    pub body: Body,
+    #[inline]
+    pub fn common(&self) -> &[u8] {
+        &self.head[self.common_at as usize..]
+    }
+
+    /// Strong ETag derived from the content, quotes included.
+    #[inline]
+    pub fn etag(&self) -> &[u8] {
+        let at = self.etag_at as usize;
+        &self.head[at..at + self.etag_len as usize]
+    }
 }
 
 /// Where a representation's bytes are.
@@ -168,8 +289,9 @@ pub enum Body {
     /// [`SEGMENT_SHIFT`] up name the segment, the bits below the offset in
     /// it. Adding a range's start to `off` stays within the body's segment.
     Mem { off: usize, len: usize },
-    /// Sent with `sendfile` from an fd opened at build time.
-    File(LargeFile),
+    /// Sent with `sendfile` from an fd opened on demand (boxed: most
+    /// bodies are in memory, and every entry pays for the largest variant).
+    File(Box<LargeFile>),
 }
 
 /// A body served from its file. `stamp` is what the file looked like when its
@@ -200,8 +322,9 @@ pub struct FileStamp {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
-    pub mtime_ns: i128,
-    pub ctime_ns: i128,
+    /// Nanoseconds since the epoch; an i64 reaches the year 2262.
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
 }
 
 impl FileStamp {
@@ -211,10 +334,15 @@ impl FileStamp {
             dev: meta.dev(),
             ino: meta.ino(),
             size: meta.size(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: nanos(meta.ctime(), meta.ctime_nsec()),
         }
     }
+}
+
+/// Seconds and nanoseconds as nanoseconds, saturating past 2262.
+fn nanos(secs: i64, nsec: i64) -> i64 {
+    secs.saturating_mul(1_000_000_000).saturating_add(nsec)
 }
 
 /// Bits of a [`Body::Mem`] offset that address a byte within its segment
@@ -266,10 +394,21 @@ pub struct SnapshotStats {
     pub segments_shared: u64,
 }
 
-/// Normalised path → resource. Keys come from the walk, not from clients,
-/// so a fast non-keyed hash is safe; it is ~3× cheaper than SipHash on the
-/// short paths every request looks up.
-pub type PathIndex = HashMap<Box<[u8]>, Resource, rustc_hash::FxBuildHasher>;
+/// Facts of the walk behind a snapshot that decide whether the next
+/// rebuild may patch it from the paths inotify reported rather than walk
+/// the whole root again.
+#[derive(Debug, Clone, Default)]
+pub struct Walked {
+    /// The canonical root walked; another one (a root swap) is walked in
+    /// full.
+    pub root: PathBuf,
+    /// The walk followed a symlink: a change under its target is reported
+    /// under the target's path only, so every rebuild walks in full.
+    pub symlinks: bool,
+    /// `cache_max_bytes` left a small file out of memory or a variant out:
+    /// a full walk decides who gets the budget, in walk order.
+    pub budget_spent: bool,
+}
 
 /// An immutable view of the document root.
 pub struct Snapshot {
@@ -278,9 +417,18 @@ pub struct Snapshot {
     /// Built with compressed variants (`BuildOptions::compress` was set).
     pub compressed: bool,
     index: PathIndex,
-    entries: Vec<Entry>,
-    /// Read-only anonymous memory holding every `Body::Mem`.
-    segments: Vec<Segment>,
+    entries: Entries,
+    /// Indices of `entries` no path points to any more (left by
+    /// incremental rebuilds, reused by the next ones).
+    free: Vec<u32>,
+    /// Read-only anonymous memory holding every `Body::Mem`, by slot; an
+    /// incremental rebuild drops and adds slots without renumbering the
+    /// others, so entries it does not touch stay valid as they are.
+    segments: Vec<Option<Segment>>,
+    /// Body bytes still served from each slot of `segments`.
+    segment_live: Vec<u64>,
+    /// What an incremental rebuild needs to know about the walk.
+    walked: Walked,
     /// Status code → entry served as that error's body.
     error_pages: Vec<(u16, u32)>,
     /// The entry of `/index.html` when the SPA fallback is on.
@@ -295,8 +443,9 @@ impl Snapshot {
         self.index.get(path).copied()
     }
 
+    #[inline]
     pub fn entry(&self, index: u32) -> &Entry {
-        &self.entries[index as usize]
+        self.entries.get(index)
     }
 
     /// The bytes of a `Body::Mem`.
@@ -305,7 +454,10 @@ impl Snapshot {
             return &[];
         }
         let (segment, at) = unpack_off(off);
-        &self.segments[segment][at..at + len]
+        match &self.segments[segment] {
+            Some(segment) => &segment[at..at + len],
+            None => unreachable!("a body points into a dropped segment"),
+        }
     }
 
     /// The page configured for an error status, if the snapshot has it.
@@ -334,7 +486,8 @@ impl Snapshot {
         self.spa_index
     }
 
-    /// Number of entries.
+    /// Number of entry slots (files served, and slots left free by
+    /// incremental rebuilds).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -350,8 +503,11 @@ impl Snapshot {
             stats: SnapshotStats::default(),
             compressed: false,
             index: PathIndex::default(),
-            entries: Vec::new(),
+            entries: Entries::default(),
+            free: Vec::new(),
             segments: Vec::new(),
+            segment_live: Vec::new(),
+            walked: Walked::default(),
             error_pages: Vec::new(),
             spa_index: None,
             status_cache_control: StatusCacheControl::default(),

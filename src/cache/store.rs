@@ -171,6 +171,17 @@ impl Store {
     /// [`Store::rebuild`], keeping the files in `held` (canonical paths a
     /// writer still has open) at their current version.
     pub fn rebuild_holding(&self, held: &HashSet<PathBuf>) -> anyhow::Result<u64> {
+        self.rebuild_changed(held, None)
+    }
+
+    /// [`Store::rebuild_holding`], looking only at `changed` (the paths
+    /// inotify reported since the snapshot being served was built) when
+    /// given, unless the change needs a full walk.
+    pub fn rebuild_changed(
+        &self,
+        held: &HashSet<PathBuf>,
+        changed: Option<&HashSet<PathBuf>>,
+    ) -> anyhow::Result<u64> {
         let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.current.load_full();
         // Until `build_compressed` has published, changes are served with
@@ -185,7 +196,10 @@ impl Store {
         };
         let started = Instant::now();
         let generation = self.generation.load(Ordering::Relaxed) + 1;
-        let built = self.record(rebuild(&opts, generation, Some(&old), held), started)?;
+        let built = self.record(
+            rebuild(&opts, generation, Some(&old), held, changed),
+            started,
+        )?;
         match built {
             Built::Unchanged => {
                 tracing::debug!(generation = generation - 1, "snapshot unchanged");
@@ -203,17 +217,19 @@ impl Store {
     pub fn build_compressed(&self) -> anyhow::Result<u64> {
         let started = Instant::now();
         let none = HashSet::new();
-        let base = match self.record(rebuild(&self.opts, 0, None, &none), started)? {
+        let base = match self.record(rebuild(&self.opts, 0, None, &none, None), started)? {
             Built::New(snapshot) => snapshot,
             Built::Unchanged => unreachable!("no previous snapshot"),
         };
         let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let generation = self.generation.load(Ordering::Relaxed) + 1;
-        let mut snapshot =
-            match self.record(rebuild(&self.opts, generation, Some(&base), &none), started)? {
-                Built::New(snapshot) => snapshot,
-                Built::Unchanged => base,
-            };
+        let mut snapshot = match self.record(
+            rebuild(&self.opts, generation, Some(&base), &none, None),
+            started,
+        )? {
+            Built::New(snapshot) => snapshot,
+            Built::Unchanged => base,
+        };
         snapshot.generation = generation;
         Ok(self.swap(snapshot, generation, started))
     }
@@ -283,7 +299,7 @@ impl Store {
 fn initial_build(opts: &BuildOptions) -> anyhow::Result<Snapshot> {
     let mut attempt = 1;
     loop {
-        match rebuild(opts, 1, None, &HashSet::new()) {
+        match rebuild(opts, 1, None, &HashSet::new(), None) {
             Ok(Built::New(snapshot)) => return Ok(snapshot),
             Ok(Built::Unchanged) => unreachable!("no previous snapshot"),
             Err(err) if err.is::<TreeChanged>() && attempt < OPEN_ATTEMPTS => {

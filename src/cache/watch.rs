@@ -13,6 +13,11 @@
 //! (paths of new directories and of files being written are capped; beyond
 //! the cap the record asks for a full rescan instead).
 //!
+//! The record also gathers the paths the events name: a rebuild looks at
+//! those again and patches the previous snapshot (`build::delta`). It walks
+//! the whole root instead after an overflow, on a root swap, past
+//! [`MAX_CHANGED_PATHS`], after a failed rebuild and on the safety rescan.
+//!
 //! The thread debounces (a rebuild starts once the tree has been quiet for
 //! the debounce period), and rebuilds:
 //! - at once, skipping the debounce, after a queue overflow (`IN_Q_OVERFLOW`)
@@ -45,9 +50,12 @@ use super::Store;
 const MAX_DEFER_PERIODS: u32 = 10;
 
 /// New directories remembered between two rebuilds; past this a full
-/// rescan (which every rebuild is, today) is asked for instead of adding
-/// their watches one by one.
+/// rescan is asked for instead of adding their watches one by one.
 const MAX_NEW_DIRS: usize = 4096;
+
+/// Changed paths remembered between two rebuilds; past this the next
+/// rebuild walks the whole root instead of looking at each.
+const MAX_CHANGED_PATHS: usize = super::MAX_PATCH_PATHS;
 
 /// Files tracked as open for writing; past this, further writers are not
 /// held (the build's own settle check still keeps a file read mid-write
@@ -92,6 +100,13 @@ struct Pending {
     /// Directories created since the last rebuild; their watches are added
     /// (and waited for) before it walks.
     new_dirs: Vec<PathBuf>,
+    /// The paths events named since the last rebuild: all it looks at
+    /// again, unless `full` is set.
+    paths: HashSet<PathBuf>,
+    /// Something changed that the paths do not describe (the root's name
+    /// in its parent, too many paths): the next rebuild walks the whole
+    /// root.
+    full: bool,
     /// Files with a write (`IN_MODIFY`) not yet followed by a close
     /// (`IN_CLOSE_WRITE`), with the time of the first such write.
     writing: HashMap<PathBuf, Instant>,
@@ -108,6 +123,21 @@ impl Pending {
         }
         if !relevant(event, link, parent) {
             return;
+        }
+        // Every relevant event names what to look at again; one on the
+        // root's own name (a root swap) or naming nothing is a full walk.
+        self.full |= event.paths.is_empty();
+        for p in &event.paths {
+            if p.as_path() == link {
+                self.full = true;
+            } else if p.parent() == parent {
+                // A sibling of the root's name (the other end of a rename
+                // into the root): nothing served.
+            } else if self.paths.len() < MAX_CHANGED_PATHS {
+                self.paths.insert(p.clone());
+            } else {
+                self.full = true;
+            }
         }
         match event.kind {
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
@@ -211,6 +241,10 @@ impl Watcher {
         let mut retry_at: Option<Instant> = None;
         let mut safety_at = Instant::now() + SAFETY_RESCAN;
         loop {
+            // Walk the whole root on the safety rescan, after a failed
+            // rebuild, and without inotify; otherwise look at the paths
+            // the events named.
+            let mut full = self.watch.is_none() || retry_at.is_some();
             let now = Instant::now();
             let mut deadline = match &self.watch {
                 None => now + opts.rescan_interval,
@@ -241,10 +275,12 @@ impl Watcher {
                     std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
                 }
             }
-            let (held, rescan) = self.take_pending();
+            full |= Instant::now() >= safety_at;
+            let (held, rescan, paths) = self.take_pending();
             if rescan {
                 tracing::warn!("inotify lost events; rescanning the whole root");
             }
+            let changed = paths.filter(|_| !full && !rescan && self.watch.is_some());
             if let Some(w) = &mut self.watch {
                 // Before the walk, so a change made while it runs is an event.
                 if let Err(err) = w.follow_root() {
@@ -253,7 +289,7 @@ impl Watcher {
                 }
             }
             safety_at = Instant::now() + SAFETY_RESCAN;
-            retry_at = match store.rebuild_holding(&held) {
+            retry_at = match store.rebuild_changed(&held, changed.as_ref()) {
                 Ok(_) => None,
                 Err(err) => {
                     tracing::error!(
@@ -296,13 +332,15 @@ impl Watcher {
     }
 
     /// Take what the callback gathered: watch the new directories, release
-    /// writes held too long, and return the files still held and whether a
-    /// full rescan was asked for.
-    fn take_pending(&mut self) -> (HashSet<PathBuf>, bool) {
+    /// writes held too long, and return the files still held, whether a
+    /// full rescan was asked for, and the paths to look at again (`None`:
+    /// walk the whole root).
+    fn take_pending(&mut self) -> (HashSet<PathBuf>, bool, Option<HashSet<PathBuf>>) {
         let now = Instant::now();
-        let (new_dirs, failed, mut rescan, held) = {
+        let (new_dirs, failed, mut rescan, held, mut paths) = {
             let mut p = self.inbox.lock();
             let settle = self.opts.write_settle_max;
+            let mut released = Vec::new();
             p.writing.retain(|path, first| {
                 let keep = now.duration_since(*first) < settle;
                 if !keep {
@@ -311,17 +349,24 @@ impl Watcher {
                         write_settle_max_s = settle.as_secs_f64(),
                         "file still open for writing; publishing it anyway"
                     );
+                    released.push(path.clone());
                 }
                 keep
             });
+            // Held files were looked at and kept; a released one is looked
+            // at again now.
+            p.paths.extend(released);
             let held: HashSet<PathBuf> = p.writing.keys().cloned().collect();
             p.changed = false;
             let rescan = std::mem::take(&mut p.rescan);
+            let paths = std::mem::take(&mut p.paths);
+            let full = std::mem::take(&mut p.full);
             (
                 std::mem::take(&mut p.new_dirs),
                 p.failed.take(),
                 rescan,
                 held,
+                (!full).then_some(paths),
             )
         };
         if let Some(err) = failed {
@@ -347,7 +392,10 @@ impl Watcher {
                 }
             }
         }
-        (held, rescan)
+        if rescan {
+            paths = None;
+        }
+        (held, rescan, paths)
     }
 }
 
@@ -510,6 +558,49 @@ mod tests {
         }
         let rescan = Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan);
         assert!(relevant(&rescan, link, parent));
+    }
+
+    #[test]
+    fn pending_gathers_the_paths_to_look_at_again() {
+        use notify::event::RenameMode;
+        let link = Path::new("/srv/www/current");
+        let parent = Some(Path::new("/srv/www"));
+        let now = Instant::now();
+        let mut p = Pending::default();
+        let create = EventKind::Create(CreateKind::File);
+        p.apply(
+            &event(create, "/srv/www/releases/43/a.txt"),
+            link,
+            parent,
+            now,
+        );
+        // A file renamed in from beside the root: only its new name counts.
+        let rename = Event::new(EventKind::Modify(ModifyKind::Name(RenameMode::Both)))
+            .add_path(PathBuf::from("/srv/www/tmp.txt"))
+            .add_path(PathBuf::from("/srv/www/releases/43/b.txt"));
+        p.apply(&rename, link, parent, now);
+        let mut paths: Vec<_> = p.paths.iter().cloned().collect();
+        paths.sort();
+        assert_eq!(
+            paths,
+            [
+                PathBuf::from("/srv/www/releases/43/a.txt"),
+                PathBuf::from("/srv/www/releases/43/b.txt")
+            ]
+        );
+        assert!(!p.full);
+        p.apply(&event(create, "/srv/www/current"), link, parent, now);
+        assert!(p.full, "a root swap walks the whole root");
+        let mut p = Pending::default();
+        for i in 0..=MAX_CHANGED_PATHS {
+            p.apply(
+                &event(create, &format!("/srv/www/r/{i}")),
+                link,
+                parent,
+                now,
+            );
+        }
+        assert!(p.full, "past the cap, a full walk");
     }
 
     #[test]

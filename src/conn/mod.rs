@@ -116,9 +116,33 @@ impl ConnConfig {
 /// between requests holds no buffer memory and the hot path does not allocate.
 #[derive(Default)]
 pub struct BufPool {
+    /// The boxed I/O state of parked connections, with their buffers;
+    /// boxed because the box itself moves into and out of `Conn::io`.
+    #[allow(clippy::vec_box)]
+    io: Vec<Box<ConnIo>>,
+    /// Full-size read buffers given up by connections holding a partial head.
     read: Vec<Vec<u8>>,
+    /// Output buffers given up by connections holding a partial head.
     write: Vec<Vec<u8>>,
 }
+
+impl BufPool {
+    #[inline]
+    fn take_io(&mut self, zero_copy: bool) -> Box<ConnIo> {
+        let mut io = match self.io.pop() {
+            Some(io) => io,
+            None => ConnIo::boxed(),
+        };
+        io.out.set_zero_copy(zero_copy);
+        io
+    }
+}
+
+/// Bytes a connection holding a partial request head keeps for it between
+/// reads, at least: the head is moved out of the full-size read buffer
+/// into one sized to it (rounded up to a power of two), so a slow client
+/// costs what it sent, not [`ConnConfig::read_buf`].
+const PARTIAL_MIN: usize = 64;
 
 /// The shard's state a connection needs while handling an event.
 pub struct ShardEnv<'a> {
@@ -166,8 +190,8 @@ enum Reading {
     Idle,
     /// Part of a request head has arrived.
     Head,
-    /// Skipping the rest of a request body.
-    Discard { remaining: u64 },
+    /// Skipping the rest of a request body (`ConnIo::discard` bytes).
+    Discard,
     /// No more requests will be read; close once the output is flushed.
     Done(CloseReason),
     /// The final response is out and our write side is shut down; discard
@@ -183,31 +207,98 @@ enum Fill {
     Eof,
 }
 
-pub struct Conn {
-    stream: TcpStream,
-    /// The TLS session of a connection accepted on a `tls_listen` port;
-    /// `None` is cleartext, whose path stays as it was.
-    tls: Option<Box<TlsConn>>,
-    pub peer: Option<SocketAddr>,
-    reading: Reading,
-    /// Read buffer; empty (no capacity) while parked in the pool.
+/// The part of a connection that only matters while it has bytes in flight:
+/// its read buffer and its output queue. Boxed, and handed back to the
+/// shard's [`BufPool`] between requests, so an idle keep-alive connection
+/// is just its [`Conn`] (about 100 bytes in the slab).
+struct ConnIo {
+    /// Read buffer: [`ConnConfig::read_buf`] bytes while reading, or sized
+    /// to a partial head held between reads (see [`PARTIAL_MIN`]).
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
+    /// Body bytes still to skip in [`Reading::Discard`].
+    discard: u64,
     out: Output,
-    served: u32,
-    /// The socket may have unread bytes (edge seen, not yet drained).
-    readable: bool,
-    /// The last write hit EAGAIN; wait for EPOLLOUT.
-    write_blocked: bool,
-    /// When the current timeout expires.
-    pub deadline: Instant,
-    /// When the timer wheel will next look at this connection.
-    pub scheduled: Instant,
     /// When the answers now queued were parsed, for the latency histogram.
     answered_at: Instant,
     /// Answers queued since the last complete flush.
     unflushed: u64,
+}
+
+/// The client's address, packed into 24 bytes (`Option<SocketAddr>` takes
+/// 32) to keep [`Conn`] small. The IPv6 flow label is not kept: nothing
+/// reports it.
+#[derive(Clone, Copy)]
+struct Peer {
+    ip: [u8; 16],
+    scope_id: u32,
+    port: u16,
+    /// 0: unknown, 4 or 6.
+    family: u8,
+}
+
+impl Peer {
+    fn new(addr: Option<SocketAddr>) -> Peer {
+        let mut peer = Peer {
+            ip: [0; 16],
+            scope_id: 0,
+            port: 0,
+            family: 0,
+        };
+        match addr {
+            Some(SocketAddr::V4(a)) => {
+                peer.ip[..4].copy_from_slice(&a.ip().octets());
+                peer.port = a.port();
+                peer.family = 4;
+            }
+            Some(SocketAddr::V6(a)) => {
+                peer.ip = a.ip().octets();
+                peer.scope_id = a.scope_id();
+                peer.port = a.port();
+                peer.family = 6;
+            }
+            None => {}
+        }
+        peer
+    }
+
+    #[inline]
+    fn get(&self) -> Option<SocketAddr> {
+        match self.family {
+            4 => {
+                let [a, b, c, d, ..] = self.ip;
+                Some(SocketAddr::from(([a, b, c, d], self.port)))
+            }
+            6 => Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                self.ip.into(),
+                self.port,
+                0,
+                self.scope_id,
+            ))),
+            _ => None,
+        }
+    }
+}
+
+pub struct Conn {
+    stream: TcpStream,
+    served: u32,
+    /// The TLS session of a connection accepted on a `tls_listen` port;
+    /// `None` is cleartext, whose path stays as it was.
+    tls: Option<Box<TlsConn>>,
+    /// Buffers and output; `None` while parked (idle, nothing buffered).
+    io: Option<Box<ConnIo>>,
+    peer: Peer,
+    /// When the current timeout expires.
+    pub deadline: Instant,
+    /// When the timer wheel will next look at this connection.
+    pub scheduled: Instant,
+    reading: Reading,
+    /// The socket may have unread bytes (edge seen, not yet drained).
+    readable: bool,
+    /// The last write hit EAGAIN; wait for EPOLLOUT.
+    write_blocked: bool,
     /// The last event stopped on its budget with work left (bytes to read or
     /// to write): the shard calls `on_ready` again next turn.
     resume: bool,
@@ -216,10 +307,13 @@ pub struct Conn {
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conn")
-            .field("peer", &self.peer)
+            .field("peer", &self.peer.get())
             .field("reading", &self.reading)
-            .field("buffered", &(self.rend - self.rstart))
-            .field("out", &self.out)
+            .field(
+                "buffered",
+                &self.io.as_ref().map_or(0, |io| io.rend - io.rstart),
+            )
+            .field("out", &self.io.as_ref().map(|io| &io.out))
             .field("served", &self.served)
             .field("readable", &self.readable)
             .field("write_blocked", &self.write_blocked)
@@ -239,28 +333,60 @@ impl Conn {
         // The first request gets the header timeout, as nginx's
         // client_header_timeout does.
         let deadline = now + cfg.header_timeout;
-        // sendfile would bypass the encryption: TLS bodies are copied.
-        let zero_copy = cfg.zero_copy && tls.is_none();
         Conn {
             stream,
-            tls,
-            peer,
-            reading: Reading::Idle,
-            rbuf: Vec::new(),
-            rstart: 0,
-            rend: 0,
-            out: Output::new(zero_copy),
             served: 0,
-            readable: false,
-            write_blocked: false,
+            tls,
+            io: None,
+            peer: Peer::new(peer),
             deadline,
             // Not in the timer wheel yet: the shard inserts it after the
             // first event, as for any deadline earlier than `scheduled`.
             scheduled: now + NOT_SCHEDULED,
-            answered_at: now,
-            unflushed: 0,
+            reading: Reading::Idle,
+            readable: false,
+            write_blocked: false,
             resume: false,
         }
+    }
+
+    /// The boxed I/O state, taken from the pool if the connection was
+    /// parked.
+    #[inline]
+    fn unpark(&mut self, env: &mut ShardEnv<'_>) {
+        if self.io.is_none() {
+            // sendfile would bypass the encryption: TLS bodies are copied.
+            let zero_copy = env.cfg.zero_copy && self.tls.is_none();
+            self.io = Some(env.pool.take_io(zero_copy));
+        }
+    }
+
+    /// The I/O state; only after [`unpark`](Self::unpark).
+    #[inline]
+    fn io(&mut self) -> &mut ConnIo {
+        self.io
+            .as_deref_mut()
+            .expect("connection I/O state taken before use")
+    }
+
+    /// Closing: hand the I/O state back to the pool when nothing is left
+    /// queued in it (the socket closes when `self` drops).
+    pub fn release(mut self, pool: &mut BufPool) {
+        let Some(mut io) = self.io.take() else {
+            return;
+        };
+        if !io.out.is_empty() || pool.io.len() >= POOL_MAX {
+            return;
+        }
+        io.rstart = 0;
+        io.rend = 0;
+        io.discard = 0;
+        io.unflushed = 0;
+        io.out.clear();
+        if io.out.buf().capacity() > POOLED_WRITE_MAX {
+            drop(io.out.take_buf());
+        }
+        pool.io.push(io);
     }
 
     /// Work is left that no new readiness edge will announce.
@@ -284,15 +410,20 @@ impl Conn {
     /// Nothing queued: no answer, and no ciphertext in the TLS session.
     #[inline]
     fn out_empty(&self) -> bool {
-        self.out.is_empty() && !self.tls.as_ref().is_some_and(|t| t.wants_write())
+        self.io.as_ref().is_none_or(|io| io.out.is_empty())
+            && !self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 
     /// Write what is queued, through TLS when the connection has it.
     #[inline]
     fn flush_out(&mut self) -> Result<Flush, WriteError> {
+        let io = self
+            .io
+            .as_deref_mut()
+            .expect("connection I/O state taken before use");
         match &mut self.tls {
-            None => self.out.flush(&mut &self.stream),
-            Some(tls) => tls.flush(&mut self.out, &self.stream),
+            None => io.out.flush(&mut &self.stream),
+            Some(tls) => tls.flush(&mut io.out, &self.stream),
         }
     }
 
@@ -314,10 +445,11 @@ impl Conn {
                 Step::Close(reason)
             }
             _ if !self.out_empty() => Step::Close(CloseReason::WriteTimeout),
-            Reading::Head | Reading::Discard { .. } => {
+            Reading::Head | Reading::Discard => {
+                self.unpark(env);
                 self.prepare_out(env.pool);
                 let (status, bytes) = respond::error_with(
-                    &mut self.out,
+                    &mut self.io().out,
                     &env.cfg.server_line,
                     env.date,
                     Status::RequestTimeout,
@@ -326,7 +458,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(self.peer, self.tls.as_deref(), None, status, bytes);
+                env.record(self.peer.get(), self.tls.as_deref(), None, status, bytes);
                 // Best effort: the client has been silent, don't wait for it.
                 let _ = self.flush_out();
                 Step::Close(CloseReason::HeaderTimeout)
@@ -340,7 +472,7 @@ impl Conn {
     /// response in flight (responses from now on carry `Connection: close`).
     pub fn on_drain(&mut self) -> Step {
         match self.reading {
-            Reading::Idle if self.out_empty() && self.rstart == self.rend => {
+            Reading::Idle if self.out_empty() && self.buffered() == 0 => {
                 Step::Close(CloseReason::Shutdown)
             }
             Reading::Lingering(reason) => Step::Close(reason),
@@ -348,7 +480,14 @@ impl Conn {
         }
     }
 
+    /// Request bytes read and not yet consumed.
+    #[inline]
+    fn buffered(&self) -> usize {
+        self.io.as_ref().map_or(0, |io| io.rend - io.rstart)
+    }
+
     fn drive(&mut self, env: &mut ShardEnv<'_>) -> Step {
+        self.unpark(env);
         self.resume = false;
         let mut reads = 0;
         let mut rounds = 0;
@@ -379,7 +518,7 @@ impl Conn {
             // Requests left buffered behind a backlog are answered as soon
             // as the output drains below the bound: no readiness edge will
             // announce bytes that are already in our buffer.
-            if stalled && !self.out.is_backlogged(env.snapshot) {
+            if stalled && !self.io().out.is_backlogged(env.snapshot) {
                 if rounds == MAX_ROUNDS_PER_EVENT {
                     self.resume = true;
                     break;
@@ -426,12 +565,13 @@ impl Conn {
 
     /// Everything queued has been handed to the kernel.
     fn flushed(&mut self, env: &mut ShardEnv<'_>) {
-        if self.unflushed > 0 {
+        let io = self.io();
+        if io.unflushed > 0 {
             if env.counters.enabled {
-                let secs = self.answered_at.elapsed().as_secs_f64();
-                env.counters.durations(self.unflushed, secs);
+                let secs = io.answered_at.elapsed().as_secs_f64();
+                env.counters.durations(io.unflushed, secs);
             }
-            self.unflushed = 0;
+            io.unflushed = 0;
         }
         // Before the first request (a TLS handshake flight) the header
         // timeout from accept still runs, as nginx's client_header_timeout.
@@ -444,7 +584,10 @@ impl Conn {
         match self.reading {
             Reading::Done(_) => false,
             Reading::Lingering(_) => true,
-            _ => !self.out.is_backlogged(snapshot),
+            _ => !self
+                .io
+                .as_ref()
+                .is_some_and(|io| io.out.is_backlogged(snapshot)),
         }
     }
 
@@ -455,13 +598,14 @@ impl Conn {
             tls.close_notify();
             tls.flush_alert(&self.stream);
         }
-        let unread = self.rstart < self.rend || reason == CloseReason::Error;
+        let unread = self.buffered() > 0 || reason == CloseReason::Error;
         if !unread || self.stream.shutdown(Shutdown::Write).is_err() {
             return false;
         }
         self.reading = Reading::Lingering(reason);
-        self.rstart = 0;
-        self.rend = 0;
+        let io = self.io();
+        io.rstart = 0;
+        io.rend = 0;
         self.readable = true;
         self.deadline = now + LINGER_TIMEOUT;
         true
@@ -469,36 +613,45 @@ impl Conn {
 
     /// One `read` into the buffer.
     fn fill(&mut self, env: &mut ShardEnv<'_>) -> io::Result<Fill> {
-        if self.rbuf.is_empty() {
+        let lingering = matches!(self.reading, Reading::Lingering(_));
+        let io = self
+            .io
+            .as_deref_mut()
+            .expect("connection I/O state taken before use");
+        if io.rbuf.len() < env.cfg.read_buf {
+            // Parked without a buffer, or holding a partial head in a
+            // small one: continue in a full-size buffer.
             let size = env.cfg.read_buf;
-            self.rbuf = env.pool.read.pop().unwrap_or_else(|| vec![0; size]);
+            let mut full = env.pool.read.pop().unwrap_or_else(|| vec![0; size]);
+            let held = io.rend - io.rstart;
+            full[..held].copy_from_slice(&io.rbuf[io.rstart..io.rend]);
+            io.rbuf = full;
+            io.rstart = 0;
+            io.rend = held;
         }
-        if let Reading::Lingering(_) = self.reading {
-            self.rstart = 0;
-            self.rend = 0;
-        } else if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
-        } else if self.rend == self.rbuf.len() {
-            self.rbuf.copy_within(self.rstart..self.rend, 0);
-            self.rend -= self.rstart;
-            self.rstart = 0;
+        if lingering || io.rstart == io.rend {
+            io.rstart = 0;
+            io.rend = 0;
+        } else if io.rend == io.rbuf.len() {
+            io.rbuf.copy_within(io.rstart..io.rend, 0);
+            io.rend -= io.rstart;
+            io.rstart = 0;
         }
-        let spare = self.rbuf.len() - self.rend;
+        let spare = io.rbuf.len() - io.rend;
         if spare == 0 {
             // A full buffer holds complete requests waiting behind output.
             return Ok(Fill::Drained);
         }
-        if self.tls.is_some() && !matches!(self.reading, Reading::Lingering(_)) {
+        if self.tls.is_some() && !lingering {
             return self.fill_tls(env);
         }
-        match (&self.stream).read(&mut self.rbuf[self.rend..]) {
+        match (&self.stream).read(&mut io.rbuf[io.rend..]) {
             Ok(0) => {
                 self.readable = false;
                 Ok(Fill::Eof)
             }
             Ok(n) => {
-                self.rend += n;
+                io.rend += n;
                 if n < spare {
                     self.readable = false;
                 }
@@ -519,14 +672,18 @@ impl Conn {
         let Some(session) = self.tls.as_deref_mut() else {
             unreachable!("fill_tls on a cleartext connection")
         };
+        let io = self
+            .io
+            .as_deref_mut()
+            .expect("connection I/O state taken before use");
         let mut done = None;
-        let res = session.read(&self.stream, &mut self.rbuf[self.rend..], &mut done);
+        let res = session.read(&self.stream, &mut io.rbuf[io.rend..], &mut done);
         if let Some((kind, secs)) = done {
             env.counters.handshake(kind, secs);
         }
         match res? {
             TlsRead::Data { n, more } => {
-                self.rend += n;
+                io.rend += n;
                 if !more {
                     self.readable = false;
                 }
@@ -544,10 +701,10 @@ impl Conn {
                 // Answered in cleartext, bypassing the TLS session; the
                 // socket's buffer is empty, so the one write goes through.
                 let _ = (&self.stream).write(tls::PLAIN_HTTP_ANSWER);
-                env.record(self.peer, None, None, Status::BadRequest, 0);
+                env.record(self.peer.get(), None, None, Status::BadRequest, 0);
                 self.tls = None;
-                self.rstart = 0;
-                self.rend = 1; // unread bytes: linger rather than reset
+                io.rstart = 0;
+                io.rend = 1; // unread bytes: linger rather than reset
                 self.reading = Reading::Done(CloseReason::Error);
                 Ok(Fill::Data)
             }
@@ -555,9 +712,10 @@ impl Conn {
     }
 
     fn prepare_out(&mut self, pool: &mut BufPool) {
-        if self.out.is_empty() && self.out.buf().capacity() == 0 {
+        let out = &mut self.io().out;
+        if out.is_empty() && out.buf().capacity() == 0 {
             if let Some(buf) = pool.write.pop() {
-                self.out.set_buf(buf);
+                out.set_buf(buf);
             }
         }
     }
@@ -570,22 +728,22 @@ impl Conn {
         loop {
             match self.reading {
                 Reading::Done(_) | Reading::Lingering(_) => return false,
-                Reading::Discard { remaining } => {
-                    let take = remaining.min((self.rend - self.rstart) as u64);
-                    self.rstart += take as usize;
-                    if take < remaining {
-                        self.reading = Reading::Discard {
-                            remaining: remaining - take,
-                        };
+                Reading::Discard => {
+                    let io = self.io();
+                    let take = io.discard.min((io.rend - io.rstart) as u64);
+                    io.rstart += take as usize;
+                    io.discard -= take;
+                    if io.discard > 0 {
                         return false;
                     }
                     self.reading = Reading::Idle;
                 }
                 Reading::Idle | Reading::Head => {
-                    if self.rstart == self.rend {
+                    let io = self.io();
+                    if io.rstart == io.rend {
                         return false;
                     }
-                    if self.out.is_backlogged(env.snapshot) {
+                    if io.out.is_backlogged(env.snapshot) {
                         return true;
                     }
                     if !self.answer_one(env) {
@@ -600,7 +758,11 @@ impl Conn {
     /// buffered or the connection stops reading.
     fn answer_one(&mut self, env: &mut ShardEnv<'_>) -> bool {
         self.prepare_out(env.pool);
-        let data = &self.rbuf[self.rstart..self.rend];
+        let io = self
+            .io
+            .as_deref_mut()
+            .expect("connection I/O state taken before use");
+        let data = &io.rbuf[io.rstart..io.rend];
         let parsed = request::parse(data, &env.cfg.limits);
         let req = match parsed {
             Ok(None) => {
@@ -613,7 +775,7 @@ impl Conn {
             Ok(Some(req)) => req,
             Err(e) => {
                 let (status, bytes) = respond::error_with(
-                    &mut self.out,
+                    &mut io.out,
                     &env.cfg.server_line,
                     env.date,
                     e.status(),
@@ -622,8 +784,8 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(self.peer, self.tls.as_deref(), None, status, bytes);
-                self.queued(env.now);
+                env.record(self.peer.get(), self.tls.as_deref(), None, status, bytes);
+                io.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
             }
@@ -631,8 +793,13 @@ impl Conn {
         self.served += 1;
         let head_len = req.head_len;
         let body = req.content_length;
-        let (persist, close_reason) =
-            self.persistence(req.version, req.conn_close, req.conn_keep_alive, env);
+        let (persist, close_reason) = persistence(
+            self.served,
+            req.version,
+            req.conn_close,
+            req.conn_keep_alive,
+            env,
+        );
         let mut renv = Env {
             snapshot: env.snapshot,
             date: env.date,
@@ -648,38 +815,116 @@ impl Conn {
         if body > env.cfg.max_discard {
             let (status, bytes) = respond::error(
                 &renv,
-                &mut self.out,
+                &mut io.out,
                 Status::PayloadTooLarge,
                 "request body too large",
                 b"",
                 Persist::Close,
                 false,
             );
-            env.record(self.peer, self.tls.as_deref(), Some(&req), status, bytes);
-            self.queued(env.now);
-            self.rstart += head_len;
+            env.record(
+                self.peer.get(),
+                self.tls.as_deref(),
+                Some(&req),
+                status,
+                bytes,
+            );
+            io.queued(env.now);
+            io.rstart += head_len;
             self.reading = Reading::Done(CloseReason::Error);
             return false;
         }
         let (status, bytes) = match env.cfg.redirect_https {
             Some(port) if self.tls.is_none() => {
-                respond::redirect_https(&req, &mut renv, persist, &mut self.out, port)
+                respond::redirect_https(&req, &mut renv, persist, &mut io.out, port)
             }
-            _ => respond::respond(&req, &mut renv, persist, &mut self.out),
+            _ => respond::respond(&req, &mut renv, persist, &mut io.out),
         };
-        env.record(self.peer, self.tls.as_deref(), Some(&req), status, bytes);
-        self.queued(env.now);
-        self.rstart += head_len;
+        env.record(
+            self.peer.get(),
+            self.tls.as_deref(),
+            Some(&req),
+            status,
+            bytes,
+        );
+        io.queued(env.now);
+        io.rstart += head_len;
         if persist == Persist::Close {
             self.reading = Reading::Done(close_reason);
             return false;
         }
         self.reading = if body > 0 {
-            Reading::Discard { remaining: body }
+            io.discard = body;
+            Reading::Discard
         } else {
             Reading::Idle
         };
         true
+    }
+
+    /// Between requests, hand the buffers back to the shard's pool. A
+    /// connection holding a partial head keeps only its bytes, in a buffer
+    /// sized to them (see [`PARTIAL_MIN`]).
+    fn park(&mut self, pool: &mut BufPool) {
+        if !self.out_empty() {
+            return;
+        }
+        let Some(io) = self.io.as_deref_mut() else {
+            return;
+        };
+        match self.reading {
+            Reading::Idle if io.rstart == io.rend => {}
+            Reading::Head if !self.resume => {
+                let held = io.rend - io.rstart;
+                if io.rbuf.len() > held.next_power_of_two().max(PARTIAL_MIN) {
+                    let mut small = Vec::with_capacity(held.next_power_of_two().max(PARTIAL_MIN));
+                    small.extend_from_slice(&io.rbuf[io.rstart..io.rend]);
+                    let full = std::mem::replace(&mut io.rbuf, small);
+                    io.rstart = 0;
+                    io.rend = held;
+                    if pool.read.len() < POOL_MAX {
+                        pool.read.push(full);
+                    }
+                    let out = io.out.take_buf();
+                    if out.capacity() > 0
+                        && out.capacity() <= POOLED_WRITE_MAX
+                        && pool.write.len() < POOL_MAX
+                    {
+                        pool.write.push(out);
+                    }
+                }
+                return;
+            }
+            _ => return,
+        }
+        let Some(mut io) = self.io.take() else {
+            return;
+        };
+        io.rstart = 0;
+        io.rend = 0;
+        // A buffer grown by a large multipart answer is not worth keeping.
+        if io.out.buf().capacity() > POOLED_WRITE_MAX {
+            drop(io.out.take_buf());
+        }
+        if pool.io.len() < POOL_MAX {
+            pool.io.push(io);
+        }
+    }
+}
+
+impl ConnIo {
+    #[cold]
+    #[inline(never)]
+    fn boxed() -> Box<ConnIo> {
+        Box::new(ConnIo {
+            rbuf: Vec::new(),
+            rstart: 0,
+            rend: 0,
+            discard: 0,
+            out: Output::default(),
+            answered_at: Instant::now(),
+            unflushed: 0,
+        })
     }
 
     fn queued(&mut self, now: Instant) {
@@ -688,47 +933,57 @@ impl Conn {
         }
         self.unflushed += 1;
     }
+}
 
-    /// Whether the connection persists after the request just parsed
-    /// (RFC 9112 §9.3), and why not.
-    fn persistence(
-        &self,
-        version: Version,
-        close: bool,
-        keep_alive: bool,
-        env: &ShardEnv<'_>,
-    ) -> (Persist, CloseReason) {
-        let client_closes = match version {
-            Version::Http11 => close,
-            Version::Http10 => close || !keep_alive,
-        };
-        if client_closes {
-            (Persist::Close, CloseReason::Client)
-        } else if self.served >= env.cfg.max_requests {
-            (Persist::Close, CloseReason::MaxRequests)
-        } else if env.draining {
-            (Persist::Close, CloseReason::Shutdown)
-        } else if version == Version::Http10 {
-            (Persist::KeepAlive10, CloseReason::Client)
-        } else {
-            (Persist::KeepAlive11, CloseReason::Client)
-        }
+/// Whether the connection persists after the request just parsed
+/// (RFC 9112 §9.3), and why not.
+fn persistence(
+    served: u32,
+    version: Version,
+    close: bool,
+    keep_alive: bool,
+    env: &ShardEnv<'_>,
+) -> (Persist, CloseReason) {
+    let client_closes = match version {
+        Version::Http11 => close,
+        Version::Http10 => close || !keep_alive,
+    };
+    if client_closes {
+        (Persist::Close, CloseReason::Client)
+    } else if served >= env.cfg.max_requests {
+        (Persist::Close, CloseReason::MaxRequests)
+    } else if env.draining {
+        (Persist::Close, CloseReason::Shutdown)
+    } else if version == Version::Http10 {
+        (Persist::KeepAlive10, CloseReason::Client)
+    } else {
+        (Persist::KeepAlive11, CloseReason::Client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// An idle keep-alive connection is its `Conn` in the slab plus a
+    /// timer-wheel entry; issue 11 budgets 128 bytes for all of it, so the
+    /// always-present part stays small (buffers and output are boxed).
+    #[test]
+    fn idle_connection_state_fits_the_budget() {
+        let size = std::mem::size_of::<super::Conn>();
+        eprintln!("size_of::<Conn>() = {size}");
+        assert!(size <= 88, "Conn is {size} bytes");
     }
 
-    /// Between requests, hand the buffers back to the shard's pool.
-    fn park(&mut self, pool: &mut BufPool) {
-        if self.reading != Reading::Idle || self.rstart != self.rend || !self.out_empty() {
-            return;
+    #[test]
+    fn packed_peer_gives_back_the_address() {
+        for addr in [
+            "192.0.2.7:40000",
+            "[2001:db8::1]:443",
+            "[fe80::1%3]:8080",
+            "0.0.0.0:0",
+        ] {
+            let a: std::net::SocketAddr = addr.parse().unwrap();
+            assert_eq!(super::Peer::new(Some(a)).get(), Some(a), "{addr}");
         }
-        self.rstart = 0;
-        self.rend = 0;
-        if !self.rbuf.is_empty() && pool.read.len() < POOL_MAX {
-            pool.read.push(std::mem::take(&mut self.rbuf));
-        }
-        let out = self.out.take_buf();
-        // A buffer grown by a large multipart answer is not worth keeping.
-        if out.capacity() > 0 && out.capacity() <= POOLED_WRITE_MAX && pool.write.len() < POOL_MAX {
-            pool.write.push(out);
-        }
+        assert_eq!(super::Peer::new(None).get(), None);
     }
 }

@@ -143,11 +143,10 @@ impl std::fmt::Debug for Output {
 }
 
 impl Output {
-    pub fn new(zero_copy: bool) -> Output {
-        Output {
-            zero_copy,
-            ..Output::default()
-        }
+    /// Set when a pooled queue is given to a connection (TLS connections
+    /// never use `sendfile`).
+    pub fn set_zero_copy(&mut self, zero_copy: bool) {
+        self.zero_copy = zero_copy;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -267,6 +266,14 @@ impl Output {
         self.sent = 0;
         self.chunks.clear();
         self.pin = None;
+    }
+
+    /// Empty and unpinned, for reuse by another connection; the staging
+    /// buffer of large-file copies is freed.
+    pub fn clear(&mut self) {
+        self.reset();
+        self.stage = Vec::new();
+        self.staged = 0;
     }
 
     /// One `writev` of the owned and arena pieces up to the next file chunk.

@@ -195,7 +195,7 @@ fn serve(
     out: &mut Output,
 ) -> (Status, u64) {
     let validators = Validators {
-        etag: &repr.etag,
+        etag: repr.etag(),
         last_modified: entry.last_modified,
     };
     match conditional::evaluate(req, &validators) {
@@ -215,7 +215,7 @@ fn serve(
             buf.extend_from_slice(Status::NotModified.line());
             buf.extend_from_slice(env.server_line);
             buf.extend_from_slice(env.date.line());
-            buf.extend_from_slice(&repr.common);
+            buf.extend_from_slice(repr.common());
             buf.extend_from_slice(env.conn_lines);
             buf.extend_from_slice(persist.line());
             buf.extend_from_slice(b"\r\n");
@@ -274,7 +274,7 @@ fn serve(
         }
     }
     let buf = out.buf();
-    buf.extend_from_slice(&repr.head_200);
+    buf.extend_from_slice(repr.head_200());
     buf.extend_from_slice(env.date.line());
     buf.extend_from_slice(env.conn_lines);
     buf.extend_from_slice(persist.line());
@@ -303,13 +303,13 @@ fn partial(
     buf.extend_from_slice(Status::PartialContent.line());
     buf.extend_from_slice(env.server_line);
     buf.extend_from_slice(env.date.line());
-    buf.extend_from_slice(&repr.common);
+    buf.extend_from_slice(repr.common());
     buf.extend_from_slice(repr.encoding_line);
     buf.extend_from_slice(env.conn_lines);
     buf.extend_from_slice(persist.line());
     if let [r] = ranges.as_slice() {
         let len = r.end - r.start + 1;
-        buf.extend_from_slice(&entry.content_type_line);
+        buf.extend_from_slice(entry.content_type_line());
         let _ = write!(
             buf,
             "Content-Range: bytes {}-{}/{}\r\nContent-Length: {}\r\n\r\n",
@@ -327,7 +327,7 @@ fn partial(
     )
     .to_string();
     let content_type = entry
-        .content_type_line
+        .content_type_line()
         .strip_prefix(b"Content-Type: ")
         .and_then(|t| t.strip_suffix(b"\r\n"))
         .unwrap_or(b"application/octet-stream");
@@ -532,7 +532,7 @@ fn error_page(
     buf.extend_from_slice(status.line());
     buf.extend_from_slice(env.server_line);
     buf.extend_from_slice(env.date.line());
-    buf.extend_from_slice(&snapshot.entry(index).content_type_line);
+    buf.extend_from_slice(snapshot.entry(index).content_type_line());
     let _ = write!(buf, "Content-Length: {}\r\n", repr.len);
     buf.extend_from_slice(snapshot.status_cache_control(status));
     buf.extend_from_slice(extra);

@@ -9,6 +9,7 @@
 pub mod caches;
 pub mod metrics;
 pub mod procfs;
+pub mod transport;
 pub mod upgrade;
 
 use std::collections::BTreeMap;
@@ -85,8 +86,15 @@ pub struct TempDir {
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        // A crate that includes several suites has one copy of this module
+        // (and of the counter) per suite: the suite's name keeps them apart.
+        let parts: Vec<&str> = module_path!().split("::").collect();
+        let suite = match parts.len() {
+            3.. => format!("{}-", parts[parts.len() - 2]),
+            _ => String::new(),
+        };
         let path = std::env::temp_dir().join(format!(
-            "shardhttpd-test-{}-{}-{}",
+            "shardhttpd-test-{}-{suite}{}-{}",
             std::process::id(),
             n,
             tag
@@ -264,12 +272,17 @@ pub struct Server {
     reader: Option<thread::JoinHandle<()>>,
     addrs: Vec<SocketAddr>,
     exit: Option<ExitStatus>,
+    /// Over TLS ([`transport::selected`]): the plaintext front before the
+    /// server's TLS listener, which [`Server::addr`] names.
+    front: Option<transport::TlsFront>,
 }
 
 impl Server {
     /// Starts the server on `root` with `extra` flags. Adds `--admin
     /// 127.0.0.1:0`, and `--listen 127.0.0.1:0` unless `extra` has a
-    /// `--listen`.
+    /// `--listen`. Over TLS ([`transport::selected`]) it adds a TLS
+    /// listener too (unless `extra` has one) and puts a
+    /// [`transport::TlsFront`] before it.
     pub fn start(root: &Path, extra: &[&str]) -> Server {
         Server::start_env(root, extra, &[])
     }
@@ -283,7 +296,18 @@ impl Server {
         }
         args.extend(["--admin".into(), "127.0.0.1:0".into()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        Server::spawn_env(&args, listens.max(1), env)
+        let front = (transport::selected() == tls::Transport::Tls
+            && !extra.contains(&"--tls-listen"))
+        .then(transport::FrontCerts::new);
+        if let Some(certs) = &front {
+            args.extend(certs.flags());
+        }
+        let mut server = Server::spawn_env(&args, listens.max(1), env);
+        if let Some(certs) = front {
+            let tls_addr = tls::tls_addr(&server);
+            server.front = Some(transport::TlsFront::start(tls_addr, certs));
+        }
+        server
     }
 
     /// Spawns the binary with exactly `args` and waits for `listens`
@@ -319,6 +343,7 @@ impl Server {
             reader: Some(reader),
             addrs: Vec::new(),
             exit: None,
+            front: None,
         };
         let end = Instant::now() + READY_DEADLINE;
         loop {
@@ -360,9 +385,23 @@ impl Server {
         self.child.id()
     }
 
-    /// The first listening address.
+    /// Where the tests connect: the first listening address, or over TLS
+    /// the front before the TLS listener.
     pub fn addr(&self) -> SocketAddr {
+        match &self.front {
+            Some(front) => front.addr(),
+            None => self.addrs[0],
+        }
+    }
+
+    /// The first cleartext listening address, whatever the transport.
+    pub fn plain_addr(&self) -> SocketAddr {
         self.addrs[0]
+    }
+
+    /// The TLS front, when the harness runs over TLS.
+    pub fn front(&self) -> Option<&transport::TlsFront> {
+        self.front.as_ref()
     }
 
     pub fn addrs(&self) -> &[SocketAddr] {

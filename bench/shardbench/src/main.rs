@@ -58,7 +58,9 @@ struct RunArgs {
     #[arg(long)]
     quick: bool,
     /// Which matrix: full (default; ≤ 15 min on 2 cores), quick, tiny (one
-    /// cell per server, for tests).
+    /// cell per server, for tests), tls (issue 7's rows at c=100: keep-alive
+    /// 100 B in cleartext and over TLS, a new TLS connection per request,
+    /// 100 KiB over TLS; implies --tls).
     #[arg(long, value_enum)]
     matrix: Option<Kind>,
     /// Seconds per measured cell (default: 2 full, 1 quick and tiny).
@@ -88,11 +90,18 @@ struct RunArgs {
     /// CPUs for the servers (default: the CPUs the client does not use).
     #[arg(long, value_name = "LIST")]
     server_cpus: Option<String>,
-    /// Add the TLS rows (keep-alive and close over HTTPS, c ≤ 1000) for
-    /// shardhttpd and every peer with TLS, on a self-signed P-256
-    /// certificate made with openssl.
+    /// Add the TLS rows (keep-alive and close over HTTPS at 100 B,
+    /// keep-alive at 100 KiB; c ≤ 1000) for shardhttpd and every peer with
+    /// TLS, on one self-signed certificate made with openssl.
     #[arg(long)]
     tls: bool,
+    /// The key of that certificate: ecdsa (P-256) or rsa (2048 bits).
+    #[arg(long, value_enum, value_name = "KIND", default_value = "ecdsa")]
+    tls_key: servers::KeyKind,
+    /// Also measure this shardhttpd binary, as `shardhttpd-baseline`, in
+    /// the same interleaved run (an A/B of two versions).
+    #[arg(long, value_name = "PATH")]
+    baseline_bin: Option<PathBuf>,
     /// Show the matrix and the time it will take, and exit.
     #[arg(long)]
     dry_run: bool,
@@ -139,6 +148,8 @@ fn study(args: RunArgs) -> io::Result<bool> {
         .unwrap_or(if args.quick { Kind::Quick } else { Kind::Full });
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(match kind {
         Kind::Full => 2.0,
+        // Few cells, each compared with a ratio: longer ones are steadier.
+        Kind::Tls => 3.0,
         _ => 1.0,
     }));
     if duration < Duration::from_secs(1) {
@@ -150,7 +161,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
     // The client and the server each hold one fd per connection, plus some.
     let cap = nofile.saturating_sub(256).max(1) as usize;
     let (client, server) = split_cpus(&args)?;
-    let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap, args.tls);
+    // The TLS matrix is the TLS rows and the cleartext row they compare to.
+    let want_tls = args.tls || kind == Kind::Tls;
+    let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap, want_tls);
     let ab = servers::installed("ab").is_some();
     let mut notes = plan.notes.clone();
     if !ab {
@@ -200,9 +213,8 @@ fn study(args: RunArgs) -> io::Result<bool> {
         cpus: &ctx.server,
         nofile,
     };
-    let tls = if args.tls && !args.sweep_only {
-        let help = std::process::Command::new(&bin).arg("--help").output()?;
-        if !String::from_utf8_lossy(&help.stdout).contains("--tls-listen") {
+    let tls = if want_tls && !args.sweep_only {
+        if !has_tls(&bin)? {
             notes.push("--tls: this shardhttpd has no TLS listener; TLS rows skipped".into());
             None
         } else if servers::installed("openssl").is_none() {
@@ -211,7 +223,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
             );
             None
         } else {
-            Some(servers::make_cert(&work, &mut commands)?)
+            Some(servers::make_cert(&work, args.tls_key, &mut commands)?)
         }
     } else {
         None
@@ -224,6 +236,12 @@ fn study(args: RunArgs) -> io::Result<bool> {
         let (shard, _) =
             servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd", tls.as_ref())?;
         running.push(shard);
+        if let Some(b) = &args.baseline_bin {
+            let tls = tls.as_ref().filter(|_| has_tls(b).unwrap_or(false));
+            let name = "shardhttpd-baseline";
+            let (base, _) = servers::start_shardhttpd(b, &setup, 1, "hash", name, tls)?;
+            running.push(base);
+        }
         running.push(servers::start_floor(&setup)?);
     }
     if args.no_peers || args.sweep_only {
@@ -296,11 +314,12 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 .map(move |(i, _)| (*c, i))
         })
         .collect();
-    let sweep_shards: Vec<usize> = if args.no_sweep || kind == Kind::Tiny && ctx.server.is_empty() {
-        Vec::new()
-    } else {
-        (1..=ctx.server.len()).collect()
-    };
+    let sweep_shards: Vec<usize> =
+        if args.no_sweep || kind == Kind::Tls || kind == Kind::Tiny && ctx.server.is_empty() {
+            Vec::new()
+        } else {
+            (1..=ctx.server.len()).collect()
+        };
     let total = jobs.len() + 2 * sweep_shards.len();
     let expected: f64 = jobs
         .iter()
@@ -699,6 +718,12 @@ fn machine(ctx: &Ctx, bin: &Path, nofile: u64, cap: usize) -> String {
     m
 }
 
+/// Whether this shardhttpd binary has TLS listeners.
+fn has_tls(bin: &Path) -> io::Result<bool> {
+    let help = std::process::Command::new(bin).arg("--help").output()?;
+    Ok(String::from_utf8_lossy(&help.stdout).contains("--tls-listen"))
+}
+
 fn rps_text(v: f64) -> String {
     if v >= 1000.0 {
         format!("{:.1}k", v / 1000.0)
@@ -718,7 +743,7 @@ fn hms(secs: f64) -> String {
 
 impl ValueEnum for Kind {
     fn value_variants<'a>() -> &'a [Self] {
-        &[Kind::Full, Kind::Quick, Kind::Tiny]
+        &[Kind::Full, Kind::Quick, Kind::Tiny, Kind::Tls]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
@@ -726,6 +751,7 @@ impl ValueEnum for Kind {
             Kind::Full => "full",
             Kind::Quick => "quick",
             Kind::Tiny => "tiny",
+            Kind::Tls => "tls",
         }))
     }
 }

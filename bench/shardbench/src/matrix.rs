@@ -3,6 +3,9 @@
 //! interleaved, so drift on a busy machine hits them alike.
 
 use crate::docs::{Doc, DOCS, SMALL};
+
+/// The largest document (100 KiB): the TLS bulk row.
+const LARGE: Doc = DOCS[DOCS.len() - 1];
 use crate::load::{Mode, Tool};
 
 /// The classic concurrency levels.
@@ -25,6 +28,9 @@ pub enum Kind {
     Quick,
     /// One keep-alive 100 B cell per server (the tool's own test).
     Tiny,
+    /// The TLS comparison at c=100: keep-alive 100 B in cleartext and over
+    /// TLS, `Connection: close` over TLS, keep-alive 100 KiB over TLS.
+    Tls,
 }
 
 /// One row of the matrix.
@@ -120,9 +126,13 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
                 add(Mode::Head, SMALL, c, Tool::Ab, &mut notes);
             }
             if tls {
-                for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
+                for (mode, doc) in [
+                    (Mode::TlsKeepAlive, SMALL),
+                    (Mode::TlsClose, SMALL),
+                    (Mode::TlsKeepAlive, LARGE),
+                ] {
                     for &c in levels.iter().filter(|&&c| c <= TLS_MAX) {
-                        add(mode, SMALL, c, Tool::Wrk, &mut notes);
+                        add(mode, doc, c, Tool::Wrk, &mut notes);
                     }
                 }
             }
@@ -155,6 +165,13 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
                 for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
                     add(mode, SMALL, mid.min(TLS_MAX), Tool::Wrk, &mut notes);
                 }
+                add(
+                    Mode::TlsKeepAlive,
+                    LARGE,
+                    mid.min(TLS_MAX),
+                    Tool::Wrk,
+                    &mut notes,
+                );
             }
         }
         Kind::Tiny => {
@@ -165,6 +182,25 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
                     add(mode, SMALL, c.min(TLS_MAX), Tool::Wrk, &mut notes);
                 }
             }
+        }
+        Kind::Tls => {
+            let c = levels.and_then(|l| l.first().copied()).unwrap_or(100);
+            add(Mode::KeepAlive, SMALL, c, Tool::Wrk, &mut notes);
+            add(
+                Mode::TlsKeepAlive,
+                SMALL,
+                c.min(TLS_MAX),
+                Tool::Wrk,
+                &mut notes,
+            );
+            add(Mode::TlsClose, SMALL, c.min(TLS_MAX), Tool::Wrk, &mut notes);
+            add(
+                Mode::TlsKeepAlive,
+                LARGE,
+                c.min(TLS_MAX),
+                Tool::Wrk,
+                &mut notes,
+            );
         }
     }
     Plan { cells, notes }
@@ -187,8 +223,27 @@ mod tests {
     fn tls_rows_only_when_asked() {
         let p = plan(Kind::Full, None, 100_000, true);
         let tls: Vec<&Cell> = p.cells.iter().filter(|c| c.mode.is_tls()).collect();
-        assert_eq!(tls.len(), 2 * 4, "keep-alive and close at c ≤ 1000");
+        assert_eq!(
+            tls.len(),
+            3 * 4,
+            "keep-alive and close at 100 B, keep-alive at 100 KiB, c ≤ 1000"
+        );
         assert!(tls.iter().all(|c| !c.applies_to("floor")));
+    }
+
+    #[test]
+    fn tls_matrix_is_the_issue_rows_at_c100() {
+        let p = plan(Kind::Tls, None, 100_000, true);
+        let rows: Vec<String> = p.cells.iter().map(Cell::label).collect();
+        assert_eq!(
+            rows,
+            [
+                "keep-alive 100B c=100 wrk",
+                "tls-keep-alive 100B c=100 wrk",
+                "tls-close 100B c=100 wrk",
+                "tls-keep-alive 100KiB c=100 wrk",
+            ]
+        );
     }
 
     #[test]

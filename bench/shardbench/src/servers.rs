@@ -40,18 +40,30 @@ pub struct Tls {
     pub key: PathBuf,
 }
 
-/// Make the certificate with openssl (ECDSA P-256, as a modern deployment
-/// would serve).
-pub fn make_cert(work: &Path, log: &mut Vec<String>) -> io::Result<Tls> {
+/// The key type of the TLS rows' certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeyKind {
+    /// ECDSA P-256, as a modern deployment would serve.
+    Ecdsa,
+    /// RSA 2048 bits, still the most common.
+    Rsa,
+}
+
+/// Make the certificate with openssl, the same for every server.
+pub fn make_cert(work: &Path, kind: KeyKind, log: &mut Vec<String>) -> io::Result<Tls> {
     let cert = work.join("cert.pem");
     let key = work.join("key.pem");
+    let (newkey, opt) = match kind {
+        KeyKind::Ecdsa => ("ec", "ec_paramgen_curve:prime256v1"),
+        KeyKind::Rsa => ("rsa", "rsa_keygen_bits:2048"),
+    };
     let args = [
         "req",
         "-x509",
         "-newkey",
-        "ec",
+        newkey,
         "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
+        opt,
         "-nodes",
         "-days",
         "7",

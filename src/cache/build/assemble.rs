@@ -7,14 +7,16 @@ use std::sync::Arc;
 use anyhow::Context;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::load::{Loaded, LoadedBody};
+use super::load::{Loaded, LoadedBody, LoadedFile};
 use super::plan::{add_dir_slashes, Plan, Step};
 use super::render::render_entry;
-use super::walk::Walk;
+use super::walk::{FileJob, Walk};
 use crate::cache::{pack_off, unpack_off, Segment, SEGMENT_SHIFT};
 use crate::cache::{
-    Body, BuildOptions, Entry, LargeFile, Repr, Resource, Snapshot, SnapshotStats, Source, SIDECARS,
+    Body, BuildOptions, Entries, Entry, FileStamp, LargeFile, PathIndex, Repr, Resource, Snapshot,
+    SnapshotStats, Source, Walked, SIDECARS,
 };
+use crate::http::accept::Coding;
 
 /// Where an arena body's bytes come from at assembly.
 pub(super) enum Bytes {
@@ -47,6 +49,7 @@ pub(super) fn assemble(
     let mut variant_budget = opts.cache_max_bytes.saturating_sub(plan.identity_mem);
     let mut entries = Vec::with_capacity(walk.files.len());
     let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
+    let mut budget_spent = plan.budget_spent;
 
     for ((i, job), (step, loaded)) in walk
         .files
@@ -79,6 +82,7 @@ pub(super) fn assemble(
                 remap[i] = Some(Resource::File(idx));
                 continue;
             }
+            budget_spent = true;
         }
         let (identity, variants, source) = match (step, loaded) {
             (Step::Reuse(o), _) => {
@@ -102,35 +106,7 @@ pub(super) fn assemble(
                 }),
             ) => {
                 stats.loaded += 1;
-                let body = match file.body {
-                    LoadedBody::Mem(bytes) => arena.push(Bytes::New(bytes)),
-                    LoadedBody::File(f) => {
-                        // The build just read it: the first request need
-                        // not open it again.
-                        opts.open_files.seed(file.stamp, f);
-                        let rel = job.path.strip_prefix(&walk.root).unwrap_or(&job.path);
-                        Body::File(LargeFile {
-                            root: Arc::clone(&walk.root_dir),
-                            rel: rel.into(),
-                            stamp: file.stamp,
-                            files: Arc::clone(&opts.open_files),
-                        })
-                    }
-                };
-                let identity = ReprParts {
-                    len: file.len,
-                    hash: file.hash,
-                    body,
-                };
-                let variants: Vec<_> = variants
-                    .into_iter()
-                    .map(|(c, bytes)| (c, bytes.len() as u64, xxh3_128(&bytes), Bytes::New(bytes)))
-                    .collect();
-                let source = Source {
-                    stamp: file.stamp,
-                    sidecars,
-                };
-                (identity, variants, source)
+                loaded_parts(opts, &walk, job, file, variants, sidecars, &mut arena)
             }
             (Step::Load { .. }, Some(Loaded::Forbidden)) => {
                 remap[i] = Some(Resource::Forbidden);
@@ -139,44 +115,17 @@ pub(super) fn assemble(
             (Step::Load { .. }, Some(Loaded::Skip | Loaded::Unsettled) | None) => continue,
             (Step::Hold, _) => continue,
         };
-        match identity.body {
-            Body::Mem { len, .. } => stats.mem_bytes += len as u64,
-            Body::File(_) => {
-                stats.file_bytes += identity.len;
-                stats.large_files += 1;
-            }
-        }
-        let mut kept = Vec::with_capacity(variants.len());
-        for (coding, len, hash, bytes) in variants {
-            // Variants are a luxury: they get what the identity bodies left of
-            // the budget, in walk order.
-            if len > variant_budget {
-                continue;
-            }
-            variant_budget -= len;
-            let slot = SIDECARS.iter().position(|(c, _)| *c == coding).unwrap_or(0);
-            stats.encoded_bytes[slot] += len;
-            kept.push((
-                coding,
-                ReprParts {
-                    len,
-                    hash,
-                    body: arena.push(bytes),
-                },
-            ));
-        }
         let idx = u32::try_from(entries.len()).context("more than u32::MAX files")?;
-        let cache_control = opts.cache_control.value_for(&job.url);
-        let headers = opts.headers.lines_for(&job.url);
-        entries.push(render_entry(
+        let (entry, dropped) = finish_entry(
             opts,
-            &job.path,
-            cache_control,
-            &headers,
-            source,
-            identity,
-            kept,
-        ));
+            job,
+            (identity, variants, source),
+            &mut arena,
+            &mut variant_budget,
+            &mut stats,
+        );
+        budget_spent |= dropped;
+        entries.push(entry);
         remap[i] = Some(Resource::File(idx));
     }
     stats.files = entries.len() as u64;
@@ -194,41 +143,159 @@ pub(super) fn assemble(
     });
     add_dir_slashes(&mut index, &walk.dirs, &opts.index_files);
 
+    let (error_pages, spa_index) = special_pages(opts, |k| index.get(k).copied());
+
+    let (segments, segment_live) = arena.finish(old, &mut entries, &mut stats)?;
+    Ok(Snapshot {
+        generation,
+        stats,
+        compressed: opts.compress.is_some(),
+        index: PathIndex::from_map(index),
+        entries: Entries::from_vec(entries),
+        free: Vec::new(),
+        segments,
+        segment_live,
+        walked: Walked {
+            root: walk.root,
+            symlinks: walk.symlinks,
+            budget_spent,
+        },
+        error_pages,
+        spa_index,
+        status_cache_control: opts.status_cache_control.clone(),
+    })
+}
+
+/// The error pages (`error_pages`, else `/404.html`) and the SPA
+/// fallback's entry, looked up with `get`.
+pub(super) fn special_pages(
+    opts: &BuildOptions,
+    get: impl Fn(&[u8]) -> Option<Resource>,
+) -> (Vec<(u16, u32)>, Option<u32>) {
     let mut error_pages = Vec::new();
     let mut has_404 = false;
     for (code, rel) in &opts.error_pages {
         has_404 |= *code == 404;
         let url = format!("/{}", rel.trim_start_matches('/'));
-        match index.get(url.as_bytes()) {
-            Some(Resource::File(idx)) => error_pages.push((*code, *idx)),
+        match get(url.as_bytes()) {
+            Some(Resource::File(idx)) => error_pages.push((*code, idx)),
             _ => {
                 tracing::warn!(code, page = %url, "error page not in the snapshot; using plain text")
             }
         }
     }
     if !has_404 {
-        if let Some(Resource::File(idx)) = index.get(&b"/404.html"[..]) {
-            error_pages.push((404, *idx));
+        if let Some(Resource::File(idx)) = get(b"/404.html") {
+            error_pages.push((404, idx));
         }
     }
     // The root's index file (the first of `index_files` it has).
-    let spa_index = match index.get(&b"/"[..]) {
-        Some(Resource::File(idx)) if opts.spa_fallback => Some(*idx),
+    let spa_index = match get(b"/") {
+        Some(Resource::File(idx)) if opts.spa_fallback => Some(idx),
         _ => None,
     };
+    (error_pages, spa_index)
+}
 
-    let segments = arena.finish(old, &mut entries, &mut stats)?;
-    Ok(Snapshot {
-        generation,
-        stats,
-        compressed: opts.compress.is_some(),
-        index,
-        entries,
-        segments,
-        error_pages,
-        spa_index,
-        status_cache_control: opts.status_cache_control.clone(),
-    })
+/// A representation's length, hash and bytes, before they are laid out.
+pub(super) type VariantParts = (Coding, u64, u128, Bytes);
+
+/// The parts of an entry before its bodies are laid out and its heads
+/// rendered.
+pub(super) type EntryParts = (ReprParts, Vec<VariantParts>, Source);
+
+/// A loaded file's parts: its identity body queued in `arena` (or sent
+/// from its fd), its variants still to be laid out.
+pub(super) fn loaded_parts(
+    opts: &BuildOptions,
+    walk: &Walk<'_>,
+    job: &FileJob,
+    file: LoadedFile,
+    variants: Vec<(Coding, Vec<u8>)>,
+    sidecars: [Option<FileStamp>; 3],
+    arena: &mut ArenaPlan,
+) -> EntryParts {
+    let body = match file.body {
+        LoadedBody::Mem(bytes) => arena.push(Bytes::New(bytes)),
+        LoadedBody::File(f) => {
+            // The build just read it: the first request need not open it
+            // again.
+            opts.open_files.seed(file.stamp, f);
+            let rel = job.path.strip_prefix(&walk.root).unwrap_or(&job.path);
+            Body::File(Box::new(LargeFile {
+                root: Arc::clone(&walk.root_dir),
+                rel: rel.into(),
+                stamp: file.stamp,
+                files: Arc::clone(&opts.open_files),
+            }))
+        }
+    };
+    let identity = ReprParts {
+        len: file.len,
+        hash: file.hash,
+        body,
+    };
+    let variants: Vec<_> = variants
+        .into_iter()
+        .map(|(c, bytes)| (c, bytes.len() as u64, xxh3_128(&bytes), Bytes::New(bytes)))
+        .collect();
+    let source = Source {
+        stamp: file.stamp,
+        sidecars: Source::sidecar_key(sidecars),
+    };
+    (identity, variants, source)
+}
+
+/// Count an entry into `stats`, lay out the variants the budget still
+/// allows (in walk order: variants are a luxury, they get what the
+/// identity bodies left), and render its heads. The flag says whether a
+/// variant was left out for want of budget.
+pub(super) fn finish_entry(
+    opts: &BuildOptions,
+    job: &FileJob,
+    (identity, variants, source): EntryParts,
+    arena: &mut ArenaPlan,
+    variant_budget: &mut u64,
+    stats: &mut SnapshotStats,
+) -> (Entry, bool) {
+    match identity.body {
+        Body::Mem { len, .. } => stats.mem_bytes += len as u64,
+        Body::File(_) => {
+            stats.file_bytes += identity.len;
+            stats.large_files += 1;
+        }
+    }
+    let mut dropped = false;
+    let mut kept = Vec::with_capacity(variants.len());
+    for (coding, len, hash, bytes) in variants {
+        if len > *variant_budget {
+            dropped = true;
+            continue;
+        }
+        *variant_budget -= len;
+        let slot = SIDECARS.iter().position(|(c, _)| *c == coding).unwrap_or(0);
+        stats.encoded_bytes[slot] += len;
+        kept.push((
+            coding,
+            ReprParts {
+                len,
+                hash,
+                body: arena.push(bytes),
+            },
+        ));
+    }
+    let cache_control = opts.cache_control.value_for(&job.url);
+    let headers = opts.headers.lines_for(&job.url);
+    let entry = render_entry(
+        opts,
+        &job.path,
+        cache_control,
+        &headers,
+        source,
+        identity,
+        kept,
+    );
+    (entry, dropped)
 }
 
 impl Bytes {
@@ -245,7 +312,7 @@ impl Bytes {
 
 /// Segment index standing for "the new segment" while entries are
 /// assembled; [`ArenaPlan::finish`] rewrites it to the real index.
-const NEW_SEGMENT: usize = (1 << (usize::BITS - SEGMENT_SHIFT)) - 1;
+pub(super) const NEW_SEGMENT: usize = (1 << (usize::BITS - SEGMENT_SHIFT)) - 1;
 
 /// Most segments a snapshot references. Past this the smallest shared ones
 /// are compacted into the new one, so a long run of one-file changes does
@@ -266,6 +333,19 @@ pub(super) struct ArenaPlan {
 }
 
 impl ArenaPlan {
+    /// The new bytes, in layout order, and their total length.
+    pub(super) fn into_parts(self) -> (Vec<Vec<u8>>, usize) {
+        let parts = self
+            .parts
+            .into_iter()
+            .map(|p| match p {
+                Bytes::New(v) => v,
+                Bytes::Old { .. } => unreachable!("only new bytes are laid out"),
+            })
+            .collect();
+        (parts, self.len)
+    }
+
     pub(super) fn push(&mut self, bytes: Bytes) -> Body {
         match bytes {
             Bytes::Old { off, len } => {
@@ -318,7 +398,7 @@ impl ArenaPlan {
         if let Body::Mem { .. } = entry.identity.body {
             entry.identity.body = self.push(Bytes::from_old(&entry.identity.body));
         }
-        for (coding, repr) in &mut entry.encoded {
+        for (coding, repr) in entry.encoded.iter_mut() {
             let slot = SIDECARS.iter().position(|(c, _)| c == coding).unwrap_or(0);
             stats.encoded_bytes[slot] += repr.len;
             repr.body = self.push(Bytes::from_old(&repr.body));
@@ -329,26 +409,28 @@ impl ArenaPlan {
     /// Decide which old segments are shared and which compacted, write the
     /// new segment (new bodies, then the live bodies of compacted
     /// segments), seal it read-only, and point every `Body::Mem` of
-    /// `entries` at its final segment. Counts copies into `stats`.
+    /// `entries` at its final segment. Counts copies into `stats`. Returns
+    /// the segments and the bytes each still serves.
     pub(super) fn finish(
         self,
         old: Option<&Snapshot>,
         entries: &mut [Entry],
         stats: &mut SnapshotStats,
-    ) -> anyhow::Result<Vec<Segment>> {
-        let old_segments: &[Segment] = old.map_or(&[], |o| &o.segments);
+    ) -> anyhow::Result<(Vec<Option<Segment>>, Vec<u64>)> {
+        let old_segments: &[Option<Segment>] = old.map_or(&[], |o| &o.segments);
+        let seg_len = |s: usize| old_segments[s].as_ref().map_or(0, |m| m.len());
         // Share a segment while at least half of it is still served.
         let mut share: Vec<bool> = (0..old_segments.len())
             .map(|s| {
                 let live = self.live.get(s).copied().unwrap_or(0);
-                live > 0 && live * 2 >= old_segments[s].len()
+                live > 0 && live * 2 >= seg_len(s)
             })
             .collect();
         // Too many: compact the smallest shared ones.
         let reserved = usize::from(self.len > 0 || self.live.iter().any(|&l| l > 0));
         let mut shared: Vec<usize> = (0..share.len()).filter(|&s| share[s]).collect();
         if shared.len() + reserved > MAX_SEGMENTS {
-            shared.sort_by_key(|&s| old_segments[s].len());
+            shared.sort_by_key(|&s| seg_len(s));
             for &s in &shared[..shared.len() + reserved - MAX_SEGMENTS] {
                 share[s] = false;
             }
@@ -383,11 +465,13 @@ impl ArenaPlan {
 
         // Final indices: the shared old segments in order, then the new one.
         let mut index_of = vec![usize::MAX; old_segments.len()];
-        let mut segments: Vec<Segment> = Vec::new();
+        let mut segments: Vec<Option<Segment>> = Vec::new();
+        let mut segment_live = Vec::new();
         for (s, segment) in old_segments.iter().enumerate() {
             if share[s] {
                 index_of[s] = segments.len();
-                segments.push(Arc::clone(segment));
+                segments.push(segment.clone());
+                segment_live.push(self.live[s] as u64);
             }
         }
         let shared_count = segments.len();
@@ -408,7 +492,10 @@ impl ArenaPlan {
                     *off = pack_off(new_index, 0);
                 } else {
                     let map = map.as_mut().expect("compacted bytes have room");
-                    let bytes = &old_segments[segment][within..within + *len];
+                    let Some(old_segment) = &old_segments[segment] else {
+                        unreachable!("a reused body points into a dropped segment")
+                    };
+                    let bytes = &old_segment[within..within + *len];
                     map[at..at + *len].copy_from_slice(bytes);
                     *off = pack_off(new_index, at);
                     at += *len;
@@ -417,14 +504,15 @@ impl ArenaPlan {
         }
         debug_assert_eq!(at, total);
         if let Some(map) = map {
-            segments.push(Arc::new(
+            segments.push(Some(Arc::new(
                 map.make_read_only()
                     .context("sealing a snapshot body segment")?,
-            ));
+            )));
+            segment_live.push(total as u64);
         }
         stats.bytes_copied = total as u64;
         stats.segments = segments.len() as u64;
         stats.segments_shared = shared_count as u64;
-        Ok(segments)
+        Ok((segments, segment_live))
     }
 }

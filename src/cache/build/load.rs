@@ -441,7 +441,7 @@ pub(super) fn unsettled(stamp: &FileStamp, now: SystemTime) -> Option<Duration> 
     let now_ns = now
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i128);
-    let age_ns = now_ns - stamp.ctime_ns;
+    let age_ns = now_ns - i128::from(stamp.ctime_ns);
     let settle_ns = STAMP_SETTLE.as_nanos() as i128;
     (age_ns < settle_ns).then(|| {
         // A ctime ahead of our clock (skew between the coarse and fine
@@ -477,6 +477,7 @@ pub(super) fn stamp_validator(stamp: &FileStamp) -> u128 {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&stamp.ino.to_le_bytes());
     bytes[8..16].copy_from_slice(&stamp.size.to_le_bytes());
-    bytes[16..].copy_from_slice(&stamp.mtime_ns.to_le_bytes());
+    // As an i128, as before stamps held one: the same file keeps its ETag.
+    bytes[16..].copy_from_slice(&i128::from(stamp.mtime_ns).to_le_bytes());
     xxh3_128(&bytes)
 }

@@ -15,17 +15,20 @@
 //! fd opened here.
 
 mod assemble;
+mod delta;
 mod load;
 mod plan;
 mod render;
 mod walk;
 
 #[cfg(test)]
+mod delta_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::HashSet;
 use std::fmt;
-use std::fs::{self, File};
+use std::fs::{self, File, Metadata};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -36,6 +39,7 @@ use anyhow::Context;
 
 use crate::cache::{BuildOptions, RootDir, Snapshot};
 use assemble::assemble;
+pub use delta::MAX_PATCH_PATHS;
 use load::load_all;
 use plan::Plan;
 use walk::{read_dir_sorted, Walk};
@@ -50,6 +54,49 @@ pub fn sidecars_rejected() -> [(&'static str, u64); 2] {
             r.label(),
             load::SIDECARS_REJECTED[r as usize].load(Ordering::Relaxed),
         )
+    })
+}
+
+/// The canonical root and its metadata; it must be a directory.
+fn canonical_root(opts: &BuildOptions) -> anyhow::Result<(PathBuf, Metadata)> {
+    let root = fs::canonicalize(&opts.root)
+        .with_context(|| format!("document root {}", opts.root.display()))?;
+    let root_meta =
+        fs::metadata(&root).with_context(|| format!("document root {}", root.display()))?;
+    anyhow::ensure!(
+        root_meta.is_dir(),
+        "document root {} is not a directory",
+        root.display()
+    );
+    Ok((root, root_meta))
+}
+
+/// The root open: every file is opened beneath this fd
+/// (`sys::open_beneath`), so a directory swapped for a symlink after the
+/// walk cannot lead outside. It must still be the directory `root_meta`
+/// describes.
+fn open_root(root: &Path, root_meta: &Metadata) -> anyhow::Result<Arc<RootDir>> {
+    let root_dir = File::open(root)
+        .map_err(|err| match is_exhausted(&err) {
+            true => exhausted(root, err),
+            false => anyhow::Error::new(err),
+        })
+        .with_context(|| format!("opening document root {}", root.display()))?;
+    let root_dir_meta = root_dir.metadata()?;
+    if (root_dir_meta.dev(), root_dir_meta.ino()) != (root_meta.dev(), root_meta.ino()) {
+        return Err(TreeChanged(root.to_path_buf()).into());
+    }
+    Ok(Arc::new(RootDir { dir: root_dir }))
+}
+
+/// `opts` with the compression levels for a root of `identity_mem`
+/// in-memory body bytes (see `compress_fast_above`), when they differ.
+pub(super) fn leveled(opts: &BuildOptions, identity_mem: u64) -> Option<BuildOptions> {
+    let configured = opts.compress?;
+    let levels = configured.for_root(identity_mem);
+    (levels != configured).then(|| BuildOptions {
+        compress: Some(levels),
+        ..opts.clone()
     })
 }
 
@@ -152,14 +199,16 @@ fn test_pause_before_open(root: &Path) {
 
 /// Walk `opts.root` and build generation `generation` from scratch.
 pub fn build(opts: &BuildOptions, generation: u64) -> anyhow::Result<Snapshot> {
-    match rebuild(opts, generation, None, &HashSet::new())? {
+    match rebuild(opts, generation, None, &HashSet::new(), None)? {
         Built::New(snapshot) => Ok(snapshot),
         Built::Unchanged => unreachable!("a build without a previous snapshot is always new"),
     }
 }
 
 /// Walk `opts.root` and build generation `generation`, reusing the entries of
-/// `old` whose files are unchanged.
+/// `old` whose files are unchanged. With `changed` (the paths inotify
+/// reported since `old` was built), only those paths are looked at again
+/// ([`delta::patch`]) unless the change needs a full walk.
 ///
 /// Fails when the root itself cannot be read, when a listed path vanishes
 /// mid-walk or is not the file the walk saw when opened ([`TreeChanged`]),
@@ -176,38 +225,24 @@ pub fn rebuild(
     generation: u64,
     old: Option<&Snapshot>,
     held: &HashSet<PathBuf>,
+    changed: Option<&HashSet<PathBuf>>,
 ) -> anyhow::Result<Built> {
     let started = Instant::now();
     // Entries built without variants cannot stand in for ones built with
     // them (or the other way round): a change of mode reloads everything.
     let old = old.filter(|o| o.compressed == opts.compress.is_some());
-    let root = fs::canonicalize(&opts.root)
-        .with_context(|| format!("document root {}", opts.root.display()))?;
-    let root_meta =
-        fs::metadata(&root).with_context(|| format!("document root {}", root.display()))?;
-    anyhow::ensure!(
-        root_meta.is_dir(),
-        "document root {} is not a directory",
-        root.display()
-    );
+    if let (Some(old), Some(changed)) = (old, changed) {
+        match delta::patch(opts, generation, old, held, changed)? {
+            Ok(built) => return Ok(built),
+            Err(why) => tracing::debug!(why, "walking the whole root"),
+        }
+    }
+    let (root, root_meta) = canonical_root(opts)?;
     // Read the root up front so that an unreadable root fails the build instead
     // of producing an empty snapshot that 404s everything.
     let children = read_dir_sorted(&root)
         .with_context(|| format!("reading document root {}", root.display()))?;
-    // Every file is opened beneath this fd (`sys::open_beneath`), so a
-    // directory swapped for a symlink after the walk cannot lead outside.
-    let root_dir = File::open(&root)
-        .map_err(|err| match is_exhausted(&err) {
-            true => exhausted(&root, err),
-            false => anyhow::Error::new(err),
-        })
-        .with_context(|| format!("opening document root {}", root.display()))?;
-    let root_dir_meta = root_dir.metadata()?;
-    if (root_dir_meta.dev(), root_dir_meta.ino()) != (root_meta.dev(), root_meta.ino()) {
-        return Err(TreeChanged(root).into());
-    }
-
-    let root_dir = Arc::new(RootDir { dir: root_dir });
+    let root_dir = open_root(&root, &root_meta)?;
     let mut walk = Walk::new(opts, root.clone(), root_dir);
     let mut ancestors = vec![(root_meta.dev(), root_meta.ino())];
     let mut url = Vec::new();
@@ -227,7 +262,8 @@ pub fn rebuild(
     }
     test_pause_before_open(&walk.root);
     let planned = started.elapsed();
-    let loaded = load_all(opts, &walk, &plan)?;
+    let fast = leveled(opts, plan.identity_mem);
+    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan)?;
     let load_done = started.elapsed();
     let examined = walk.examined + 1;
     let mut snapshot = assemble(opts, walk, plan, loaded, old, generation)?;

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use super::walk::Walk;
-use crate::cache::{Body, BuildOptions, PathIndex, Resource, Snapshot, Source};
+use crate::cache::index::Shard;
+use crate::cache::{Body, BuildOptions, Resource, Snapshot, Source};
 
 /// Pass 1½: for each walked file, reuse the old entry or load it, and whether
 /// its identity body goes in memory. Decided in walk order so the memory
@@ -15,6 +16,8 @@ pub(super) struct Plan {
     pub(super) steps: Vec<Step>,
     /// Arena bytes planned for identity bodies; variants get what is left.
     pub(super) identity_mem: u64,
+    /// A file below `sendfile_threshold` did not fit `cache_max_bytes`.
+    pub(super) budget_spent: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -38,7 +41,20 @@ impl Plan {
         old: Option<&Snapshot>,
         held: &HashSet<PathBuf>,
     ) -> Plan {
-        let mut identity_mem = 0u64;
+        Plan::with_base(opts, walk, old, held, 0)
+    }
+
+    /// [`Plan::new`] for files added to a snapshot that already holds
+    /// `base` bytes of identity bodies in memory.
+    pub(super) fn with_base(
+        opts: &BuildOptions,
+        walk: &Walk<'_>,
+        old: Option<&Snapshot>,
+        held: &HashSet<PathBuf>,
+        base: u64,
+    ) -> Plan {
+        let mut identity_mem = base;
+        let mut budget_spent = false;
         let steps = walk
             .files
             .iter()
@@ -48,10 +64,14 @@ impl Plan {
                     && identity_mem.saturating_add(size) <= opts.cache_max_bytes;
                 if in_mem {
                     identity_mem += size;
+                } else if size < opts.sendfile_threshold {
+                    budget_spent = true;
                 }
                 let source = Source {
                     stamp: job.stamp,
-                    sidecars: walk.sidecars(job).map(|s| s.map(|(_, stamp)| stamp)),
+                    sidecars: Source::sidecar_key(
+                        walk.sidecars(job).map(|s| s.map(|(_, stamp)| stamp)),
+                    ),
                 };
                 if !held.is_empty() && held.contains(&job.path) {
                     return match old.and_then(|old| old.resolve(&job.url)) {
@@ -76,6 +96,7 @@ impl Plan {
         Plan {
             steps,
             identity_mem,
+            budget_spent,
         }
     }
 
@@ -95,29 +116,36 @@ impl Plan {
         // once directory slashes are added.
         let mut index = walk.index.clone();
         add_dir_slashes(&mut index, &walk.dirs, &walk.opts.index_files);
-        index == old.index
+        old.index == index
     }
 }
 
 /// `dir + "/"` serves the directory's first servable index file
 /// (`index_files`, in order), and is 403 when it has none (no listings).
-pub(super) fn add_dir_slashes(index: &mut PathIndex, dirs: &[Box<[u8]>], index_files: &[String]) {
-    let mut key = Vec::new();
+pub(super) fn add_dir_slashes(index: &mut Shard, dirs: &[Box<[u8]>], index_files: &[String]) {
     for dir in dirs {
-        let mut resource = Resource::Forbidden;
-        for name in index_files {
-            key.clear();
-            key.extend_from_slice(dir);
-            key.push(b'/');
-            key.extend_from_slice(name.as_bytes());
-            if let Some(Resource::File(idx)) = index.get(key.as_slice()) {
-                resource = Resource::File(*idx);
-                break;
-            }
-        }
+        let resource = dir_slash(|k| index.get(k).copied(), dir, index_files);
+        let mut key = dir.to_vec();
+        key.push(b'/');
+        index.insert(key.into(), resource);
+    }
+}
+
+/// What `dir + "/"` serves, looking paths up with `get`.
+pub(super) fn dir_slash(
+    get: impl Fn(&[u8]) -> Option<Resource>,
+    dir: &[u8],
+    index_files: &[String],
+) -> Resource {
+    let mut key = Vec::new();
+    for name in index_files {
         key.clear();
         key.extend_from_slice(dir);
         key.push(b'/');
-        index.insert(key.as_slice().into(), resource);
+        key.extend_from_slice(name.as_bytes());
+        if let Some(Resource::File(idx)) = get(key.as_slice()) {
+            return Resource::File(idx);
+        }
     }
+    Resource::Forbidden
 }

@@ -36,7 +36,7 @@ pub(super) fn render_entry(
 ) -> Entry {
     let (content_type, compressible) = content_type(path, &opts.default_type);
     let content_type_line = format!("Content-Type: {content_type}\r\n").into_bytes();
-    let last_modified = last_modified_secs(source.stamp.mtime_ns, SystemTime::now());
+    let last_modified = last_modified_secs(i128::from(source.stamp.mtime_ns), SystemTime::now());
     let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(last_modified));
     let will_compress = compressible
         && matches!(identity.body, Body::Mem { .. })
@@ -75,47 +75,49 @@ pub(super) fn render_entry(
             Some(token) => format!("\"{hash:032x}-{token}\""),
         }
         .into_bytes();
-        let mut common = Vec::with_capacity(96 + tail.len());
-        common.extend_from_slice(b"Last-Modified: ");
-        common.extend_from_slice(date.as_bytes());
-        common.extend_from_slice(b"\r\nETag: ");
-        common.extend_from_slice(&etag);
-        common.extend_from_slice(b"\r\n");
-        common.extend_from_slice(&tail);
-
         let encoding_line = encoding_line(coding);
-        let mut head_200 = Vec::with_capacity(160 + opts.server_line.len() + common.len());
-        head_200.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-        head_200.extend_from_slice(&opts.server_line);
-        head_200.extend_from_slice(&content_type_line);
-        head_200.extend_from_slice(format!("Content-Length: {}\r\n", parts.len).as_bytes());
-        head_200.extend_from_slice(encoding_line);
-        head_200.extend_from_slice(&common);
-        Repr {
-            len: parts.len,
+        let mut head = Vec::with_capacity(
+            160 + opts.server_line.len() + content_type_line.len() + etag.len() + tail.len(),
+        );
+        head.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        head.extend_from_slice(&opts.server_line);
+        head.extend_from_slice(&content_type_line);
+        head.extend_from_slice(format!("Content-Length: {}\r\n", parts.len).as_bytes());
+        head.extend_from_slice(encoding_line);
+        let common_at = head.len();
+        head.extend_from_slice(b"Last-Modified: ");
+        head.extend_from_slice(date.as_bytes());
+        head.extend_from_slice(b"\r\nETag: ");
+        let etag_at = head.len();
+        head.extend_from_slice(&etag);
+        head.extend_from_slice(b"\r\n");
+        head.extend_from_slice(&tail);
+        // Exactly its size: a root of a million files holds a million.
+        head.shrink_to_fit();
+        Repr::new(
+            parts.len,
             hash,
-            etag: etag.into(),
+            head,
+            common_at,
+            etag_at..etag_at + etag.len(),
             encoding_line,
-            common: common.into(),
-            head_200: head_200.into(),
-            body: parts.body,
-        }
+            parts.body,
+        )
     };
-    let codings: Box<[Coding]> = variants.iter().map(|(c, _)| *c).collect();
     let encoded = variants
         .into_iter()
         .map(|(c, p)| (c, render(c, p)))
         .collect();
     let identity = render(Coding::Identity, identity);
-    Entry {
-        content_type_line: content_type_line.into(),
+    let content_type_at = b"HTTP/1.1 200 OK\r\n".len() + opts.server_line.len();
+    Entry::new(
+        content_type_at..content_type_at + content_type_line.len(),
         last_modified,
         identity,
         encoded,
-        codings,
         vary,
         source,
-    }
+    )
 }
 
 /// The ETag suffix of a coding; `None` for identity.

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::{exhausted, is_exhausted, TreeChanged};
-use crate::cache::{BuildOptions, FileStamp, PathIndex, Resource, RootDir, SIDECARS};
+use crate::cache::index::Shard;
+use crate::cache::{BuildOptions, FileStamp, Resource, RootDir, SIDECARS};
 
 /// Deepest directory nesting walked below the root. Bounds recursion (and the
 /// blow-up from chains of symlinked directories) on hostile trees; deeper
@@ -40,8 +41,10 @@ pub(super) struct Walk<'a> {
     /// The root, open: files are opened beneath it (`sys::open_beneath`).
     pub(super) root_dir: Arc<RootDir>,
     /// `Resource::File(i)` here indexes `files`, not yet the snapshot.
-    pub(super) index: PathIndex,
+    pub(super) index: Shard,
     pub(super) files: Vec<FileJob>,
+    /// A symlink was followed (see [`Walked::symlinks`](crate::cache::Walked)).
+    pub(super) symlinks: bool,
     /// Some file's name ends in a sidecar suffix; when none does, sidecar
     /// lookups are skipped.
     pub(super) has_sidecars: bool,
@@ -58,8 +61,9 @@ impl<'a> Walk<'a> {
             opts,
             root,
             root_dir,
-            index: PathIndex::default(),
+            index: Shard::default(),
             files: Vec::new(),
+            symlinks: false,
             has_sidecars: false,
             examined: 0,
             dirs: Vec::new(),
@@ -117,6 +121,7 @@ impl<'a> Walk<'a> {
         // lead the load outside: files are opened beneath the root's fd, and
         // must be the (dev, inode) stated here.
         let (path, meta) = if file_type.is_symlink() {
+            self.symlinks = true;
             let target = match fs::canonicalize(&path) {
                 Ok(target) => target,
                 Err(err) if is_exhausted(&err) => return Err(exhausted(&path, err)),

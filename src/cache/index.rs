@@ -1,0 +1,255 @@
+//! The snapshot's two big tables, split into reference-counted pieces so
+//! that a rebuild changing a few paths copies a few pieces and shares the
+//! rest with the previous generation: the path index in hash shards
+//! ([`PathIndex`]), the entries in fixed-size chunks ([`Entries`]).
+//!
+//! A lookup still hashes the path once to pick the shard and probes one
+//! table; an entry is one more pointer away than in a flat `Vec`.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use super::{Entry, Resource};
+
+/// One shard of the path index. Keys come from the walk, not from clients,
+/// so a fast non-keyed hash is safe; it is ~3× cheaper than SipHash on the
+/// short paths every request looks up.
+pub type Shard = HashMap<Box<[u8]>, Resource, rustc_hash::FxBuildHasher>;
+
+/// Paths per shard the shard count aims at: a one-path change clones one
+/// shard of about this many keys.
+const PATHS_PER_SHARD: usize = 512;
+
+/// Most shards (2^12): the shard is picked from hash bits 40..52, which
+/// the tables inside use for neither the bucket (low bits) nor the tag
+/// (top 7 bits).
+const MAX_SHARD_BITS: u32 = 12;
+
+/// Bit of the hash where the shard number starts.
+const SHARD_SHIFT: u32 = 40;
+
+/// Normalised path → resource, in `2^bits` shards shared between
+/// generations until one of their keys changes.
+#[derive(Clone, Default)]
+pub struct PathIndex {
+    shards: Vec<Arc<Shard>>,
+    bits: u32,
+}
+
+impl PathIndex {
+    /// An index sized for about `paths` keys, filled from `map`.
+    pub fn from_map(map: Shard) -> PathIndex {
+        let mut bits = 0;
+        while bits < MAX_SHARD_BITS && (PATHS_PER_SHARD << bits) < map.len() {
+            bits += 1;
+        }
+        let mut shards: Vec<Shard> = (0..1usize << bits).map(|_| Shard::default()).collect();
+        for (key, resource) in map {
+            let s = shard_of(bits, &key);
+            shards[s].insert(key, resource);
+        }
+        PathIndex {
+            shards: shards.into_iter().map(Arc::new).collect(),
+            bits,
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, key: &[u8]) -> Option<&Resource> {
+        self.shards
+            .get(shard_of(self.bits, key))
+            .and_then(|s| s.get(key))
+    }
+
+    /// Insert, copying the shard first if a previous generation shares it.
+    pub fn insert(&mut self, key: Box<[u8]>, resource: Resource) -> Option<Resource> {
+        if self.shards.is_empty() {
+            self.shards.push(Arc::default());
+        }
+        let s = shard_of(self.bits, &key);
+        if self.shards[s].get(&key) == Some(&resource) {
+            return Some(resource);
+        }
+        Arc::make_mut(&mut self.shards[s]).insert(key, resource)
+    }
+
+    pub fn remove(&mut self, key: &[u8]) -> Option<Resource> {
+        let s = shard_of(self.bits, key);
+        let shard = self.shards.get_mut(s)?;
+        if !shard.contains_key(key) {
+            return None;
+        }
+        Arc::make_mut(shard).remove(key)
+    }
+
+    /// Remove every key starting with `prefix`, returning them. Looks at
+    /// every key, but copies only the shards that hold one.
+    pub fn remove_prefix(&mut self, prefix: &[u8]) -> Vec<(Box<[u8]>, Resource)> {
+        let mut removed = Vec::new();
+        for shard in &mut self.shards {
+            if !shard.keys().any(|k| k.starts_with(prefix)) {
+                continue;
+            }
+            Arc::make_mut(shard).retain(|k, r| {
+                let hit = k.starts_with(prefix);
+                if hit {
+                    removed.push((k.clone(), *r));
+                }
+                !hit
+            });
+        }
+        removed
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Box<[u8]>, &Resource)> {
+        self.shards.iter().flat_map(|s| s.iter())
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Shards this index shares with `other` (the same allocation).
+    pub fn shards_shared_with(&self, other: &PathIndex) -> usize {
+        self.shards
+            .iter()
+            .zip(&other.shards)
+            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .count()
+    }
+}
+
+impl PartialEq<Shard> for PathIndex {
+    fn eq(&self, map: &Shard) -> bool {
+        self.len() == map.len() && map.iter().all(|(k, r)| self.get(k) == Some(r))
+    }
+}
+
+#[inline]
+fn shard_of(bits: u32, key: &[u8]) -> usize {
+    if bits == 0 {
+        return 0;
+    }
+    let hash = rustc_hash::FxBuildHasher.hash_one(key);
+    ((hash >> SHARD_SHIFT) & ((1 << bits) - 1)) as usize
+}
+
+/// log2 of the entries per chunk: a one-entry change copies 1024 entries.
+const CHUNK_SHIFT: u32 = 10;
+const CHUNK: usize = 1 << CHUNK_SHIFT;
+
+/// The entries, by index, in chunks shared between generations until one
+/// of their entries changes.
+#[derive(Clone, Default)]
+pub struct Entries {
+    chunks: Vec<Arc<Vec<Entry>>>,
+    len: usize,
+}
+
+impl Entries {
+    pub fn from_vec(entries: Vec<Entry>) -> Entries {
+        let len = entries.len();
+        let mut chunks = Vec::with_capacity(len.div_ceil(CHUNK));
+        let mut it = entries.into_iter();
+        loop {
+            let chunk: Vec<Entry> = it.by_ref().take(CHUNK).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            chunks.push(Arc::new(chunk));
+        }
+        Entries { chunks, len }
+    }
+
+    #[inline]
+    pub fn get(&self, i: u32) -> &Entry {
+        let i = i as usize;
+        &self.chunks[i >> CHUNK_SHIFT][i & (CHUNK - 1)]
+    }
+
+    /// The entry at `i`, copying its chunk first if a previous generation
+    /// shares it.
+    pub fn get_mut(&mut self, i: u32) -> &mut Entry {
+        let i = i as usize;
+        &mut Arc::make_mut(&mut self.chunks[i >> CHUNK_SHIFT])[i & (CHUNK - 1)]
+    }
+
+    pub fn push(&mut self, entry: Entry) -> u32 {
+        let i = self.len;
+        if i & (CHUNK - 1) == 0 {
+            self.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
+        }
+        let last = self.chunks.last_mut().expect("a chunk was just ensured");
+        Arc::make_mut(last).push(entry);
+        self.len += 1;
+        i as u32
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.chunks.iter().flat_map(|c| c.iter())
+    }
+
+    /// Visit every entry; `f` returns whether it wants to change it, and
+    /// only then is its chunk copied and `change` called.
+    pub fn update(&mut self, wants: impl Fn(&Entry) -> bool, mut change: impl FnMut(&mut Entry)) {
+        for chunk in &mut self.chunks {
+            if !chunk.iter().any(&wants) {
+                continue;
+            }
+            for entry in Arc::make_mut(chunk).iter_mut() {
+                if wants(entry) {
+                    change(entry);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sharded_index_matches_a_map_and_copies_one_shard_per_change() {
+        let mut map = Shard::default();
+        for i in 0..5000u32 {
+            map.insert(format!("/d/{i}").into_bytes().into(), Resource::File(i));
+        }
+        let index = PathIndex::from_map(map.clone());
+        assert!(index.shards.len() > 1);
+        assert!(index == map);
+        let mut next = index.clone();
+        next.insert(b"/d/17".to_vec().into(), Resource::Forbidden);
+        assert_eq!(next.shards_shared_with(&index), index.shards.len() - 1);
+        assert_eq!(next.get(b"/d/17"), Some(&Resource::Forbidden));
+        assert_eq!(index.get(b"/d/17"), Some(&Resource::File(17)));
+        let removed = next.remove_prefix(b"/d/49");
+        assert_eq!(removed.len(), 111, "/d/49, /d/490..499, /d/4900..4999");
+        assert_eq!(next.len(), 5000 - 111);
+        assert_eq!(next.get(b"/d/4999"), None);
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Issue 8 goal 3: a million files hold a million entries. Before, an
+    /// entry was 560 bytes plus four allocations for its header lines.
+    #[test]
+    fn an_entry_stays_small() {
+        assert!(std::mem::size_of::<crate::cache::Entry>() <= 208);
+        assert!(std::mem::size_of::<crate::cache::Body>() <= 24);
+    }
+}
