@@ -369,6 +369,26 @@ impl Conn {
             .expect("connection I/O state taken before use")
     }
 
+    /// Closing: hand the I/O state back to the pool when nothing is left
+    /// queued in it (the socket closes when `self` drops).
+    pub fn release(mut self, pool: &mut BufPool) {
+        let Some(mut io) = self.io.take() else {
+            return;
+        };
+        if !io.out.is_empty() || pool.io.len() >= POOL_MAX {
+            return;
+        }
+        io.rstart = 0;
+        io.rend = 0;
+        io.discard = 0;
+        io.unflushed = 0;
+        io.out.clear();
+        if io.out.buf().capacity() > POOLED_WRITE_MAX {
+            drop(io.out.take_buf());
+        }
+        pool.io.push(io);
+    }
+
     /// Work is left that no new readiness edge will announce.
     pub fn wants_resume(&self) -> bool {
         self.resume

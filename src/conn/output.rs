@@ -268,6 +268,14 @@ impl Output {
         self.pin = None;
     }
 
+    /// Empty and unpinned, for reuse by another connection; the staging
+    /// buffer of large-file copies is freed.
+    pub fn clear(&mut self) {
+        self.reset();
+        self.stage = Vec::new();
+        self.staged = 0;
+    }
+
     /// One `writev` of the owned and arena pieces up to the next file chunk.
     /// Returns false on WouldBlock.
     fn write_gathered<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {

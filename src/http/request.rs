@@ -290,7 +290,7 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
 /// address is one too). An empty value is valid (a target without
 /// authority). Cheap: one pass over a few bytes.
 pub fn valid_host(v: &[u8]) -> bool {
-    let (host, port) = if v.first() == Some(&b'[') {
+    if v.first() == Some(&b'[') {
         let Some(close) = v.iter().position(|&b| b == b']') else {
             return false;
         };
@@ -302,37 +302,70 @@ pub fn valid_host(v: &[u8]) -> bool {
         {
             return false;
         }
-        match &v[close + 1..] {
-            [] => return true,
-            [b':', port @ ..] => (&v[..0], port),
-            _ => return false,
-        }
-    } else {
-        match v.iter().rposition(|&b| b == b':') {
-            Some(colon) => (&v[..colon], &v[colon + 1..]),
-            None => (v, &v[..0]),
-        }
-    };
-    if !port.iter().all(u8::is_ascii_digit) {
-        return false;
+        return match &v[close + 1..] {
+            [] => true,
+            [b':', port @ ..] => port.iter().all(u8::is_ascii_digit),
+            _ => false,
+        };
     }
+    // One pass over a reg-name (or IPv4 address) with at most one `:`,
+    // before the port: a colon inside the host is refused.
+    let mut colon = None;
     let mut i = 0;
-    while i < host.len() {
-        match host[i] {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {}
-            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => {}
-            b'%' if i + 2 < host.len()
-                && host[i + 1].is_ascii_hexdigit()
-                && host[i + 2].is_ascii_hexdigit() =>
-            {
-                i += 2;
-            }
-            _ => return false,
+    while i < v.len() {
+        let b = v[i];
+        if REG_NAME[b as usize] {
+        } else if b == b':' && colon.is_none() {
+            colon = Some(i);
+        } else if b == b'%'
+            && i + 2 < v.len()
+            && v[i + 1].is_ascii_hexdigit()
+            && v[i + 2].is_ascii_hexdigit()
+        {
+            // `:` is not a hex digit, so an escape never spans the colon.
+            i += 2;
+        } else {
+            return false;
         }
         i += 1;
     }
-    true
+    match colon {
+        Some(c) => v[c + 1..].iter().all(u8::is_ascii_digit),
+        None => true,
+    }
 }
+
+/// Bytes of a reg-name other than pct-encodings: unreserved and sub-delims
+/// (RFC 3986 §3.2.2), as a table (the Host check runs on every request).
+const REG_NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = matches!(
+            b as u8,
+            b'a'..=b'z'
+                | b'A'..=b'Z'
+                | b'0'..=b'9'
+                | b'-'
+                | b'.'
+                | b'_'
+                | b'~'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+        );
+        b += 1;
+    }
+    t
+};
 
 /// The header fields this server acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -488,6 +521,89 @@ mod tests {
     }
 
     use super::*;
+
+    /// `valid_host` as it was before the one-pass table version.
+    fn valid_host_reference(v: &[u8]) -> bool {
+        let (host, port) = if v.first() == Some(&b'[') {
+            let Some(close) = v.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let inner = &v[1..close];
+            if inner.is_empty()
+                || !inner.iter().all(|&b| {
+                    b.is_ascii_hexdigit() || b == b':' || b == b'.' || b == b'v' || b == b'V'
+                })
+            {
+                return false;
+            }
+            match &v[close + 1..] {
+                [] => return true,
+                [b':', port @ ..] => (&v[..0], port),
+                _ => return false,
+            }
+        } else {
+            match v.iter().rposition(|&b| b == b':') {
+                Some(colon) => (&v[..colon], &v[colon + 1..]),
+                None => (v, &v[..0]),
+            }
+        };
+        if !port.iter().all(u8::is_ascii_digit) {
+            return false;
+        }
+        let mut i = 0;
+        while i < host.len() {
+            match host[i] {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {}
+                b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => {}
+                b'%' if i + 2 < host.len()
+                    && host[i + 1].is_ascii_hexdigit()
+                    && host[i + 2].is_ascii_hexdigit() =>
+                {
+                    i += 2;
+                }
+                _ => return false,
+            }
+            i += 1;
+        }
+        true
+    }
+
+    /// Every string of up to 5 bytes over an alphabet of the interesting
+    /// bytes, and every single byte value in context, agree with the
+    /// reference.
+    #[test]
+    fn valid_host_matches_the_reference() {
+        let alphabet = b"a1:%[]F.@ /";
+        let mut buf = Vec::new();
+        fn walk(buf: &mut Vec<u8>, alphabet: &[u8], depth: usize) {
+            assert_eq!(
+                valid_host(buf),
+                valid_host_reference(buf),
+                "{:?}",
+                String::from_utf8_lossy(buf)
+            );
+            if depth == 0 {
+                return;
+            }
+            for &b in alphabet {
+                buf.push(b);
+                walk(buf, alphabet, depth - 1);
+                buf.pop();
+            }
+        }
+        walk(&mut buf, alphabet, 5);
+        for b in 0..=255u8 {
+            for v in [
+                vec![b],
+                vec![b'a', b, b'b'],
+                vec![b'h', b, b':', b'8'],
+                vec![b'h', b':', b'8', b],
+                vec![b'%', b'4', b],
+            ] {
+                assert_eq!(valid_host(&v), valid_host_reference(&v), "{v:?}");
+            }
+        }
+    }
 
     const LIMITS: Limits = Limits {
         max_head: 8192,

@@ -531,6 +531,9 @@ impl Shard {
                 // a handshake error was counted when it happened.
                 self.counters.handshake(Handshake::Failed, secs);
             }
+            // Its buffers serve the next connection: a fresh 16 KiB read
+            // buffer costs a zeroing `calloc` per accepted connection.
+            conn.release(&mut self.pool);
             self.counters.closed(reason);
             self.closed_since_trim += 1;
             if self.at_cap && self.conns.len() < self.cfg.max_conns {
