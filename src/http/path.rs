@@ -48,11 +48,8 @@ pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), PathError> {
     // Query and fragment are not part of the resource name. A `#` should never
     // reach a server, but cutting there too means a stray one cannot smuggle
     // text into a file name.
-    let path = match path.iter().position(|&b| b == b'?' || b == b'#') {
-        Some(i) => &path[..i],
-        None => path,
-    };
-    if is_normal(path) {
+    let (path, normal) = split_normal(path);
+    if normal {
         out.extend_from_slice(path);
         return Ok(());
     }
@@ -60,18 +57,23 @@ pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), PathError> {
     resolve(out)
 }
 
-/// Already normal: nothing to decode, no NUL, and no empty, `.` or `..`
-/// segment. Almost every real request takes this path, which skips the
-/// decode and resolve passes.
-fn is_normal(path: &[u8]) -> bool {
+/// The path up to its query or fragment, and whether that part is already
+/// normal: nothing to decode, no NUL, and no empty, `.` or `..` segment.
+/// One pass; almost every real request is normal, which skips the decode
+/// and resolve passes. `path` starts with `/` (see [`path_part`]).
+fn split_normal(path: &[u8]) -> (&[u8], bool) {
+    let mut normal = true;
     let mut prev = b'/';
-    for &b in path.get(1..).unwrap_or_default() {
+    for (i, &b) in path.iter().enumerate().skip(1) {
+        if b == b'?' || b == b'#' {
+            return (&path[..i], normal);
+        }
         if b == b'%' || b == 0 || (prev == b'/' && (b == b'/' || b == b'.')) {
-            return false;
+            normal = false;
         }
         prev = b;
     }
-    true
+    (path, normal)
 }
 
 /// The path of an origin-form or absolute-form target (RFC 9112 §3.2.1–2),
