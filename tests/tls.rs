@@ -584,23 +584,46 @@ fn openssl_s_client_alpn_sni_resumption_and_no_tls11() {
     if cores.is_empty() {
         return;
     }
-    // Twelve resumptions over two shards: each shard resumed some,
-    // including sessions the other one started.
-    let mut w = Wire::plain(server.admin_addr());
-    let text = w
-        .roundtrip("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
-        .body_str();
-    for core in ["0", "1"] {
-        let resumed = metric_sum(
+    // Resumptions over two shards: each shard resumed some, including
+    // sessions the other one started. Reuseport hashing decides where each
+    // reconnect lands, so keep reconnecting (up to 60 times) until both
+    // shards have published a resumption.
+    let sess = site.base().join("sess-tls1_3.pem").display().to_string();
+    let resumed_on = |core: &str| {
+        let mut w = Wire::plain(server.admin_addr());
+        let text = w
+            .roundtrip("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+            .body_str();
+        metric_sum(
             &text,
             "shardhttpd_tls_handshakes_total",
             &[("core", core), ("result", "resumed")],
-        );
-        assert!(
-            resumed > 0.0,
-            "no s_client resumption on shard {core}\n{text}"
-        );
-    }
+        )
+    };
+    let mut extra = 0;
+    let both = poll_until(Duration::from_secs(60), || {
+        if resumed_on("0") > 0.0 && resumed_on("1") > 0.0 {
+            return true;
+        }
+        if extra < 60 {
+            extra += 1;
+            let mut args = base.to_vec();
+            args.extend(["-tls1_3", "-ign_eof", "-sess_in", &sess]);
+            let (_, text) = s_client(
+                &args,
+                "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            );
+            assert!(text.contains("Reused,"), "extra resumption: {text}");
+        }
+        false
+    });
+    assert!(
+        both,
+        "after {} resumptions, shard 0 resumed {} and shard 1 {}",
+        12 + extra,
+        resumed_on("0"),
+        resumed_on("1")
+    );
 }
 
 /// `--check` loads every pair: a key that is not the certificate's, an

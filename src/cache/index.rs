@@ -10,12 +10,19 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use hashbrown::hash_table::Entry as Slot;
+use hashbrown::HashTable;
+
 use super::{Entry, Resource};
 
-/// One shard of the path index. Keys come from the walk, not from clients,
-/// so a fast non-keyed hash is safe; it is ~3× cheaper than SipHash on the
-/// short paths every request looks up.
+/// The walk's path map (one table, built once per full walk). Keys come
+/// from the walk, not from clients, so a fast non-keyed hash is safe; it is
+/// ~3× cheaper than SipHash on the short paths every request looks up.
 pub type Shard = HashMap<Box<[u8]>, Resource, rustc_hash::FxBuildHasher>;
+
+/// One shard of a [`PathIndex`]: a table probed with the hash that picked
+/// the shard, so a lookup hashes the path once.
+type Table = HashTable<(Box<[u8]>, Resource)>;
 
 /// Paths per shard the shard count aims at: a one-path change clones one
 /// shard of about this many keys.
@@ -33,21 +40,26 @@ const SHARD_SHIFT: u32 = 40;
 /// generations until one of their keys changes.
 #[derive(Clone, Default)]
 pub struct PathIndex {
-    shards: Vec<Arc<Shard>>,
+    shards: Vec<Arc<Table>>,
     bits: u32,
 }
 
+#[inline]
+fn hash(key: &[u8]) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(key)
+}
+
 impl PathIndex {
-    /// An index sized for about `paths` keys, filled from `map`.
+    /// An index sized for the keys of `map`, holding them.
     pub fn from_map(map: Shard) -> PathIndex {
         let mut bits = 0;
         while bits < MAX_SHARD_BITS && (PATHS_PER_SHARD << bits) < map.len() {
             bits += 1;
         }
-        let mut shards: Vec<Shard> = (0..1usize << bits).map(|_| Shard::default()).collect();
+        let mut shards: Vec<Table> = (0..1usize << bits).map(|_| Table::new()).collect();
         for (key, resource) in map {
-            let s = shard_of(bits, &key);
-            shards[s].insert(key, resource);
+            let h = hash(&key);
+            shards[shard_of(bits, h)].insert_unique(h, (key, resource), |(k, _)| hash(k));
         }
         PathIndex {
             shards: shards.into_iter().map(Arc::new).collect(),
@@ -57,9 +69,11 @@ impl PathIndex {
 
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<&Resource> {
+        let h = hash(key);
         self.shards
-            .get(shard_of(self.bits, key))
-            .and_then(|s| s.get(key))
+            .get(shard_of(self.bits, h))
+            .and_then(|s| s.find(h, |(k, _)| **k == *key))
+            .map(|(_, r)| r)
     }
 
     /// Insert, copying the shard first if a previous generation shares it.
@@ -67,20 +81,31 @@ impl PathIndex {
         if self.shards.is_empty() {
             self.shards.push(Arc::default());
         }
-        let s = shard_of(self.bits, &key);
-        if self.shards[s].get(&key) == Some(&resource) {
-            return Some(resource);
+        let h = hash(&key);
+        let s = shard_of(self.bits, h);
+        if let Some((_, r)) = self.shards[s].find(h, |(k, _)| *k == key) {
+            if *r == resource {
+                return Some(resource);
+            }
         }
-        Arc::make_mut(&mut self.shards[s]).insert(key, resource)
+        let table = Arc::make_mut(&mut self.shards[s]);
+        match table.entry(h, |(k, _)| *k == key, |(k, _)| hash(k)) {
+            Slot::Occupied(mut e) => Some(std::mem::replace(&mut e.get_mut().1, resource)),
+            Slot::Vacant(e) => {
+                e.insert((key, resource));
+                None
+            }
+        }
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Resource> {
-        let s = shard_of(self.bits, key);
-        let shard = self.shards.get_mut(s)?;
-        if !shard.contains_key(key) {
-            return None;
+        let h = hash(key);
+        let shard = self.shards.get_mut(shard_of(self.bits, h))?;
+        shard.find(h, |(k, _)| **k == *key)?;
+        match Arc::make_mut(shard).find_entry(h, |(k, _)| **k == *key) {
+            Ok(e) => Some(e.remove().0 .1),
+            Err(_) => None,
         }
-        Arc::make_mut(shard).remove(key)
     }
 
     /// Remove every key starting with `prefix`, returning them. Looks at
@@ -88,10 +113,10 @@ impl PathIndex {
     pub fn remove_prefix(&mut self, prefix: &[u8]) -> Vec<(Box<[u8]>, Resource)> {
         let mut removed = Vec::new();
         for shard in &mut self.shards {
-            if !shard.keys().any(|k| k.starts_with(prefix)) {
+            if !shard.iter().any(|(k, _)| k.starts_with(prefix)) {
                 continue;
             }
-            Arc::make_mut(shard).retain(|k, r| {
+            Arc::make_mut(shard).retain(|(k, r)| {
                 let hit = k.starts_with(prefix);
                 if hit {
                     removed.push((k.clone(), *r));
@@ -103,7 +128,9 @@ impl PathIndex {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&Box<[u8]>, &Resource)> {
-        self.shards.iter().flat_map(|s| s.iter())
+        self.shards
+            .iter()
+            .flat_map(|s| s.iter().map(|(k, r)| (k, r)))
     }
 
     pub fn len(&self) -> usize {
@@ -131,11 +158,7 @@ impl PartialEq<Shard> for PathIndex {
 }
 
 #[inline]
-fn shard_of(bits: u32, key: &[u8]) -> usize {
-    if bits == 0 {
-        return 0;
-    }
-    let hash = rustc_hash::FxBuildHasher.hash_one(key);
+fn shard_of(bits: u32, hash: u64) -> usize {
     ((hash >> SHARD_SHIFT) & ((1 << bits) - 1)) as usize
 }
 

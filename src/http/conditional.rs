@@ -488,6 +488,61 @@ mod tests {
         }
     }
 
+    /// Strong comparison needs both tags strong (RFC 9110 §8.8.3.2), even
+    /// when the representation's own tag is weak (this server only makes
+    /// strong ones, so the rule is only visible here): If-Match and If-Range
+    /// never match a weak tag, while If-None-Match's weak comparison does.
+    /// An empty opaque-tag (`""`) is still a strong tag.
+    #[test]
+    fn strong_comparison_needs_two_strong_tags() {
+        use Precondition::{Failed, NotModified, Proceed};
+        let weak = Validators {
+            etag: b"W/\"abc\"",
+            last_modified: T,
+        };
+        let empty = Validators {
+            etag: b"\"\"",
+            last_modified: T,
+        };
+        let cases: &[(&str, &Validators<'_>, Conds, Precondition)] = &[
+            (
+                "im weak = weak",
+                &weak,
+                Conds {
+                    im: Some("W/\"abc\""),
+                    ..Default::default()
+                },
+                Failed,
+            ),
+            (
+                "inm weak = weak",
+                &weak,
+                Conds {
+                    inm: Some("W/\"abc\""),
+                    ..Default::default()
+                },
+                NotModified,
+            ),
+            (
+                "im empty tag",
+                &empty,
+                Conds {
+                    im: Some("\"\""),
+                    ..Default::default()
+                },
+                Proceed,
+            ),
+        ];
+        for (name, v, conds, want) in cases {
+            assert_eq!(evaluate(&request(conds), v), *want, "{name}");
+        }
+        assert!(
+            !if_range_matches(b"W/\"abc\"", &weak),
+            "if-range weak = weak"
+        );
+        assert!(if_range_matches(b"\"\"", &empty), "if-range empty tag");
+    }
+
     #[test]
     fn if_range_table() {
         let cases: &[(&str, bool)] = &[

@@ -61,7 +61,10 @@ mod tests {
         let mut d = DateCache::new(UNIX_EPOCH + Duration::from_secs(784_111_777));
         d.refresh(UNIX_EPOCH + Duration::from_millis(784_111_777_900));
         assert_eq!(d.line(), b"Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");
+        // The access log stamps each line with `secs`: the rendered second.
+        assert_eq!(d.secs(), 784_111_777);
         d.refresh(UNIX_EPOCH + Duration::from_secs(784_111_778));
         assert_eq!(d.line(), b"Date: Sun, 06 Nov 1994 08:49:38 GMT\r\n");
+        assert_eq!(d.secs(), 784_111_778);
     }
 }

@@ -48,11 +48,8 @@ pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), PathError> {
     // Query and fragment are not part of the resource name. A `#` should never
     // reach a server, but cutting there too means a stray one cannot smuggle
     // text into a file name.
-    let path = match path.iter().position(|&b| b == b'?' || b == b'#') {
-        Some(i) => &path[..i],
-        None => path,
-    };
-    if is_normal(path) {
+    let (path, normal) = split_normal(path);
+    if normal {
         out.extend_from_slice(path);
         return Ok(());
     }
@@ -60,18 +57,23 @@ pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), PathError> {
     resolve(out)
 }
 
-/// Already normal: nothing to decode, no NUL, and no empty, `.` or `..`
-/// segment. Almost every real request takes this path, which skips the
-/// decode and resolve passes.
-fn is_normal(path: &[u8]) -> bool {
+/// The path up to its query or fragment, and whether that part is already
+/// normal: nothing to decode, no NUL, and no empty, `.` or `..` segment.
+/// One pass; almost every real request is normal, which skips the decode
+/// and resolve passes. `path` starts with `/` (see [`path_part`]).
+fn split_normal(path: &[u8]) -> (&[u8], bool) {
+    let mut normal = true;
     let mut prev = b'/';
-    for &b in path.get(1..).unwrap_or_default() {
+    for (i, &b) in path.iter().enumerate().skip(1) {
+        if b == b'?' || b == b'#' {
+            return (&path[..i], normal);
+        }
         if b == b'%' || b == 0 || (prev == b'/' && (b == b'/' || b == b'.')) {
-            return false;
+            normal = false;
         }
         prev = b;
     }
-    true
+    (path, normal)
 }
 
 /// The path of an origin-form or absolute-form target (RFC 9112 §3.2.1–2),
@@ -249,6 +251,35 @@ mod tests {
         for (target, want) in cases {
             let got = normalize(target.as_bytes(), &mut out).map(|()| out.as_slice());
             assert_eq!(got, want.map(str::as_bytes), "{target:?}");
+        }
+    }
+
+    /// The fast path takes exactly the paths that need neither decoding nor
+    /// resolving; everything else goes through both passes (whose output
+    /// the table above checks). The query or fragment is cut off either way
+    /// and does not count.
+    #[test]
+    fn fast_path_only_for_normal_paths() {
+        for normal in ["/", "/a", "/a/b.html", "/a/", "/a.b/c.", "/a\\b", "/a./b"] {
+            let got = split_normal(normal.as_bytes());
+            assert_eq!(got, (normal.as_bytes(), true), "{normal:?} is normal");
+        }
+        for odd in [
+            "//", "/a//b", "/.", "/a/./b", "/a/..", "/.x", "/a%20b", "/a\0b",
+        ] {
+            let got = split_normal(odd.as_bytes());
+            assert_eq!(got, (odd.as_bytes(), false), "{odd:?} is not normal");
+        }
+        let cut: &[(&str, &str, bool)] = &[
+            ("/a/b?x=/../%zz", "/a/b", true),
+            ("/a#/./", "/a", true),
+            ("/a/./b?q", "/a/./b", false),
+            ("/%41?", "/%41", false),
+            ("/?", "/", true),
+        ];
+        for &(target, path, normal) in cut {
+            let got = split_normal(target.as_bytes());
+            assert_eq!(got, (path.as_bytes(), normal), "{target:?}");
         }
     }
 

@@ -512,8 +512,7 @@ impl Shard {
             Some(Step::Keep) => {
                 // Keep a live wheel entry at or before the deadline.
                 if conn.deadline < conn.scheduled || conn.scheduled <= now {
-                    conn.scheduled = conn.deadline;
-                    self.wheel.insert(token, conn.deadline);
+                    conn.scheduled = self.wheel.insert(token, conn.deadline);
                 }
                 if conn.wants_resume() {
                     self.resume.push(token);

@@ -36,11 +36,16 @@ impl Wheel {
         since.as_nanos().div_ceil(TICK.as_nanos()) as u64
     }
 
-    pub fn insert(&mut self, token: u64, deadline: Instant) {
+    /// Schedule `token` for `deadline`, or for the wheel's horizon if that
+    /// is nearer. Returns when the entry fires: the caller keeps it as the
+    /// connection's `scheduled`, so an entry parked at the horizon is taken
+    /// for a live one (and re-inserted) when it fires, not for a stale one.
+    pub fn insert(&mut self, token: u64, deadline: Instant) -> Instant {
         let tick = self
             .tick_of(deadline)
             .clamp(self.next, self.next + SLOTS as u64 - 1);
         self.slots[(tick % SLOTS as u64) as usize].push(token);
+        (self.start + TICK * tick as u32).min(deadline.max(self.start))
     }
 
     /// Move every token whose tick has passed into `out`.
@@ -89,6 +94,23 @@ mod tests {
         let mut out = Vec::new();
         w.expire(t0 + Duration::from_secs(65), &mut out);
         assert_eq!(out, vec![1]);
+    }
+
+    #[test]
+    fn a_parked_entry_reports_the_horizon_it_fires_at() {
+        let t0 = Instant::now();
+        let mut w = Wheel::new(t0);
+        let deadline = t0 + Duration::from_secs(300);
+        let fires = w.insert(1, deadline);
+        assert!(fires < deadline && fires <= t0 + Duration::from_secs(64));
+        let mut out = Vec::new();
+        w.expire(fires, &mut out);
+        assert!(out.is_empty(), "not before it is due");
+        w.expire(fires + TICK, &mut out);
+        assert_eq!(out, vec![1]);
+        // A near deadline fires at (not before) the deadline.
+        let near = t0 + Duration::from_millis(600);
+        assert_eq!(w.insert(2, near), near);
     }
 
     #[test]
