@@ -1,0 +1,676 @@
+//! The second stage of configuration: [`Settings`] (what the flags and the
+//! file said) checked once into [`Config`], the validated values every other
+//! module reads; the per-path site rules, TLS settings and CPU list are
+//! resolved here too.
+
+use super::*;
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file the settings came from, if any (logged at start).
+    pub config_path: Option<PathBuf>,
+    pub root: PathBuf,
+    /// Every listen address, host names resolved.
+    pub listen: Vec<SocketAddr>,
+    /// CPU ids, one shard each.
+    pub cpus: Vec<usize>,
+    pub admin: SocketAddr,
+    pub backlog: u32,
+    pub steer: Steer,
+    /// Rendered `Server: …\r\n`, or empty.
+    pub server_line: Vec<u8>,
+    pub max_requests_per_connection: u32,
+    pub max_ranges: usize,
+    pub max_head_bytes: usize,
+    pub max_uri_bytes: usize,
+    pub max_discard_bytes: u64,
+    pub header_timeout: Duration,
+    pub keepalive_timeout: Duration,
+    pub write_timeout: Duration,
+    pub shutdown_grace: Duration,
+    /// Serving goes on this long after SIGTERM, with `/readyz` failing.
+    pub drain_delay: Duration,
+    /// What SIGUSR2 starts; `None`: this executable, resolved at start.
+    pub upgrade_binary: Option<PathBuf>,
+    pub upgrade_timeout: Duration,
+    pub sendfile_threshold: u64,
+    pub sendfile: bool,
+    pub cache_max_bytes: u64,
+    /// Which names starting with a dot are served.
+    pub dotfile_allow: crate::cache::DotfileAllow,
+    /// Directory index names, in the order tried.
+    pub index_files: Vec<String>,
+    /// Media type for unknown extensions.
+    pub default_type: String,
+    pub metrics: bool,
+    pub access_log: Option<PathBuf>,
+    pub access_log_format: LogFormat,
+    /// Rebuild on changes under the root (inotify, else rescans).
+    pub watch: bool,
+    pub watch_debounce: Duration,
+    pub rescan_interval: Duration,
+    /// Longest a file still open for writing is held at its old version.
+    pub write_settle_max: Duration,
+    /// Fds kept open for large files (`cache::OpenFiles`).
+    pub max_open_files: usize,
+    /// `None`: no variants are built (sidecars are still used).
+    pub compress: Option<crate::cache::CompressOptions>,
+    pub cache_control: crate::cache::CacheControl,
+    /// `Cache-Control` lines of error and redirect responses.
+    pub status_cache_control: crate::cache::StatusCacheControl,
+    /// Freshness cap (seconds) during a large root's fast start.
+    pub fast_start_max_age: u64,
+    /// Custom response headers by URL glob.
+    pub headers: crate::cache::HeaderRules,
+    /// Status code → page path relative to the root, `/`-separated.
+    pub error_pages: Vec<(u16, String)>,
+    pub spa_fallback: bool,
+    /// TLS listeners and certificates; `None` without `tls_listen`.
+    pub tls: Option<crate::tls::TlsSettings>,
+    /// Connections one shard holds at most before it pauses accepting.
+    pub max_connections_per_core: usize,
+    /// `Strict-Transport-Security` value for TLS responses.
+    pub hsts: Option<String>,
+    /// Cleartext listeners redirect to HTTPS.
+    pub redirect_https: bool,
+}
+
+/// How connections are spread over the shards' listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// The kernel's `SO_REUSEPORT` hash of the flow.
+    Hash,
+    /// The shard on the CPU whose softirq handled the SYN (a classic BPF
+    /// program on each reuseport group; see `shard::steer`).
+    Cpu,
+}
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// The NCSA combined format nginx and Apache write by default.
+    Combined,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Longest accepted duration for timeouts and intervals.
+const MAX_DURATION: Duration = Duration::from_secs(86_400);
+
+impl Config {
+    /// Merge flags over the config file (if any) and validate.
+    pub fn load(flags: Settings) -> anyhow::Result<Config> {
+        let file = match &flags.config {
+            Some(path) => Settings::from_file(path)?,
+            None => Settings::default(),
+        };
+        Config::validate(flags.overlay(file), &affinity_cpus())
+    }
+
+    /// Validate settings; every error names the flag or key it came from.
+    /// `allowed` is the process's CPU affinity mask. Host names in
+    /// addresses are resolved here.
+    pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
+        let compress = compress_options(&s)?;
+        let site = site_rules(&s)?;
+        let tls = tls_settings(&s)?;
+        let root = s
+            .root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+        match std::fs::metadata(&root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bail!("{}: {} is not a directory", s.name("root"), root.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{}: {} does not exist", s.name("root"), root.display())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+                "{}: {} cannot be reached by this user (a parent directory is not searchable)",
+                s.name("root"),
+                root.display()
+            ),
+            Err(e) => bail!("{}: {}: {e}", s.name("root"), root.display()),
+        }
+        let listen = match &s.listen {
+            Some(l) if l.is_empty() => {
+                bail!("{}: at least one address is needed", s.name("listen"))
+            }
+            Some(l) => {
+                let mut out: Vec<SocketAddr> = Vec::new();
+                for a in l {
+                    for addr in a
+                        .resolve()
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("listen")))?
+                    {
+                        if !out.contains(&addr) {
+                            out.push(addr);
+                        }
+                    }
+                }
+                out
+            }
+            None => vec![DEFAULT_LISTEN.parse().expect("valid default")],
+        };
+        let admin = match &s.admin {
+            Some(a) => a
+                .resolve()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("admin")))?[0],
+            None => DEFAULT_ADMIN.parse().expect("valid default"),
+        };
+        let tls_listen: &[SocketAddr] = tls.as_ref().map_or(&[], |t| t.listen.as_slice());
+        if let Some(clash) = listen
+            .iter()
+            .chain(tls_listen)
+            .find(|l| overlaps(**l, admin))
+        {
+            bail!(
+                "{}: {admin} is also a listen address ({clash}); the admin listener needs its own port",
+                s.name("admin")
+            );
+        }
+        // Shards share each port with SO_REUSEPORT, so the same port in both
+        // lists would split connections between TLS and cleartext silently.
+        for t in tls_listen {
+            if let Some(clash) = listen.iter().find(|l| overlaps(**l, *t)) {
+                bail!(
+                    "{}: {t} is also a cleartext listen address ({clash}); TLS needs its own port",
+                    s.name("tls_listen")
+                );
+            }
+        }
+        let cpus = match s.cores.as_deref() {
+            None => allowed.to_vec(),
+            Some(spec) => parse_cores(spec, allowed).with_context(|| s.name("cores"))?,
+        };
+        if cpus.is_empty() {
+            bail!("{}: no CPU available", s.name("cores"));
+        }
+        let max_connections_per_core = match s.max_connections_per_core {
+            None => default_max_connections(
+                crate::sys::nofile_limit(),
+                s.max_open_files
+                    .unwrap_or(crate::cache::open_files::DEFAULT_MAX_OPEN_FILES),
+                cpus.len(),
+            ),
+            Some(0) => bail!("{}: must be at least 1", s.name("max_connections_per_core")),
+            Some(n) => n,
+        };
+        let server = s
+            .server_header
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SERVER_HEADER.to_owned());
+        if server.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            bail!(
+                "{}: control characters are not allowed",
+                s.name("server_header")
+            );
+        }
+        let server_line = if server.is_empty() {
+            Vec::new()
+        } else {
+            format!("Server: {server}\r\n").into_bytes()
+        };
+        let max_head_bytes = s
+            .max_head_bytes
+            .map_or(DEFAULT_MAX_HEAD_BYTES as u64, |b| b.0);
+        if !(256..=1024 * 1024).contains(&max_head_bytes) {
+            bail!(
+                "{}: must be between 256 and 1MiB (1048576)",
+                s.name("max_head_bytes")
+            );
+        }
+        let max_uri_bytes = s
+            .max_uri_bytes
+            .map_or(DEFAULT_MAX_URI_BYTES as u64, |b| b.0);
+        if max_uri_bytes < 16 || max_uri_bytes >= max_head_bytes {
+            bail!(
+                "{}: must be at least 16 and below max_head_bytes ({max_head_bytes})",
+                s.name("max_uri_bytes")
+            );
+        }
+        let max_requests = s
+            .max_requests_per_connection
+            .unwrap_or(DEFAULT_MAX_REQUESTS_PER_CONNECTION);
+        if max_requests == 0 {
+            bail!(
+                "{}: must be at least 1",
+                s.name("max_requests_per_connection")
+            );
+        }
+        let max_ranges = s.max_ranges.unwrap_or(DEFAULT_MAX_RANGES);
+        if max_ranges == 0 {
+            bail!("{}: must be at least 1", s.name("max_ranges"));
+        }
+        let watch_debounce = s
+            .watch_debounce_ms
+            .map_or(DEFAULT_WATCH_DEBOUNCE, |d| d.value);
+        if !(Duration::from_millis(1)..=Duration::from_secs(10)).contains(&watch_debounce) {
+            bail!(
+                "{}: must be between 1ms and 10s",
+                s.name("watch_debounce_ms")
+            );
+        }
+        let rules = s
+            .cache_control
+            .as_ref()
+            .map(CacheControlRules::ordered)
+            .unwrap_or_default();
+        let cache_control =
+            crate::cache::CacheControl::new(&rules, s.cache_control_default.clone())
+                .map_err(|e| anyhow::anyhow!("config key `cache_control`: {e}"))?;
+        let error_pages = error_pages(s.error_pages.as_ref())?;
+        let duration = |key: &'static str, v: Option<DurationValue<Secs>>, default: Duration| {
+            let d = v.map_or(default, |d| d.value);
+            if d.is_zero() || d > MAX_DURATION {
+                bail!("{}: must be more than 0 and at most 24h", s.name(key));
+            }
+            Ok(d)
+        };
+        Ok(Config {
+            config_path: s.config.clone(),
+            header_timeout: duration("header_timeout", s.header_timeout, DEFAULT_HEADER_TIMEOUT)?,
+            keepalive_timeout: duration(
+                "keepalive_timeout",
+                s.keepalive_timeout,
+                DEFAULT_KEEPALIVE_TIMEOUT,
+            )?,
+            write_timeout: duration("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT)?,
+            shutdown_grace: duration("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE)?,
+            drain_delay: match s.drain_delay.map_or(Duration::ZERO, |d| d.value) {
+                d if d <= MAX_DRAIN_DELAY => d,
+                _ => bail!("{}: must be at most 1h", s.name("drain_delay")),
+            },
+            upgrade_binary: s.upgrade_binary.clone(),
+            upgrade_timeout: duration(
+                "upgrade_timeout",
+                s.upgrade_timeout,
+                DEFAULT_UPGRADE_TIMEOUT,
+            )?,
+            rescan_interval: duration(
+                "rescan_interval",
+                s.rescan_interval,
+                DEFAULT_RESCAN_INTERVAL,
+            )?,
+            root,
+            listen,
+            cpus,
+            admin,
+            backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
+            steer: match s.steer.as_deref() {
+                None | Some("hash") => Steer::Hash,
+                Some("cpu") => Steer::Cpu,
+                Some(other) => bail!("{}: `{other}` is not one of `hash`, `cpu`", s.name("steer")),
+            },
+            server_line,
+            max_requests_per_connection: max_requests,
+            max_ranges,
+            max_head_bytes: max_head_bytes as usize,
+            max_uri_bytes: max_uri_bytes as usize,
+            max_discard_bytes: s
+                .max_discard_bytes
+                .map_or(DEFAULT_MAX_DISCARD_BYTES, |b| b.0),
+            sendfile_threshold: s
+                .sendfile_threshold
+                .map_or(DEFAULT_SENDFILE_THRESHOLD, |b| b.0)
+                .max(1),
+            sendfile: s.sendfile.unwrap_or(false),
+            cache_max_bytes: s.cache_max_bytes.map_or(DEFAULT_CACHE_MAX_BYTES, |b| b.0),
+            dotfile_allow: site.dotfile_allow,
+            index_files: site.index_files,
+            default_type: site.default_type,
+            metrics: s.metrics.unwrap_or(true),
+            access_log: s.access_log.clone(),
+            access_log_format: match s.access_log_format.as_deref() {
+                None | Some("combined") => LogFormat::Combined,
+                Some("json") => LogFormat::Json,
+                Some(other) => bail!(
+                    "{}: `{other}` is not one of `combined`, `json`",
+                    s.name("access_log_format")
+                ),
+            },
+            watch: s.watch.unwrap_or(true),
+            watch_debounce,
+            write_settle_max: duration(
+                "write_settle_max",
+                s.write_settle_max,
+                DEFAULT_WRITE_SETTLE_MAX,
+            )?,
+            max_open_files: match s.max_open_files {
+                None => crate::cache::open_files::DEFAULT_MAX_OPEN_FILES,
+                Some(0) => bail!("{}: must be at least 1", s.name("max_open_files")),
+                Some(n) => n,
+            },
+            compress,
+            cache_control,
+            status_cache_control: site.status_cache_control,
+            fast_start_max_age: duration(
+                "fast_start_max_age",
+                s.fast_start_max_age,
+                DEFAULT_FAST_START_MAX_AGE,
+            )?
+            .as_secs(),
+            headers: site.headers,
+            error_pages,
+            spa_fallback: s.spa_fallback.unwrap_or(false),
+            max_connections_per_core,
+            hsts: match &s.hsts {
+                Some(v) if v.is_empty() || v.bytes().any(|b| b < 0x20 || b == 0x7f) => bail!(
+                    "{}: must be a non-empty header value without control characters",
+                    s.name("hsts")
+                ),
+                Some(_) if tls.is_none() => {
+                    bail!(
+                        "{}: needs `tls_listen` (it is sent over TLS only)",
+                        s.name("hsts")
+                    )
+                }
+                v => v.clone(),
+            },
+            redirect_https: match s.redirect_https {
+                Some(true) if tls.is_none() => bail!(
+                    "{}: needs `tls_listen` (the redirect goes to its port)",
+                    s.name("redirect_https")
+                ),
+                v => v.unwrap_or(false),
+            },
+            tls,
+        })
+    }
+
+    pub fn build_options(&self) -> crate::cache::BuildOptions {
+        crate::cache::BuildOptions {
+            root: self.root.clone(),
+            cache_max_bytes: self.cache_max_bytes,
+            sendfile_threshold: self.sendfile_threshold,
+            server_line: self.server_line.clone(),
+            dotfile_allow: self.dotfile_allow.clone(),
+            index_files: self.index_files.clone(),
+            default_type: self.default_type.clone(),
+            compress: self.compress,
+            compress_configured: self.compress,
+            fast_start_max_age: self.fast_start_max_age,
+            headers: self.headers.clone(),
+            status_cache_control: self.status_cache_control.clone(),
+            cache_control: self.cache_control.clone(),
+            error_pages: self.error_pages.clone(),
+            spa_fallback: self.spa_fallback,
+            open_files: std::sync::Arc::new(crate::cache::OpenFiles::new(self.max_open_files)),
+        }
+    }
+
+    pub fn watch_options(&self) -> crate::cache::watch::WatchOptions {
+        crate::cache::watch::WatchOptions {
+            debounce: self.watch_debounce,
+            rescan_interval: self.rescan_interval,
+            write_settle_max: self.write_settle_max,
+        }
+    }
+}
+
+/// `compress*` and the three levels, range-checked.
+fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::CompressOptions>> {
+    let d = crate::cache::CompressOptions::default();
+    let opts = crate::cache::CompressOptions {
+        min_bytes: s.compress_min_bytes.map_or(d.min_bytes, |b| b.0),
+        brotli_level: s.brotli_level.unwrap_or(d.brotli_level),
+        gzip_level: s.gzip_level.unwrap_or(d.gzip_level),
+        zstd_level: s.zstd_level.unwrap_or(d.zstd_level),
+        fast_above: s.compress_fast_above.map_or(d.fast_above, |b| b.0),
+    };
+    if opts.brotli_level > 11 {
+        bail!("{}: must be between 0 and 11", s.name("brotli_level"));
+    }
+    if !(1..=9).contains(&opts.gzip_level) {
+        bail!("{}: must be between 1 and 9", s.name("gzip_level"));
+    }
+    if !(1..=22).contains(&opts.zstd_level) {
+        bail!("{}: must be between 1 and 22", s.name("zstd_level"));
+    }
+    Ok(s.compress.unwrap_or(true).then_some(opts))
+}
+
+/// What [`site_rules`] validates.
+struct SiteRules {
+    dotfile_allow: crate::cache::DotfileAllow,
+    index_files: Vec<String>,
+    default_type: String,
+    status_cache_control: crate::cache::StatusCacheControl,
+    headers: crate::cache::HeaderRules,
+}
+
+/// The keys that shape responses per path: dotfiles, index files, the
+/// default type, error/redirect `Cache-Control` and `[[headers]]`.
+fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
+    use crate::cache::{DotfileAllow, HeaderRules, StatusCacheControl};
+    let dotfile_allow = match (&s.dotfile_allow, s.serve_dotfiles) {
+        (Some(_), Some(true)) => bail!(
+            "{}: give either `serve_dotfiles = true` (every dotfile) or `dotfile_allow` \
+             (the ones listed), not both",
+            s.name("serve_dotfiles")
+        ),
+        (_, Some(true)) => DotfileAllow::all(),
+        (Some(patterns), _) => DotfileAllow::new(patterns)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("dotfile_allow")))?,
+        (None, _) => DotfileAllow::default(),
+    };
+    let index_files = match &s.index_files {
+        None => DEFAULT_INDEX_FILES
+            .iter()
+            .map(|n| (*n).to_owned())
+            .collect(),
+        Some(names) if names.is_empty() => {
+            bail!("{}: at least one name is needed", s.name("index_files"))
+        }
+        Some(names) => {
+            for name in names {
+                if name.is_empty()
+                    || name == "."
+                    || name == ".."
+                    || name.contains(['/', '\\', '\0'])
+                {
+                    bail!(
+                        "{}: `{name}` must be a file name, not a path",
+                        s.name("index_files")
+                    );
+                }
+            }
+            names.clone()
+        }
+    };
+    let default_type = s
+        .default_type
+        .clone()
+        .unwrap_or_else(|| DEFAULT_TYPE.to_owned());
+    let parsed: Result<mime_guess::mime::Mime, _> = default_type.parse();
+    if parsed.is_err() || default_type.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        bail!(
+            "{}: `{default_type}` is not a media type like `text/plain`",
+            s.name("default_type")
+        );
+    }
+    let errors: Vec<(String, String)> = s
+        .error_cache_control
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    StatusCacheControl::new(&[], s.redirect_cache_control.as_deref())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("redirect_cache_control")))?;
+    let status_cache_control =
+        StatusCacheControl::new(&errors, s.redirect_cache_control.as_deref())
+            .map_err(|e| anyhow::anyhow!("config key `error_cache_control`: {e}"))?;
+    let rules: Vec<(String, Vec<(String, String)>)> = s
+        .headers
+        .iter()
+        .flatten()
+        .map(|r| {
+            let set = r.set.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+            (r.glob.clone(), set)
+        })
+        .collect();
+    let headers =
+        HeaderRules::new(&rules).map_err(|e| anyhow::anyhow!("config key `headers`: {e}"))?;
+    Ok(SiteRules {
+        dotfile_allow,
+        index_files,
+        default_type,
+        status_cache_control,
+        headers,
+    })
+}
+
+/// `error_pages`: 4xx/5xx codes to relative paths that stay inside the root.
+fn error_pages(pages: Option<&BTreeMap<String, String>>) -> anyhow::Result<Vec<(u16, String)>> {
+    let mut out = Vec::new();
+    for (code, page) in pages.into_iter().flatten() {
+        let n: u16 = code
+            .parse()
+            .ok()
+            .filter(|n| (400..=599).contains(n))
+            .with_context(|| {
+                format!("config key `error_pages`: `{code}` is not a 4xx or 5xx status")
+            })?;
+        let rel = page.trim_start_matches('/');
+        if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") || rel.contains('\\') {
+            bail!("config key `error_pages`: `{page}` must be a file path relative to the root");
+        }
+        out.push((n, rel.to_owned()));
+    }
+    Ok(out)
+}
+
+/// Fds kept back from connections: the listeners, epoll and eventfds,
+/// the admin listener, the access log, the watcher, build-time opens.
+pub const RESERVED_FDS: u64 = 64;
+/// The floor of the default `max_connections_per_core`.
+pub const MIN_CONNECTIONS_PER_CORE: usize = 64;
+
+/// Default `max_connections_per_core`: the fds RLIMIT_NOFILE leaves after
+/// [`RESERVED_FDS`] and the large-file cache (`max_open_files`, at most a
+/// quarter of the limit), shared by the shards; at least
+/// [`MIN_CONNECTIONS_PER_CORE`]. With the limit at 65 536, 1 024 open files
+/// and 4 shards: 16 112. So accept stops at the cap instead of at EMFILE.
+pub fn default_max_connections(nofile: Option<u64>, open_files: usize, shards: usize) -> usize {
+    let Some(nofile) = nofile else {
+        return 16_384;
+    };
+    let reserved = RESERVED_FDS + (open_files as u64).min(nofile / 4);
+    let per = nofile.saturating_sub(reserved) / shards.max(1) as u64;
+    (per as usize).max(MIN_CONNECTIONS_PER_CORE)
+}
+
+/// `tls_*`: listeners need a certificate, a certificate needs its key.
+fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>> {
+    let mut pairs = Vec::new();
+    match (&s.tls_cert, &s.tls_key) {
+        (Some(cert), Some(key)) => pairs.push(crate::tls::CertPaths {
+            cert: cert.clone(),
+            key: key.clone(),
+            origin: "tls_cert".into(),
+        }),
+        (Some(_), None) => bail!("{}: needed with `tls_cert`", s.name("tls_key")),
+        (None, Some(_)) => bail!("{}: needed with `tls_key`", s.name("tls_cert")),
+        (None, None) => {}
+    }
+    for (i, p) in s.tls_certificates.iter().flatten().enumerate() {
+        pairs.push(crate::tls::CertPaths {
+            cert: p.cert.clone(),
+            key: p.key.clone(),
+            origin: format!("tls_certificates[{i}]"),
+        });
+    }
+    let mut listen: Vec<SocketAddr> = Vec::new();
+    for a in s.tls_listen.iter().flatten() {
+        for addr in a
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("tls_listen")))?
+        {
+            if !listen.contains(&addr) {
+                listen.push(addr);
+            }
+        }
+    }
+    if listen.is_empty() {
+        if !pairs.is_empty() || s.tls_ticket_key_file.is_some() {
+            bail!(
+                "{}: certificates are configured but no TLS address is",
+                s.name("tls_listen")
+            );
+        }
+        return Ok(None);
+    }
+    if pairs.is_empty() {
+        bail!(
+            "{}: `tls_listen` needs a certificate (`tls_cert` and `tls_key`, or `[[tls_certificates]]`)",
+            s.name("tls_cert")
+        );
+    }
+    Ok(Some(crate::tls::TlsSettings {
+        listen,
+        pairs,
+        ticket_key_file: s.tls_ticket_key_file.clone(),
+    }))
+}
+
+/// Two addresses that cannot both be bound: the same port, and the same
+/// IP or one of them the wildcard.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// The CPUs this process may run on (respects `taskset` and cpusets).
+pub fn affinity_cpus() -> Vec<usize> {
+    let mut ids: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// `"4"` → the first four allowed CPUs; `"0-3,6"` → exactly those CPUs.
+pub fn parse_cores(spec: &str, allowed: &[usize]) -> anyhow::Result<Vec<usize>> {
+    let spec = spec.trim();
+    if !spec.contains(['-', ',']) {
+        let n: usize = spec
+            .parse()
+            .with_context(|| format!("`{spec}` is neither a count nor a CPU list"))?;
+        if n == 0 || n > allowed.len() {
+            bail!(
+                "count {n} must be between 1 and {} (CPUs in the affinity mask)",
+                allowed.len()
+            );
+        }
+        return Ok(allowed[..n].to_vec());
+    }
+    let mut cpus = Vec::new();
+    for part in spec.split(',') {
+        let part = part.trim();
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let lo: usize = lo
+            .parse()
+            .with_context(|| format!("bad CPU number in `{part}`"))?;
+        let hi: usize = hi
+            .parse()
+            .with_context(|| format!("bad CPU number in `{part}`"))?;
+        if lo > hi {
+            bail!("range `{part}` is backwards");
+        }
+        for cpu in lo..=hi {
+            if !allowed.contains(&cpu) {
+                bail!("CPU {cpu} is not in this process's affinity mask {allowed:?}");
+            }
+            if !cpus.contains(&cpu) {
+                cpus.push(cpu);
+            }
+        }
+    }
+    Ok(cpus)
+}
