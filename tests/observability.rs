@@ -10,8 +10,8 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -52,26 +52,9 @@ macro_rules! require {
     };
 }
 
-/// One HTTP/1.0 GET (so no chunked bodies), read to EOF: (status, body).
-fn http_get(addr: SocketAddr, target: &str) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .map_err(|e| format!("read {target}: {e}"))?;
-    let text = String::from_utf8(raw).map_err(|e| e.to_string())?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no head in {text:?}"))?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad status line {head:?}"))?;
-    Ok((status, body.to_owned()))
-}
+/// One HTTP/1.0 GET (so no chunked bodies), read to EOF: (status, body);
+/// also how the tests talk to Prometheus.
+use support::metrics::admin_get as http_get;
 
 fn scrape(admin: SocketAddr) -> String {
     let (status, body) = http_get(admin, "/metrics").expect("scrape /metrics");

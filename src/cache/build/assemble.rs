@@ -441,16 +441,7 @@ impl ArenaPlan {
             .sum();
         let total = self.len + compacted;
 
-        let mut map = if total > 0 {
-            Some(
-                memmap2::MmapOptions::new()
-                    .len(total)
-                    .map_anon()
-                    .context("allocating a snapshot body segment")?,
-            )
-        } else {
-            None
-        };
+        let mut map = anon_segment(total)?;
         let mut at = 0;
         if let Some(map) = &mut map {
             for part in &self.parts {
@@ -515,4 +506,16 @@ impl ArenaPlan {
         stats.segments_shared = shared_count as u64;
         Ok((segments, segment_live))
     }
+}
+
+/// An anonymous mapping of `len` bytes for a body segment (none for 0).
+pub(super) fn anon_segment(len: usize) -> anyhow::Result<Option<memmap2::MmapMut>> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let map = memmap2::MmapOptions::new()
+        .len(len)
+        .map_anon()
+        .context("allocating a snapshot body segment")?;
+    Ok(Some(map))
 }

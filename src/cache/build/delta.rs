@@ -321,16 +321,7 @@ pub(super) fn patch(
     }
     let compacted: u64 = compact.iter().map(|&s| segment_live[s]).sum();
     let total = new_len + compacted as usize;
-    let mut map = if total > 0 {
-        Some(
-            memmap2::MmapOptions::new()
-                .len(total)
-                .map_anon()
-                .context("allocating a snapshot body segment")?,
-        )
-    } else {
-        None
-    };
+    let mut map = super::assemble::anon_segment(total)?;
     let mut at = 0;
     if let Some(map) = &mut map {
         for bytes in &parts {
