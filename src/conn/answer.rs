@@ -1,0 +1,176 @@
+//! Answering: every complete request in the read buffer is parsed, checked
+//! against the framing rules and limits, answered into the output queue and
+//! counted, in order, until the output is backlogged or the connection
+//! stops reading.
+
+use super::*;
+
+impl Conn {
+    /// Answer every complete request in the buffer, in order, until the
+    /// output is backlogged or the connection stops reading. Returns true
+    /// when it stopped on the backlog with bytes still buffered: the caller
+    /// must come back once the output drains.
+    pub(super) fn answer(&mut self, env: &mut ShardEnv<'_>) -> bool {
+        loop {
+            match self.reading {
+                Reading::Done(_) | Reading::Lingering(_) => return false,
+                Reading::Discard => {
+                    let io = self.io();
+                    let take = io.discard.min((io.rend - io.rstart) as u64);
+                    io.rstart += take as usize;
+                    io.discard -= take;
+                    if io.discard > 0 {
+                        return false;
+                    }
+                    self.reading = Reading::Idle;
+                }
+                Reading::Idle | Reading::Head => {
+                    let io = self.io();
+                    if io.rstart == io.rend {
+                        return false;
+                    }
+                    if io.out.is_backlogged(env.snapshot) {
+                        return true;
+                    }
+                    if !self.answer_one(env) {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Parse and answer one request. Returns false when no complete head is
+    /// buffered or the connection stops reading.
+    fn answer_one(&mut self, env: &mut ShardEnv<'_>) -> bool {
+        self.prepare_out(env.pool);
+        let io = self
+            .io
+            .as_deref_mut()
+            .expect("connection I/O state taken before use");
+        let data = &io.rbuf[io.rstart..io.rend];
+        let parsed = request::parse(data, &env.cfg.limits);
+        let req = match parsed {
+            Ok(None) => {
+                if self.reading == Reading::Idle {
+                    self.reading = Reading::Head;
+                    self.deadline = env.now + env.cfg.header_timeout;
+                }
+                return false;
+            }
+            Ok(Some(req)) => req,
+            Err(e) => {
+                let (status, bytes) = respond::error_with(
+                    &mut io.out,
+                    &env.cfg.server_line,
+                    env.date,
+                    e.status(),
+                    e.message(),
+                    b"",
+                    Persist::Close,
+                    false,
+                );
+                env.record(self.peer.get(), self.tls.as_deref(), None, status, bytes);
+                io.queued(env.now);
+                self.reading = Reading::Done(CloseReason::Error);
+                return false;
+            }
+        };
+        self.served += 1;
+        let head_len = req.head_len;
+        let body = req.content_length;
+        let (persist, close_reason) = persistence(
+            self.served,
+            req.version,
+            req.conn_close,
+            req.conn_keep_alive,
+            env,
+        );
+        let mut renv = Env {
+            snapshot: env.snapshot,
+            date: env.date,
+            server_line: &env.cfg.server_line,
+            max_ranges: env.cfg.max_ranges,
+            scratch: env.scratch,
+            conn_lines: if self.tls.is_some() {
+                &env.cfg.hsts_line
+            } else {
+                b""
+            },
+        };
+        if body > env.cfg.max_discard {
+            let (status, bytes) = respond::error(
+                &renv,
+                &mut io.out,
+                Status::PayloadTooLarge,
+                "request body too large",
+                b"",
+                Persist::Close,
+                false,
+            );
+            env.record(
+                self.peer.get(),
+                self.tls.as_deref(),
+                Some(&req),
+                status,
+                bytes,
+            );
+            io.queued(env.now);
+            io.rstart += head_len;
+            self.reading = Reading::Done(CloseReason::Error);
+            return false;
+        }
+        let (status, bytes) = match env.cfg.redirect_https {
+            Some(port) if self.tls.is_none() => {
+                respond::redirect_https(&req, &mut renv, persist, &mut io.out, port)
+            }
+            _ => respond::respond(&req, &mut renv, persist, &mut io.out),
+        };
+        env.record(
+            self.peer.get(),
+            self.tls.as_deref(),
+            Some(&req),
+            status,
+            bytes,
+        );
+        io.queued(env.now);
+        io.rstart += head_len;
+        if persist == Persist::Close {
+            self.reading = Reading::Done(close_reason);
+            return false;
+        }
+        self.reading = if body > 0 {
+            io.discard = body;
+            Reading::Discard
+        } else {
+            Reading::Idle
+        };
+        true
+    }
+}
+
+/// Whether the connection persists after the request just parsed
+/// (RFC 9112 §9.3), and why not.
+fn persistence(
+    served: u32,
+    version: Version,
+    close: bool,
+    keep_alive: bool,
+    env: &ShardEnv<'_>,
+) -> (Persist, CloseReason) {
+    let client_closes = match version {
+        Version::Http11 => close,
+        Version::Http10 => close || !keep_alive,
+    };
+    if client_closes {
+        (Persist::Close, CloseReason::Client)
+    } else if served >= env.cfg.max_requests {
+        (Persist::Close, CloseReason::MaxRequests)
+    } else if env.draining {
+        (Persist::Close, CloseReason::Shutdown)
+    } else if version == Version::Http10 {
+        (Persist::KeepAlive10, CloseReason::Client)
+    } else {
+        (Persist::KeepAlive11, CloseReason::Client)
+    }
+}
