@@ -62,66 +62,7 @@ fn scrape(admin: SocketAddr) -> String {
     body
 }
 
-/// One sample of the text exposition format.
-#[derive(Debug)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-}
-
-fn parse_exposition(text: &str) -> Vec<Sample> {
-    text.lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|line| {
-            let name_end = line.find(['{', ' ']).expect("sample line has a value");
-            let name = line[..name_end].to_owned();
-            let mut labels = BTreeMap::new();
-            let mut rest = &line[name_end..];
-            if let Some(inner) = rest.strip_prefix('{') {
-                let mut chars = inner.char_indices();
-                let mut key = String::new();
-                let mut end = 0;
-                while let Some((i, c)) = chars.next() {
-                    match c {
-                        '}' => {
-                            end = i + 1;
-                            break;
-                        }
-                        ',' => {}
-                        '=' => {
-                            assert_eq!(chars.next().map(|(_, c)| c), Some('"'), "{line}");
-                            let mut value = String::new();
-                            while let Some((_, c)) = chars.next() {
-                                match c {
-                                    '\\' => value.push(chars.next().expect("escape").1),
-                                    '"' => break,
-                                    c => value.push(c),
-                                }
-                            }
-                            labels.insert(std::mem::take(&mut key), value);
-                        }
-                        c => key.push(c),
-                    }
-                }
-                rest = &inner[end..];
-            }
-            let value = rest.split_whitespace().next().expect("value");
-            let value = match value {
-                "+Inf" => f64::INFINITY,
-                "-Inf" => f64::NEG_INFINITY,
-                v => v
-                    .parse()
-                    .unwrap_or_else(|_| panic!("bad value in {line:?}")),
-            };
-            Sample {
-                name,
-                labels,
-                value,
-            }
-        })
-        .collect()
-}
+use support::metrics::{parse as parse_exposition, sum, Sample};
 
 /// Scrapes until the sum of `name` over every series is `want`: waits on what
 /// the shards have published rather than on a fixed sleep.
@@ -133,20 +74,6 @@ fn published(admin: SocketAddr, name: &str, want: f64) {
         last == want
     });
     assert!(ok, "{name} is {last} after {PUBLISH_WITHIN:?}, want {want}");
-}
-
-/// Sum of `name` over the samples whose labels include all of `filter`.
-fn sum(samples: &[Sample], name: &str, filter: &[(&str, &str)]) -> f64 {
-    samples
-        .iter()
-        .filter(|s| s.name == name)
-        .filter(|s| {
-            filter
-                .iter()
-                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
-        })
-        .map(|s| s.value)
-        .sum()
 }
 
 /// `name` summed per value of the `core` label.

@@ -38,7 +38,7 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// Every sample of a `/metrics` body.
+/// Every sample of a `/metrics` body (label values unescaped).
 pub fn parse(text: &str) -> Vec<Sample> {
     text.lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -48,14 +48,35 @@ pub fn parse(text: &str) -> Vec<Sample> {
             let mut labels = BTreeMap::new();
             let mut rest = &line[name_end..];
             if let Some(inner) = rest.strip_prefix('{') {
-                let end = inner.find('}').expect("label set closed");
-                for pair in inner[..end].split(',').filter(|p| !p.is_empty()) {
-                    let (k, v) = pair.split_once('=').expect("label pair");
-                    labels.insert(k.to_owned(), v.trim_matches('"').to_owned());
+                let mut chars = inner.char_indices();
+                let mut key = String::new();
+                let mut end = 0;
+                while let Some((i, c)) = chars.next() {
+                    match c {
+                        '}' => {
+                            end = i + 1;
+                            break;
+                        }
+                        ',' => {}
+                        '=' => {
+                            assert_eq!(chars.next().map(|(_, c)| c), Some('"'), "{line}");
+                            let mut value = String::new();
+                            while let Some((_, c)) = chars.next() {
+                                match c {
+                                    '\\' => value.push(chars.next().expect("escape").1),
+                                    '"' => break,
+                                    c => value.push(c),
+                                }
+                            }
+                            labels.insert(std::mem::take(&mut key), value);
+                        }
+                        c => key.push(c),
+                    }
                 }
-                rest = &inner[end + 1..];
+                rest = &inner[end..];
             }
-            let value = match rest.split_whitespace().next().expect("value") {
+            let value = rest.split_whitespace().next().expect("value");
+            let value = match value {
                 "+Inf" => f64::INFINITY,
                 "-Inf" => f64::NEG_INFINITY,
                 v => v
