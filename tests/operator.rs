@@ -9,6 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::privilege::{running_as_root, setpriv_nobody};
 use support::*;
 
 /// Runs `cmd` to completion (20 s deadline) and returns its output.
@@ -54,12 +55,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn running_as_root() -> bool {
-    proc_status_field(std::path::Path::new("/proc/self/status"), "Uid")
-        .and_then(|v| v.split_whitespace().next().map(|u| u == "0"))
-        .unwrap_or(false)
-}
-
 /// A command running the binary as an unprivileged user without
 /// capabilities: as root, through `setpriv` (as nobody); otherwise as is.
 /// `None` (after a loud SKIP) when that is not possible here.
@@ -67,21 +62,8 @@ fn unprivileged() -> Option<Command> {
     if !running_as_root() {
         return Some(command());
     }
-    if !installed("setpriv") {
-        loud("SKIP: setpriv not installed (util-linux); cannot drop root for the unprivileged checks");
-        return None;
-    }
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-    ])
-    .arg(bin())
-    .env("NO_COLOR", "1")
-    .env("RUST_LOG", "info");
+    let mut cmd = setpriv_nobody("cannot drop root for the unprivileged checks")?;
+    cmd.env("NO_COLOR", "1").env("RUST_LOG", "info");
     Some(cmd)
 }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use support::privilege::{running_as_root, setpriv_nobody};
 use support::*;
 
 fn count(server: &Server, needle: &str) -> usize {
@@ -182,21 +183,8 @@ struct Unprivileged {
 
 impl Unprivileged {
     fn start(args: &[&str]) -> Option<Unprivileged> {
-        let mut cmd = if is_root() {
-            if !installed("setpriv") {
-                loud("SKIP: setpriv not installed (util-linux); cannot drop root to make a file unreadable");
-                return None;
-            }
-            let mut c = Command::new("setpriv");
-            c.args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-            ])
-            .arg(bin());
-            c
+        let mut cmd = if running_as_root() {
+            setpriv_nobody("cannot drop root to make a file unreadable")?
         } else {
             Command::new(bin())
         };
@@ -248,12 +236,6 @@ impl Drop for Unprivileged {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn is_root() -> bool {
-    proc_status_field(std::path::Path::new("/proc/self/status"), "Uid")
-        .and_then(|v| v.split_whitespace().next().map(|u| u == "0"))
-        .unwrap_or(false)
 }
 
 #[test]

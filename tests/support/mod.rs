@@ -8,6 +8,7 @@
 
 pub mod caches;
 pub mod metrics;
+pub mod privilege;
 pub mod procfs;
 pub mod transport;
 pub mod upgrade;
