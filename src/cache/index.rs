@@ -13,7 +13,7 @@ use std::sync::Arc;
 use hashbrown::hash_table::Entry as Slot;
 use hashbrown::HashTable;
 
-use super::{Entry, Resource};
+use super::{Entry, EntryRef, Resource};
 
 /// The walk's path map (one table, built once per full walk). Keys come
 /// from the walk, not from clients, so a fast non-keyed hash is safe; it is
@@ -162,55 +162,117 @@ fn shard_of(bits: u32, hash: u64) -> usize {
     ((hash >> SHARD_SHIFT) & ((1 << bits) - 1)) as usize
 }
 
-/// log2 of the entries per chunk: a one-entry change copies 1024 entries.
+/// log2 of the entries per chunk: a one-entry change copies 1024 entries
+/// and their heads.
 const CHUNK_SHIFT: u32 = 10;
 const CHUNK: usize = 1 << CHUNK_SHIFT;
+
+/// Up to [`CHUNK`] entries and the response heads they point into, packed
+/// back to back: a root of a million files holds a million heads, and one
+/// allocation each would cost a malloc header, rounding and the
+/// fragmentation of a million small blocks.
+#[derive(Default)]
+struct Chunk {
+    entries: Vec<Entry>,
+    heads: Vec<u8>,
+}
+
+impl Chunk {
+    /// Append `entry`, copying its heads from `heads` (where its
+    /// representations point now) to the end of this chunk's.
+    fn append(&mut self, mut entry: Entry, heads: &[u8]) {
+        self.adopt_heads(&mut entry, heads);
+        self.entries.push(entry);
+    }
+
+    fn adopt_heads(&mut self, entry: &mut Entry, heads: &[u8]) {
+        for repr in entry.reprs_mut() {
+            let range = repr.head_range();
+            repr.move_head(self.heads.len());
+            self.heads.extend_from_slice(&heads[range]);
+        }
+    }
+}
+
+/// A shared chunk is copied before it changes: the copy lays out only the
+/// heads its entries still point to, so heads replaced by earlier changes
+/// do not pile up.
+impl Clone for Chunk {
+    fn clone(&self) -> Chunk {
+        let live: usize = self
+            .entries
+            .iter()
+            .flat_map(|e| e.reprs())
+            .map(|r| r.head_range().len())
+            .sum();
+        let mut chunk = Chunk {
+            entries: Vec::with_capacity(self.entries.len()),
+            heads: Vec::with_capacity(live),
+        };
+        for entry in &self.entries {
+            chunk.append(entry.clone(), &self.heads);
+        }
+        chunk
+    }
+}
 
 /// The entries, by index, in chunks shared between generations until one
 /// of their entries changes.
 #[derive(Clone, Default)]
 pub struct Entries {
-    chunks: Vec<Arc<Vec<Entry>>>,
+    chunks: Vec<Arc<Chunk>>,
     len: usize,
 }
 
 impl Entries {
-    pub fn from_vec(entries: Vec<Entry>) -> Entries {
-        let len = entries.len();
-        let mut chunks = Vec::with_capacity(len.div_ceil(CHUNK));
-        let mut it = entries.into_iter();
-        loop {
-            let chunk: Vec<Entry> = it.by_ref().take(CHUNK).collect();
-            if chunk.is_empty() {
-                break;
-            }
-            chunks.push(Arc::new(chunk));
-        }
-        Entries { chunks, len }
-    }
-
     #[inline]
-    pub fn get(&self, i: u32) -> &Entry {
+    pub fn get(&self, i: u32) -> EntryRef<'_> {
         let i = i as usize;
-        &self.chunks[i >> CHUNK_SHIFT][i & (CHUNK - 1)]
+        let chunk = &self.chunks[i >> CHUNK_SHIFT];
+        EntryRef::new(&chunk.entries[i & (CHUNK - 1)], &chunk.heads)
     }
 
-    /// The entry at `i`, copying its chunk first if a previous generation
-    /// shares it.
-    pub fn get_mut(&mut self, i: u32) -> &mut Entry {
+    /// Replace the entry at `i` with `entry`, whose heads are in `heads`,
+    /// copying its chunk first if a previous generation shares it.
+    pub fn set(&mut self, i: u32, mut entry: Entry, heads: &[u8]) {
         let i = i as usize;
-        &mut Arc::make_mut(&mut self.chunks[i >> CHUNK_SHIFT])[i & (CHUNK - 1)]
+        let chunk = Arc::make_mut(&mut self.chunks[i >> CHUNK_SHIFT]);
+        chunk.adopt_heads(&mut entry, heads);
+        chunk.entries[i & (CHUNK - 1)] = entry;
     }
 
-    pub fn push(&mut self, entry: Entry) -> u32 {
+    /// Append `entry`, whose heads are in `heads`; returns its index.
+    pub fn push(&mut self, entry: Entry, heads: &[u8]) -> u32 {
         let i = self.len;
         if i & (CHUNK - 1) == 0 {
-            self.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
+            self.chunks.push(Arc::new(Chunk {
+                entries: Vec::with_capacity(CHUNK),
+                heads: Vec::new(),
+            }));
         }
         let last = self.chunks.last_mut().expect("a chunk was just ensured");
-        Arc::make_mut(last).push(entry);
+        Arc::make_mut(last).append(entry, heads);
         self.len += 1;
         i as u32
+    }
+
+    /// Append a copy of another snapshot's entry with `f` applied to it
+    /// (its heads are copied as they are); returns its index.
+    pub fn push_copy(&mut self, from: EntryRef<'_>, f: impl FnOnce(&mut Entry)) -> u32 {
+        let mut entry = from.entry().clone();
+        f(&mut entry);
+        self.push(entry, from.heads())
+    }
+
+    /// Give back what the chunks this snapshot does not share reserved
+    /// beyond their contents (appending heads grows a buffer by doubling).
+    pub fn shrink(&mut self) {
+        for chunk in &mut self.chunks {
+            if let Some(chunk) = Arc::get_mut(chunk) {
+                chunk.heads.shrink_to_fit();
+                chunk.entries.shrink_to_fit();
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -221,23 +283,32 @@ impl Entries {
         self.len == 0
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.chunks.iter().flat_map(|c| c.iter())
+    pub fn iter(&self) -> impl Iterator<Item = EntryRef<'_>> {
+        self.chunks
+            .iter()
+            .flat_map(|c| c.entries.iter().map(|e| EntryRef::new(e, &c.heads)))
     }
 
     /// Visit every entry; `f` returns whether it wants to change it, and
-    /// only then is its chunk copied and `change` called.
+    /// only then is its chunk copied and `change` called. `change` may not
+    /// touch the heads.
     pub fn update(&mut self, wants: impl Fn(&Entry) -> bool, mut change: impl FnMut(&mut Entry)) {
         for chunk in &mut self.chunks {
-            if !chunk.iter().any(&wants) {
+            if !chunk.entries.iter().any(&wants) {
                 continue;
             }
-            for entry in Arc::make_mut(chunk).iter_mut() {
+            for entry in Arc::make_mut(chunk).entries.iter_mut() {
                 if wants(entry) {
                     change(entry);
                 }
             }
         }
+    }
+
+    /// Head bytes held by the chunks, for tests of the layout.
+    #[cfg(test)]
+    pub fn head_bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.heads.len()).sum()
     }
 }
 
@@ -269,10 +340,14 @@ mod tests {
 #[cfg(test)]
 mod size_tests {
     /// Issue 8 goal 3: a million files hold a million entries. Before, an
-    /// entry was 560 bytes plus four allocations for its header lines.
+    /// entry was 560 bytes plus four allocations for its header lines, then
+    /// 208 bytes plus one for its heads; now its heads are packed into its
+    /// chunk and it holds no hash the ETag already spells.
     #[test]
     fn an_entry_stays_small() {
-        assert!(std::mem::size_of::<crate::cache::Entry>() <= 208);
-        assert!(std::mem::size_of::<crate::cache::Body>() <= 24);
+        use std::mem::size_of;
+        assert!(size_of::<crate::cache::Entry>() <= 120, "{}", size_of::<crate::cache::Entry>());
+        assert!(size_of::<crate::cache::Repr>() <= 40, "{}", size_of::<crate::cache::Repr>());
+        assert!(size_of::<crate::cache::Body>() <= 16);
     }
 }

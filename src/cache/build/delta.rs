@@ -207,6 +207,8 @@ pub(super) fn patch(
         .saturating_sub(plan.identity_mem)
         .saturating_sub(old.stats.encoded_bytes.iter().sum::<u64>());
     let mut new_entries: Vec<(u32, Entry)> = Vec::new();
+    // Their heads, until they are placed in their chunks.
+    let mut new_heads: Vec<u8> = Vec::new();
     let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
     for ((i, job), (step, loaded)) in walk
         .files
@@ -241,6 +243,7 @@ pub(super) fn patch(
                     &mut arena,
                     &mut variant_budget,
                     &mut stats,
+                    &mut new_heads,
                 );
                 if dropped {
                     return Ok(Err("cache_max_bytes would be spent on variants"));
@@ -285,8 +288,9 @@ pub(super) fn patch(
     let mut segment_live = old.segment_live.clone();
     for &i in &freed {
         let entry = entries.get(i);
-        uncount(entry, &mut stats, &mut segment_live);
-        *entries.get_mut(i) = Entry::vacant(entry.source);
+        let source = entry.source;
+        uncount(&entry, &mut stats, &mut segment_live);
+        entries.set(i, Entry::vacant(source), &[]);
         free.push(i);
     }
 
@@ -331,16 +335,17 @@ pub(super) fn patch(
     }
     if !compact.is_empty() {
         let in_compacted = |entry: &Entry| {
-            reprs(entry).any(|r| match r.body {
-                Body::Mem { off, len } if len > 0 => compact.contains(&unpack_off(off).0),
+            entry.reprs().any(|r| match r.body {
+                Body::Mem { off } if r.len > 0 => compact.contains(&unpack_off(off).0),
                 _ => false,
             })
         };
         let map = map.as_mut().expect("compacted bytes have room");
         let old_segments = &old.segments;
         entries.update(in_compacted, |entry| {
-            for repr in reprs_mut(entry) {
-                let Body::Mem { off, len } = &mut repr.body else {
+            for repr in entry.reprs_mut() {
+                let len = &(repr.len as usize);
+                let Body::Mem { off } = &mut repr.body else {
                     continue;
                 };
                 let (segment, within) = unpack_off(*off);
@@ -381,8 +386,8 @@ pub(super) fn patch(
     // New entries into free slots, their bodies at the new segment.
     let mut placed: Vec<u32> = Vec::with_capacity(new_entries.len());
     for (_, mut entry) in new_entries {
-        for repr in reprs_mut(&mut entry) {
-            if let Body::Mem { off, .. } = &mut repr.body {
+        for repr in entry.reprs_mut() {
+            if let Body::Mem { off } = &mut repr.body {
                 let (segment, within) = unpack_off(*off);
                 if segment == NEW_SEGMENT {
                     *off = pack_off(slot, within);
@@ -391,13 +396,14 @@ pub(super) fn patch(
         }
         let i = match free.pop() {
             Some(i) => {
-                *entries.get_mut(i) = entry;
+                entries.set(i, entry, &new_heads);
                 i
             }
-            None => entries.push(entry),
+            None => entries.push(entry, &new_heads),
         };
         placed.push(i);
     }
+    entries.shrink();
     let settle = |r: Resource| match r {
         Resource::File(i) if i > u32::MAX - placed.len() as u32 - 1 => {
             Resource::File(placed[(u32::MAX - i) as usize])
@@ -494,10 +500,13 @@ fn freed_mem(old: &Snapshot, touched: &BTreeMap<Box<[u8]>, Option<Resource>>) ->
     touched
         .keys()
         .filter_map(|k| match old.resolve(k) {
-            Some(Resource::File(i)) if seen.insert(i) => match old.entry(i).identity.body {
-                Body::Mem { len, .. } => Some(len as u64),
-                Body::File(_) => None,
-            },
+            Some(Resource::File(i)) if seen.insert(i) => {
+                let identity = &old.entry(i).entry().identity;
+                match identity.body {
+                    Body::Mem { .. } => Some(identity.len),
+                    Body::File(_) => None,
+                }
+            }
             _ => None,
         })
         .sum()
@@ -506,7 +515,7 @@ fn freed_mem(old: &Snapshot, touched: &BTreeMap<Box<[u8]>, Option<Resource>>) ->
 /// Take a freed entry out of `stats` and out of its segments' live bytes.
 fn uncount(entry: &Entry, stats: &mut SnapshotStats, live: &mut [u64]) {
     match entry.identity.body {
-        Body::Mem { len, .. } => stats.mem_bytes -= len as u64,
+        Body::Mem { .. } => stats.mem_bytes -= entry.identity.len,
         Body::File(_) => {
             stats.file_bytes -= entry.identity.len;
             stats.large_files -= 1;
@@ -516,19 +525,11 @@ fn uncount(entry: &Entry, stats: &mut SnapshotStats, live: &mut [u64]) {
         let slot = SIDECARS.iter().position(|(c, _)| c == coding).unwrap_or(0);
         stats.encoded_bytes[slot] -= repr.len;
     }
-    for repr in reprs(entry) {
-        if let Body::Mem { off, len } = repr.body {
-            if len > 0 {
-                live[unpack_off(off).0] -= len as u64;
+    for repr in entry.reprs() {
+        if let Body::Mem { off } = repr.body {
+            if repr.len > 0 {
+                live[unpack_off(off).0] -= repr.len;
             }
         }
     }
-}
-
-fn reprs(entry: &Entry) -> impl Iterator<Item = &crate::cache::Repr> {
-    std::iter::once(&entry.identity).chain(entry.encoded.iter().map(|(_, r)| r))
-}
-
-fn reprs_mut(entry: &mut Entry) -> impl Iterator<Item = &mut crate::cache::Repr> {
-    std::iter::once(&mut entry.identity).chain(entry.encoded.iter_mut().map(|(_, r)| r))
 }
