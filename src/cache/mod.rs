@@ -587,7 +587,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Look up a normalised path (as produced by `http::path::normalize`).
     pub fn resolve(&self, path: &[u8]) -> Option<Resource> {
-        self.index.get(path).copied()
+        self.index.get(path)
     }
 
     #[inline]
@@ -625,7 +625,7 @@ impl Snapshot {
         self.index
             .iter()
             .filter(|(url, r)| matches!(r, Resource::File(_)) && !url.ends_with(b"/"))
-            .map(|(url, _)| &**url)
+            .map(|(url, _)| url)
     }
 
     /// The entry unknown extension-less paths fall back to.

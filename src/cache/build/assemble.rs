@@ -476,29 +476,29 @@ impl ArenaPlan {
         entries.update(
             |_| true,
             |entry| {
-            for repr in entry.reprs_mut() {
-                let len = &(repr.len as usize);
-                let Body::Mem { off } = &mut repr.body else {
-                    continue;
-                };
-                let (segment, within) = unpack_off(*off);
-                if segment == NEW_SEGMENT {
-                    *off = pack_off(new_index, within);
-                } else if share.get(segment).copied().unwrap_or(false) {
-                    *off = pack_off(index_of[segment], within);
-                } else if *len == 0 {
-                    *off = pack_off(new_index, 0);
-                } else {
-                    let map = map.as_mut().expect("compacted bytes have room");
-                    let Some(old_segment) = &old_segments[segment] else {
-                        unreachable!("a reused body points into a dropped segment")
+                for repr in entry.reprs_mut() {
+                    let len = &(repr.len as usize);
+                    let Body::Mem { off } = &mut repr.body else {
+                        continue;
                     };
-                    let bytes = &old_segment[within..within + *len];
-                    map[at..at + *len].copy_from_slice(bytes);
-                    *off = pack_off(new_index, at);
-                    at += *len;
+                    let (segment, within) = unpack_off(*off);
+                    if segment == NEW_SEGMENT {
+                        *off = pack_off(new_index, within);
+                    } else if share.get(segment).copied().unwrap_or(false) {
+                        *off = pack_off(index_of[segment], within);
+                    } else if *len == 0 {
+                        *off = pack_off(new_index, 0);
+                    } else {
+                        let map = map.as_mut().expect("compacted bytes have room");
+                        let Some(old_segment) = &old_segments[segment] else {
+                            unreachable!("a reused body points into a dropped segment")
+                        };
+                        let bytes = &old_segment[within..within + *len];
+                        map[at..at + *len].copy_from_slice(bytes);
+                        *off = pack_off(new_index, at);
+                        at += *len;
+                    }
                 }
-            }
             },
         );
         debug_assert_eq!(at, total);

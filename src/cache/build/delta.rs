@@ -416,7 +416,7 @@ pub(super) fn patch(
     for (key, r) in &touched {
         match r {
             Some(r) => {
-                index.insert(key.clone(), *r);
+                index.insert(key, *r);
             }
             None => {
                 index.remove(key);
@@ -427,18 +427,19 @@ pub(super) fn patch(
     let mut slashes: Vec<&[u8]> = parents.iter().map(Vec::as_slice).collect();
     slashes.extend(walk.dirs.iter().map(|d| &**d));
     for dir in slashes {
-        if !dir.is_empty() && index.get(dir) != Some(&Resource::AddSlash) {
+        if !dir.is_empty() && index.get(dir) != Some(Resource::AddSlash) {
             continue;
         }
-        let resource = dir_slash(|k| index.get(k).copied(), dir, &opts.index_files);
+        let resource = dir_slash(|k| index.get(k), dir, &opts.index_files);
         let mut key = dir.to_vec();
         key.push(b'/');
-        if index.get(&key) != Some(&resource) {
+        if index.get(&key) != Some(resource) {
             touched.insert(key.as_slice().into(), Some(resource));
-            index.insert(key.into(), resource);
+            index.insert(&key, resource);
         }
     }
 
+    index.shrink();
     let changed_anything = !placed.is_empty()
         || !freed.is_empty()
         || touched
@@ -447,7 +448,7 @@ pub(super) fn patch(
     if !changed_anything {
         return Ok(Ok(Built::Unchanged));
     }
-    let (error_pages, spa_index) = special_pages(opts, |k| index.get(k).copied());
+    let (error_pages, spa_index) = special_pages(opts, |k| index.get(k));
     stats.files = (entries.len() - free.len()) as u64;
     stats.reused = stats.files - placed.len() as u64;
     stats.paths_examined = walk.examined;

@@ -64,7 +64,7 @@ fn served(snap: &Snapshot) -> Vec<(Vec<u8>, String)> {
         .index
         .iter()
         .map(|(url, r)| {
-            let what = match *r {
+            let what = match r {
                 Resource::File(i) => {
                     let e = snap.entry(i);
                     let body = match &e.identity.body {

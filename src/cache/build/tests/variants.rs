@@ -152,7 +152,10 @@ fn sidecars_win_and_are_tracked() {
     let gz = e.repr(Coding::Gzip);
     assert_eq!(body(&snap, gz), sidecar);
     assert_ne!(e.source.sidecars, 0);
-    assert!(e.codings().contains(&Coding::Brotli), "others still computed");
+    assert!(
+        e.codings().contains(&Coding::Brotli),
+        "others still computed"
+    );
     // The sidecar is served at its own URL too.
     file_idx(&snap, b"/app.js.gz");
 
@@ -220,7 +223,10 @@ fn stale_or_mismatching_sidecars_are_not_used() {
     // not used; with compression on, gzip is compressed from the source.
     dir.write("doc.txt.gz", &gzip(&old, 6));
     let snap = rebuilt(&o, 4, &snap).expect("sidecar changed");
-    assert!(snap.entry(file_idx(&snap, b"/doc.txt")).codings().is_empty());
+    assert!(snap
+        .entry(file_idx(&snap, b"/doc.txt"))
+        .codings()
+        .is_empty());
     assert!(rejected(Rejected::Mismatch) > mismatch);
     let mut c = opts(&dir.0);
     c.compress = fast_compress();
