@@ -513,7 +513,14 @@ mod tests {
         };
         let source = Source { stamp, sidecars: 0 };
         let repr = Repr::new(0, at..heads.len(), 0, 0..0, Body::Mem { off: 0 });
-        Entry::new(0..0, 0, repr, Box::default(), false, source)
+        Entry::new(
+            &crate::cache::Prefix::EMPTY,
+            0,
+            repr,
+            Box::default(),
+            false,
+            source,
+        )
     }
 
     #[test]
@@ -527,7 +534,7 @@ mod tests {
         }
         let live = |es: &Entries| {
             es.iter()
-                .map(|e| e.identity().head_200().len())
+                .map(|e| e.identity().head_200_vec().len())
                 .sum::<usize>()
         };
         assert_eq!(entries.head_bytes(), live(&entries));
@@ -538,11 +545,11 @@ mod tests {
         let e = entry(b"another", &mut heads);
         next.set(1501, e, &heads);
         assert_eq!(
-            next.get(1500).identity().head_200(),
+            next.get(1500).identity().head_200_vec(),
             b"a much longer head than before"
         );
-        assert_eq!(next.get(1501).identity().head_200(), b"another");
-        assert_eq!(entries.get(1500).identity().head_200(), b"head 1500");
+        assert_eq!(next.get(1501).identity().head_200_vec(), b"another");
+        assert_eq!(entries.get(1500).identity().head_200_vec(), b"head 1500");
         // The changed chunk was copied, the others are shared; the two
         // heads replaced since the copy are all it holds beyond the live
         // ones.
@@ -564,7 +571,7 @@ mod tests {
             third.head_bytes(),
             live(&third) + "a much longer head than before".len()
         );
-        assert_eq!(third.get(1501).identity().head_200(), b"another");
+        assert_eq!(third.get(1501).identity().head_200_vec(), b"another");
     }
 }
 
@@ -578,7 +585,7 @@ mod size_tests {
     fn an_entry_stays_small() {
         use std::mem::size_of;
         assert!(
-            size_of::<crate::cache::Entry>() <= 120,
+            size_of::<crate::cache::Entry>() <= 128,
             "{}",
             size_of::<crate::cache::Entry>()
         );

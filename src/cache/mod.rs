@@ -92,8 +92,9 @@ pub enum Resource {
 
 /// One file of the snapshot. Kept small (a root can hold millions): its
 /// heads are not here but in the head bytes of its chunk of
-/// [`Entries`], which it addresses by offset; read it through
-/// [`EntryRef`], which pairs the two.
+/// [`Entries`], which it addresses by offset, after a [`Prefix`] shared by
+/// every file of its type; read it through [`EntryRef`], which pairs the
+/// two.
 #[derive(Debug, Clone)]
 pub struct Entry {
     /// Last-Modified as Unix seconds.
@@ -107,11 +108,8 @@ pub struct Entry {
     /// What the files looked like when read; a rebuild reuses the entry
     /// while they still look the same.
     pub source: Source,
-    /// Where `Content-Type: …\r\n` is in the identity head (see
-    /// [`EntryRef::content_type_line`]); both 0 in the absurd case of a
-    /// `Server` line of 64 KiB.
-    content_type_at: u16,
-    content_type_len: u16,
+    /// The start of every 200 head: status line, `Server`, `Content-Type`.
+    prefix: &'static Prefix,
     /// The codings of `encoded`, same order, for `http::accept::negotiate`
     /// (the first `encoded.len()` count; inline, not one more allocation).
     codings: [Coding; 3],
@@ -121,10 +119,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// An entry whose `Content-Type` line is `content_type_line` of
-    /// `identity`'s head.
+    /// An entry whose 200 heads start with `prefix`.
     pub(crate) fn new(
-        content_type_line: std::ops::Range<usize>,
+        prefix: &'static Prefix,
         last_modified: u64,
         identity: Repr,
         encoded: Box<[(Coding, Repr)]>,
@@ -136,20 +133,12 @@ impl Entry {
             *slot = *c;
         }
         debug_assert!(encoded.len() <= codings.len());
-        let (at, len) = match (
-            u16::try_from(content_type_line.start),
-            u16::try_from(content_type_line.len()),
-        ) {
-            (Ok(at), Ok(len)) => (at, len),
-            _ => (0, 0),
-        };
         Entry {
             last_modified,
             identity,
             encoded,
             source,
-            content_type_at: at,
-            content_type_len: len,
+            prefix,
             codings,
             vary,
         }
@@ -158,7 +147,7 @@ impl Entry {
     /// What fills a slot no path points to any more.
     pub(crate) fn vacant(source: Source) -> Entry {
         Entry::new(
-            0..0,
+            &Prefix::EMPTY,
             0,
             Repr::new(0, 0..0, 0, 0..0, Body::Mem { off: 0 }),
             Box::default(),
@@ -222,6 +211,7 @@ impl<'a> EntryRef<'a> {
         ReprRef {
             repr: &self.entry.identity,
             heads: self.heads,
+            prefix: self.entry.prefix,
             coding: Coding::Identity,
         }
     }
@@ -234,6 +224,7 @@ impl<'a> EntryRef<'a> {
             Some((c, repr)) => ReprRef {
                 repr,
                 heads: self.heads,
+                prefix: self.entry.prefix,
                 coding: *c,
             },
             None => self.identity(),
@@ -242,20 +233,72 @@ impl<'a> EntryRef<'a> {
 
     /// The compressed representations, in [`Entry::encoded`] order.
     pub fn variants(&self) -> impl Iterator<Item = ReprRef<'a>> + 'a {
-        let heads = self.heads;
+        let (heads, prefix) = (self.heads, self.entry.prefix);
         self.entry.encoded.iter().map(move |(c, repr)| ReprRef {
             repr,
             heads,
+            prefix,
             coding: *c,
         })
     }
 
     /// `Content-Type: …\r\n`, with `; charset=utf-8` for text types.
     #[inline]
-    pub fn content_type_line(&self) -> &'a [u8] {
-        let head = self.identity().head_200();
-        let at = self.entry.content_type_at as usize;
-        &head[at..at + self.entry.content_type_len as usize]
+    pub fn content_type_line(&self) -> &'static [u8] {
+        self.entry.prefix.content_type_line()
+    }
+}
+
+/// The start of a 200 head that every file of one media type shares:
+/// `HTTP/1.1 200 OK`, `Server` and `Content-Type` (77 bytes for HTML), kept
+/// once per process rather than once per file. Interned by the build and
+/// never freed: there are as many as the server line (fixed for the
+/// process) times the media types the roots have had.
+#[derive(Debug)]
+pub struct Prefix {
+    bytes: &'static [u8],
+    /// Where `Content-Type: …\r\n` starts: it runs to the end.
+    content_type_at: usize,
+}
+
+impl Prefix {
+    /// The prefix of entries that are never served (vacant slots).
+    pub(crate) const EMPTY: Prefix = Prefix {
+        bytes: b"",
+        content_type_at: 0,
+    };
+
+    /// The prefix `status_and_server` + `content_type_line`, interned.
+    pub(crate) fn intern(status_and_server: &[u8], content_type_line: &[u8]) -> &'static Prefix {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        type Interned = HashMap<(usize, Vec<u8>), &'static Prefix>;
+        static PREFIXES: Mutex<Option<Interned>> = Mutex::new(None);
+        let mut bytes = Vec::with_capacity(status_and_server.len() + content_type_line.len());
+        bytes.extend_from_slice(status_and_server);
+        bytes.extend_from_slice(content_type_line);
+        let key = (status_and_server.len(), bytes);
+        let mut interned = PREFIXES.lock().unwrap_or_else(|e| e.into_inner());
+        let interned = interned.get_or_insert_with(HashMap::new);
+        if let Some(found) = interned.get(&key) {
+            return found;
+        }
+        let leaked: &'static Prefix = Box::leak(Box::new(Prefix {
+            bytes: Box::leak(key.1.clone().into_boxed_slice()),
+            content_type_at: key.0,
+        }));
+        interned.insert(key, leaked);
+        leaked
+    }
+
+    #[inline]
+    pub fn bytes(&self) -> &'static [u8] {
+        self.bytes
+    }
+
+    #[inline]
+    pub fn content_type_line(&self) -> &'static [u8] {
+        &self.bytes[self.content_type_at..]
     }
 }
 
@@ -302,16 +345,16 @@ pub const SIDECARS: [(Coding, &str); 3] = [
 ];
 
 /// One representation of an entry: identity or a compressed variant. Its
-/// 200 head is a range of its chunk's head bytes (read it through
-/// [`ReprRef`]); the fields shared with 206 and 304 are that head's tail,
-/// the ETag a range of that. The content hash is not kept: the ETag spells
+/// 200 head is its entry's [`Prefix`] and then a range of its chunk's head
+/// bytes (read it through [`ReprRef`]); the fields shared with 206 and 304
+/// are that range's tail, the ETag a range of that. The content hash is not kept: the ETag spells
 /// it ([`ReprRef::hash`]).
 #[derive(Debug, Clone)]
 pub struct Repr {
     /// Body length.
     pub len: u64,
     pub body: Body,
-    /// Where the complete 200 head is in the chunk's head bytes.
+    /// Where the 200 head after the prefix is in the chunk's head bytes.
     head_at: u32,
     head_len: u32,
     /// Where [`ReprRef::common`] starts, from the head's start.
@@ -360,6 +403,7 @@ impl Repr {
 pub struct ReprRef<'a> {
     repr: &'a Repr,
     heads: &'a [u8],
+    prefix: &'static Prefix,
     coding: Coding,
 }
 
@@ -379,10 +423,22 @@ impl<'a> ReprRef<'a> {
     }
 
     /// The complete 200 head except `Date`, `Connection` and the final
-    /// CRLF: status line, Server, Content-Type, Content-Length, encoding,
-    /// common.
+    /// CRLF, in two pieces: the shared [`Prefix`] (status line, Server,
+    /// Content-Type), then this representation's own fields
+    /// (Content-Length, encoding, common).
     #[inline]
-    pub fn head_200(&self) -> &'a [u8] {
+    pub fn head_200(&self) -> [&'a [u8]; 2] {
+        [self.prefix.bytes(), self.own()]
+    }
+
+    /// The 200 head in one piece (tests, logs).
+    pub fn head_200_vec(&self) -> Vec<u8> {
+        self.head_200().concat()
+    }
+
+    /// The head after the prefix.
+    #[inline]
+    fn own(&self) -> &'a [u8] {
         &self.heads[self.repr.head_range()]
     }
 
@@ -391,14 +447,14 @@ impl<'a> ReprRef<'a> {
     /// `Vary: Accept-Encoding` where they apply (each with CRLF).
     #[inline]
     pub fn common(&self) -> &'a [u8] {
-        &self.head_200()[self.repr.common_at as usize..]
+        &self.own()[self.repr.common_at as usize..]
     }
 
     /// Strong ETag derived from the content, quotes included.
     #[inline]
     pub fn etag(&self) -> &'a [u8] {
         let at = self.repr.etag_at as usize;
-        &self.head_200()[at..at + self.repr.etag_len as usize]
+        &self.own()[at..at + self.repr.etag_len as usize]
     }
 
     /// `Content-Encoding: …\r\n`, empty for identity.

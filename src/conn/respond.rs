@@ -274,7 +274,9 @@ fn serve(
         }
     }
     let buf = out.buf();
-    buf.extend_from_slice(repr.head_200());
+    for piece in repr.head_200() {
+        buf.extend_from_slice(piece);
+    }
     buf.extend_from_slice(env.date.line());
     buf.extend_from_slice(env.conn_lines);
     buf.extend_from_slice(persist.line());

@@ -78,7 +78,7 @@ fn served(snap: &Snapshot) -> Vec<(Vec<u8>, String)> {
                     };
                     format!(
                         "file {} {}",
-                        String::from_utf8_lossy(e.identity().head_200()),
+                        String::from_utf8_lossy(&e.identity().head_200_vec()),
                         String::from_utf8_lossy(&body)
                     )
                 }

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::assemble::ReprParts;
-use crate::cache::{compress, encoding_line, rules, Body, BuildOptions, Entry, Repr, Source};
+use crate::cache::{
+    compress, encoding_line, rules, Body, BuildOptions, Entry, Prefix, Repr, Source,
+};
 use crate::http::accept::Coding;
 
 /// The last second `httpdate` can render (9999-12-31T23:59:59Z); it panics
@@ -78,9 +80,6 @@ pub(super) fn render_entry(
         }
         .into_bytes();
         let start = heads.len();
-        heads.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-        heads.extend_from_slice(&opts.server_line);
-        heads.extend_from_slice(&content_type_line);
         heads.extend_from_slice(format!("Content-Length: {}\r\n", parts.len).as_bytes());
         heads.extend_from_slice(encoding_line(coding));
         let common_at = heads.len() - start;
@@ -104,9 +103,10 @@ pub(super) fn render_entry(
         .into_iter()
         .map(|(c, p)| (c, render(c, p)))
         .collect();
-    let content_type_at = b"HTTP/1.1 200 OK\r\n".len() + opts.server_line.len();
+    let mut status_and_server = b"HTTP/1.1 200 OK\r\n".to_vec();
+    status_and_server.extend_from_slice(&opts.server_line);
     Entry::new(
-        content_type_at..content_type_at + content_type_line.len(),
+        Prefix::intern(&status_and_server, &content_type_line),
         last_modified,
         identity,
         encoded,

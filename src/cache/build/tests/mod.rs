@@ -327,7 +327,10 @@ fn head_200_exact_bytes() {
     );
     assert_eq!(entry.identity().etag(), etag.as_bytes());
     assert_eq!(entry.identity().common(), common.as_bytes());
-    assert_eq!(String::from_utf8_lossy(entry.identity().head_200()), head,);
+    assert_eq!(
+        String::from_utf8_lossy(&entry.identity().head_200_vec()),
+        head,
+    );
     assert_eq!(entry.identity().encoding_line(), b"");
 }
 
@@ -368,7 +371,7 @@ fn zero_length_file_needs_no_arena() {
     assert!(snap.segments.is_empty());
     assert!(entry
         .identity()
-        .head_200()
+        .head_200_vec()
         .windows(19)
         .any(|w| w == b"Content-Length: 0\r\n"));
 }

@@ -115,7 +115,7 @@ fn variants_decode_to_the_original() {
         }
         assert_eq!(out, html, "{coding:?}");
         assert_eq!(r.len, bytes.len() as u64);
-        let head = String::from_utf8_lossy(r.head_200());
+        let head = String::from_utf8_lossy(&r.head_200_vec()).into_owned();
         assert!(
             head.contains(&format!("Content-Length: {}\r\n", r.len)),
             "{head}"
@@ -328,7 +328,8 @@ fn index_files_header_rules_and_status_cache_control() {
     );
     assert_eq!(snap.spa_index(), Some(file_idx(&snap, b"/index.htm")));
     let head = |p: &[u8]| {
-        String::from_utf8_lossy(snap.entry(file_idx(&snap, p)).identity().head_200()).into_owned()
+        String::from_utf8_lossy(&snap.entry(file_idx(&snap, p)).identity().head_200_vec())
+            .into_owned()
     };
     assert!(head(b"/index.htm").ends_with("X-Content-Type-Options: nosniff\r\n"));
     let font = head(b"/fonts/a.ttf");
