@@ -28,6 +28,7 @@ pub(super) const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
 /// later depend on `Accept-Encoding` as if it did not: during a large root's
 /// fast start, before the variants exist, too. Then, and only then, such a
 /// file's freshness is capped ([`rules::capped`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn render_entry(
     opts: &BuildOptions,
     path: &Path,

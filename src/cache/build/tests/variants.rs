@@ -4,7 +4,7 @@
 
 use super::*;
 
-fn body<'s>(snap: &'s Snapshot, repr: impl std::ops::Deref<Target = Repr>) -> &'s [u8] {
+fn body(snap: &Snapshot, repr: impl std::ops::Deref<Target = Repr>) -> &[u8] {
     match repr.body {
         Body::Mem { off } => snap.mem(off, repr.len as usize),
         Body::File(_) => panic!("expected Mem"),
