@@ -424,3 +424,4 @@ fn content_types() {
 }
 
 mod variants;
+mod walk;
