@@ -279,6 +279,12 @@ impl Output {
     /// One `writev` of the owned and arena pieces up to the next file chunk.
     /// Returns false on WouldBlock.
     fn write_gathered<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {
+        if self.chunks.is_empty() {
+            // Only owned bytes, as for every small response: a one-slice
+            // `writev`, without filling the whole iovec array first.
+            let res = stream.write_vectored(&[IoSlice::new(&self.buf[self.sent..])], false);
+            return self.wrote(res);
+        }
         let mut iov: [IoSlice<'_>; MAX_IOVECS] = [IoSlice::new(&[]); MAX_IOVECS];
         let mut n_iov = 0;
         let mut cursor = self.sent;
@@ -322,6 +328,11 @@ impl Output {
             return Ok(true);
         }
         let res = stream.write_vectored(&iov[..n_iov], before_file);
+        self.wrote(res)
+    }
+
+    /// Account for a write of the queue's front: false on WouldBlock.
+    fn wrote(&mut self, res: io::Result<usize>) -> Result<bool, WriteError> {
         let written = match res {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),

@@ -63,18 +63,38 @@ pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), PathError> {
 /// and resolve passes. `path` starts with `/` (see [`path_part`]).
 fn split_normal(path: &[u8]) -> (&[u8], bool) {
     let mut normal = true;
-    let mut prev = b'/';
-    for (i, &b) in path.iter().enumerate().skip(1) {
-        if b == b'?' || b == b'#' {
-            return (&path[..i], normal);
+    let mut i = 1;
+    // Ordinary bytes cost one table lookup; only the few that can end the
+    // path or make it not normal are looked at closer.
+    while i < path.len() {
+        let b = path[i];
+        if NOTABLE[b as usize] {
+            match b {
+                b'?' | b'#' => return (&path[..i], normal),
+                // An empty (`//`), `.` or `..` segment starts right after a `/`.
+                b'/' | b'.' => normal &= path[i - 1] != b'/',
+                // `%` (something to decode) or NUL.
+                _ => normal = false,
+            }
         }
-        if b == b'%' || b == 0 || (prev == b'/' && (b == b'/' || b == b'.')) {
-            normal = false;
-        }
-        prev = b;
+        i += 1;
     }
     (path, normal)
 }
+
+/// The bytes [`split_normal`] must look at: the query and fragment
+/// delimiters, the ones that can start an empty, `.` or `..` segment, `%`
+/// and NUL.
+const NOTABLE: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'?' as usize] = true;
+    t[b'#' as usize] = true;
+    t[b'/' as usize] = true;
+    t[b'.' as usize] = true;
+    t[b'%' as usize] = true;
+    t[0] = true;
+    t
+};
 
 /// The path of an origin-form or absolute-form target (RFC 9112 §3.2.1–2),
 /// query and fragment still attached; it always starts with `/`.

@@ -308,6 +308,18 @@ pub fn valid_host(v: &[u8]) -> bool {
             _ => false,
         };
     }
+    // Almost every Host is plain reg-name bytes, then perhaps `:` and a
+    // port: one table lookup per byte. Anything else (an escape, a bad
+    // byte) takes the full pass below.
+    let plain = v
+        .iter()
+        .position(|&b| !REG_NAME[b as usize])
+        .unwrap_or(v.len());
+    match v.get(plain) {
+        None => return true,
+        Some(b':') if v[plain + 1..].iter().all(u8::is_ascii_digit) => return true,
+        _ => {}
+    }
     // One pass over a reg-name (or IPv4 address) with at most one `:`,
     // before the port: a colon inside the host is refused.
     let mut colon = None;
@@ -387,25 +399,37 @@ enum Field {
 }
 
 impl Field {
+    /// Dispatch on the length first: every request looks up each of its
+    /// fields, and a linear scan over all names cost a case-insensitive
+    /// compare per candidate (User-Agent was the last of thirteen).
     fn from_name(name: &str) -> Field {
-        const FIELDS: [(&str, Field); 13] = [
-            ("host", Field::Host),
-            ("connection", Field::Connection),
-            ("content-length", Field::ContentLength),
-            ("transfer-encoding", Field::TransferEncoding),
-            ("if-match", Field::IfMatch),
-            ("if-none-match", Field::IfNoneMatch),
-            ("if-modified-since", Field::IfModifiedSince),
-            ("if-unmodified-since", Field::IfUnmodifiedSince),
-            ("if-range", Field::IfRange),
-            ("range", Field::Range),
-            ("accept-encoding", Field::AcceptEncoding),
-            ("referer", Field::Referer),
-            ("user-agent", Field::UserAgent),
-        ];
-        FIELDS
+        let name = name.as_bytes();
+        let candidates: &[(&[u8], Field)] = match name.len() {
+            4 => &[(b"host", Field::Host)],
+            5 => &[(b"range", Field::Range)],
+            7 => &[(b"referer", Field::Referer)],
+            8 => &[(b"if-match", Field::IfMatch), (b"if-range", Field::IfRange)],
+            10 => &[
+                (b"connection", Field::Connection),
+                (b"user-agent", Field::UserAgent),
+            ],
+            13 => &[(b"if-none-match", Field::IfNoneMatch)],
+            14 => &[(b"content-length", Field::ContentLength)],
+            15 => &[(b"accept-encoding", Field::AcceptEncoding)],
+            17 => &[
+                (b"transfer-encoding", Field::TransferEncoding),
+                (b"if-modified-since", Field::IfModifiedSince),
+            ],
+            19 => &[(b"if-unmodified-since", Field::IfUnmodifiedSince)],
+            _ => &[],
+        };
+        // httparse hands over tokens only (RFC 9110 §5.6.2), and the one
+        // token byte that ORed with 0x20 gives a lowercase letter or `-`
+        // is that letter's capital: a case-insensitive compare against
+        // these names is one OR per byte.
+        candidates
             .iter()
-            .find(|(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+            .find(|(n, _)| name.iter().zip(n.iter()).all(|(&a, &b)| a | 0x20 == b))
             .map_or(Field::Other, |&(_, f)| f)
     }
 }
@@ -852,6 +876,37 @@ mod tests {
         let bare = ok(b"GET / HTTP/1.0\r\n\r\n");
         assert!(bare.host.is_none() && bare.range.is_none() && bare.accept_encoding.is_none());
         assert!(!bare.conn_close && !bare.conn_keep_alive);
+    }
+
+    #[test]
+    fn every_field_name_is_recognised_in_any_case_and_nothing_else() {
+        let names = [
+            ("host", Field::Host),
+            ("connection", Field::Connection),
+            ("content-length", Field::ContentLength),
+            ("transfer-encoding", Field::TransferEncoding),
+            ("if-match", Field::IfMatch),
+            ("if-none-match", Field::IfNoneMatch),
+            ("if-modified-since", Field::IfModifiedSince),
+            ("if-unmodified-since", Field::IfUnmodifiedSince),
+            ("if-range", Field::IfRange),
+            ("range", Field::Range),
+            ("accept-encoding", Field::AcceptEncoding),
+            ("referer", Field::Referer),
+            ("user-agent", Field::UserAgent),
+        ];
+        for (name, field) in names {
+            assert_eq!(Field::from_name(name), field, "{name}");
+            assert_eq!(Field::from_name(&name.to_uppercase()), field, "{name}");
+            // A name of the same length that differs in one byte is not it.
+            let mut other = name.as_bytes().to_vec();
+            other[0] = b'x';
+            let other = String::from_utf8(other).unwrap();
+            assert_eq!(Field::from_name(&other), Field::Other, "{other}");
+        }
+        for other in ["", "hosts", "accept", "if-none-matc", "x-forwarded-for"] {
+            assert_eq!(Field::from_name(other), Field::Other, "{other}");
+        }
     }
 
     #[test]
