@@ -5,7 +5,7 @@
 #   http      src/http/*.rs         pure parsing: the unit tables (cargo test --lib)
 #   respond   src/conn/respond.rs   request → response: the HTTP suites
 #   output    src/conn/output.rs    the output queue: large-file, pipelining suites
-#   counters  src/metrics/counters.rs  per-shard counters: the exact-metrics suite
+#   counters  src/metrics/counters.rs  per-shard counters: the exact-metrics and histogram suites
 #
 # Usage: bench/mutants.sh [--iterate] [--in-place] [SET...]   (default: all four sets)
 #   --iterate   re-test only the mutants a previous run of the set missed
@@ -87,7 +87,8 @@ for set in "${sets[@]}"; do
         --skip builder --skip descriptor
       ;;
     counters)
-      run counters --file src/metrics/counters.rs --cargo-arg=--test=metrics_values
+      run counters --file src/metrics/counters.rs --cargo-arg=--test=metrics_values \
+        --cargo-arg=--test=metrics_histograms
       ;;
   esac
 done

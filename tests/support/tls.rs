@@ -230,9 +230,26 @@ impl Wire {
     }
 
     pub fn try_tls(addr: SocketAddr, client: &Arc<ClientConfig>, sni: &str) -> io::Result<Wire> {
+        Wire::try_tls_pausing(addr, client, sni, Duration::ZERO)
+    }
+
+    /// As [`try_tls`](Self::try_tls), but the client sends its ClientHello
+    /// and then keeps silent for `pause` before finishing the handshake.
+    pub fn try_tls_pausing(
+        addr: SocketAddr,
+        client: &Arc<ClientConfig>,
+        sni: &str,
+        pause: Duration,
+    ) -> io::Result<Wire> {
         let name = ServerName::try_from(sni.to_owned()).unwrap();
         let conn = ClientConnection::new(Arc::clone(client), name).map_err(io::Error::other)?;
         let mut s = StreamOwned::new(conn, tcp(addr));
+        if !pause.is_zero() {
+            while s.conn.wants_write() {
+                s.conn.write_tls(&mut s.sock)?;
+            }
+            std::thread::sleep(pause);
+        }
         while s.conn.is_handshaking() {
             s.conn.complete_io(&mut s.sock)?;
         }
