@@ -256,7 +256,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let watcher = config
         .watch
         .then(|| crate::cache::watch::Watcher::establish(&config.root, config.watch_options()));
-    let Some(store) = first_build(&config, &mut signals)? else {
+    let hook = watcher.as_ref().and_then(|w| w.dir_hook());
+    let Some(store) = first_build(&config, hook, &mut signals)? else {
         return Ok(());
     };
     config
@@ -590,13 +591,18 @@ fn spawn_upgrade(
 
 /// Build the first snapshot on its own thread while this one reports
 /// progress and watches for signals. `None`: a stop signal came first.
-fn first_build(config: &Config, signals: &mut Signals) -> anyhow::Result<Option<Arc<Store>>> {
+/// `hook` (the watcher's) sees each directory before the walk lists it.
+fn first_build(
+    config: &Config,
+    hook: Option<Box<crate::cache::DirHook>>,
+    signals: &mut Signals,
+) -> anyhow::Result<Option<Arc<Store>>> {
     let opts = config.build_options();
     let started = Instant::now();
     tracing::info!(root = %config.root.display(), "building the first snapshot");
     let build = std::thread::Builder::new()
         .name("first-build".into())
-        .spawn(move || Store::open(opts))
+        .spawn(move || Store::open_watching(opts, hook.as_deref()))
         .context("spawning the first build")?;
     let read_before = read_bytes();
     let mut next_progress = started + PROGRESS_INTERVAL;

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::http::accept::Coding;
 
-pub use build::{build, sidecars_rejected, MAX_PATCH_PATHS};
+pub use build::{build, sidecars_rejected, DirHook, MAX_PATCH_PATHS};
 pub use compress::CompressOptions;
 pub use index::{Entries, PathIndex};
 pub use open_files::{OpenFiles, RootDir};

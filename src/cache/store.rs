@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use prometheus::{Histogram, HistogramOpts};
 
-use super::build::{rebuild, Built, TreeChanged};
+use super::build::{build_first, rebuild, Built, DirHook, TreeChanged};
 use super::{BuildOptions, Snapshot, SIDECARS};
 
 /// Times the initial build is tried when the tree changes under it; a deploy
@@ -78,6 +78,13 @@ pub struct StoreStats {
 impl Store {
     /// Build generation 1; an error here is fatal at start.
     pub fn open(opts: BuildOptions) -> anyhow::Result<Store> {
+        Store::open_watching(opts, None)
+    }
+
+    /// [`Store::open`], handing every directory the first walk lists to
+    /// `hook` just before listing it (the watcher's, so each directory's
+    /// watch precedes its listing).
+    pub fn open_watching(opts: BuildOptions, hook: Option<&DirHook>) -> anyhow::Result<Store> {
         let rebuild_duration = Histogram::with_opts(
             HistogramOpts::new(
                 "shardhttpd_snapshot_rebuild_duration_seconds",
@@ -93,7 +100,7 @@ impl Store {
             compress: None,
             ..opts.clone()
         };
-        let mut snapshot = initial_build(&identity_opts)?;
+        let mut snapshot = initial_build(&identity_opts, hook)?;
         if opts.compress.is_some() && snapshot.stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
             let started = Instant::now();
             // The same tree again, with variants: what it would log (the
@@ -102,7 +109,7 @@ impl Store {
             // this span; one line below says what it added.
             snapshot = {
                 let _quiet = tracing::info_span!(REPEAT_BUILD_SPAN).entered();
-                initial_build(&opts)?
+                initial_build(&opts, None)?
             };
             tracing::info!(
                 encoded_bytes = snapshot.stats.encoded_bytes.iter().sum::<u64>(),
@@ -296,12 +303,13 @@ impl Store {
 
 /// Build generation 1, retrying when the tree changes under the walk: a
 /// deploy racing the start should not stop the server from starting.
-fn initial_build(opts: &BuildOptions) -> anyhow::Result<Snapshot> {
+/// It runs before anything is served, at normal priority (see
+/// [`build_first`]).
+fn initial_build(opts: &BuildOptions, hook: Option<&DirHook>) -> anyhow::Result<Snapshot> {
     let mut attempt = 1;
     loop {
-        match rebuild(opts, 1, None, &HashSet::new(), None) {
-            Ok(Built::New(snapshot)) => return Ok(snapshot),
-            Ok(Built::Unchanged) => unreachable!("no previous snapshot"),
+        match build_first(opts, hook) {
+            Ok(snapshot) => return Ok(snapshot),
             Err(err) if err.is::<TreeChanged>() && attempt < OPEN_ATTEMPTS => {
                 tracing::warn!(error = %err, "root changed during the initial build; retrying");
                 attempt += 1;

@@ -1,11 +1,16 @@
 //! Rebuild the snapshot when the document root changes on disk.
 //!
 //! [`Watcher::establish`] sets up an inotify watcher (through `notify`) on
-//! the canonical root, recursively, and on the configured root's parent
-//! directory, so that switching a symlinked root (`current -> releases/43`,
-//! renamed into place) is seen too. It runs before the initial build, so
-//! every change made during or after that walk is an event: no change falls
-//! between a walk and the watch that should report it.
+//! the canonical root and on the configured root's parent directory, so
+//! that switching a symlinked root (`current -> releases/43`, renamed into
+//! place) is seen too. It runs before the initial build, and that build's
+//! walk hands every directory to [`Watcher::dir_hook`] just before listing
+//! it, which watches it: every change made during or after the walk is an
+//! event, no change falls between a listing and the watch that should
+//! report it, and the tree is walked once (`notify`'s own recursive watch
+//! would walk it again and `stat` every file). Directories created or
+//! renamed in later are watched (recursively) before the rebuild that walks
+//! them; a new root after a swap is watched recursively.
 //!
 //! The inotify callback never blocks: it folds events into one [`Pending`]
 //! record under a mutex and wakes the watcher thread through a channel of
@@ -39,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use notify::event::{AccessKind, AccessMode, CreateKind, Event, EventKind, ModifyKind};
+use notify::event::{AccessKind, AccessMode, CreateKind, Event, EventKind, ModifyKind, RenameMode};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher as _};
 
 use super::Store;
@@ -153,8 +158,18 @@ impl Pending {
                     }
                 }
             }
-            EventKind::Create(CreateKind::Folder) => {
+            // A directory renamed in arrives unwatched (its old watch went
+            // with the rename): watched like a new one.
+            EventKind::Create(CreateKind::Folder)
+            | EventKind::Modify(ModifyKind::Name(RenameMode::To)) => {
                 for p in &event.paths {
+                    if matches!(event.kind, EventKind::Modify(_)) {
+                        // As for any rename (below).
+                        self.writing.remove(p);
+                        if !p.is_dir() {
+                            continue;
+                        }
+                    }
                     if self.new_dirs.len() < MAX_NEW_DIRS {
                         self.new_dirs.push(p.clone());
                     } else {
@@ -227,6 +242,35 @@ impl Watcher {
             wake_rx,
             watch,
         }
+    }
+
+    /// What the first build's walk calls with each directory before listing
+    /// it: add its watch (see the module doc). `None` without inotify. A
+    /// watch that cannot be added for want of watches or memory makes the
+    /// watcher fall back to periodic rescans; a directory gone or
+    /// unreadable meanwhile is the walk's to report.
+    pub fn dir_hook(&self) -> Option<Box<super::DirHook>> {
+        let watch = self.watch.as_ref()?;
+        let shared = Arc::clone(&watch.shared);
+        let inbox = Arc::clone(&self.inbox);
+        let wake = watch.wake.clone();
+        Some(Box::new(move |dir: &Path| {
+            let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+            match shared.watcher.watch(dir, RecursiveMode::NonRecursive) {
+                Ok(()) => shared.dirs.push(dir.to_path_buf()),
+                Err(err) if !dir.is_dir() || std::fs::read_dir(dir).is_err() => {
+                    tracing::debug!(dir = %dir.display(), %err, "directory not watched");
+                }
+                Err(err) => {
+                    drop(shared);
+                    let mut pending = inbox.lock();
+                    pending.failed = Some(format!("watching {}: {err}", dir.display()));
+                    pending.changed = true;
+                    drop(pending);
+                    let _ = wake.try_send(());
+                }
+            }
+        }))
     }
 
     /// Start the watcher thread. It runs for the life of the process.
@@ -375,12 +419,14 @@ impl Watcher {
             }
         }
         if let Some(w) = &mut self.watch {
+            let mut shared = w.shared.lock().unwrap_or_else(|e| e.into_inner());
             for dir in new_dirs {
-                // notify adds this watch itself, after the event; adding it
-                // here and waiting for it means the walk that follows runs
-                // with the watch in place.
-                match w.watcher.watch(&dir, RecursiveMode::Recursive) {
-                    Ok(()) => {}
+                // notify adds this watch itself after the event only below
+                // directories it watches recursively; adding it here and
+                // waiting for it means the walk that follows runs with the
+                // watch in place.
+                match shared.watcher.watch(&dir, RecursiveMode::Recursive) {
+                    Ok(()) => shared.dirs.push(dir),
                     // Gone again, or replaced by a file: the walk sees that.
                     Err(err) if !dir.is_dir() => {
                         tracing::debug!(dir = %dir.display(), %err, "new directory vanished");
@@ -409,15 +455,26 @@ fn fall_back(err: &str, opts: WatchOptions) {
 
 /// The inotify watches and what they are on.
 struct Watch {
-    watcher: RecommendedWatcher,
+    /// Shared with the first build's [`Watcher::dir_hook`].
+    shared: Arc<Mutex<Shared>>,
+    /// Wakes the watcher thread (the hook's failures).
+    wake: SyncSender<()>,
     /// The root as configured, made absolute (maybe a symlink).
     link: PathBuf,
     /// The canonical root currently watched, if it resolved.
     root: Option<PathBuf>,
 }
 
+struct Shared {
+    watcher: RecommendedWatcher,
+    /// Directories below the root watched one by one (the first walk's,
+    /// and new ones, recursively): what a root swap unwatches.
+    dirs: Vec<PathBuf>,
+}
+
 impl Watch {
     fn new(link: &Path, inbox: Arc<Inbox>, wake: SyncSender<()>) -> notify::Result<Watch> {
+        let wake_hook = wake.clone();
         let parent = link.parent().map(Path::to_path_buf);
         let filter_link = link.to_path_buf();
         let filter_parent = parent.clone();
@@ -475,29 +532,44 @@ impl Watch {
             watcher.watch(parent, RecursiveMode::NonRecursive)?;
         }
         let mut watch = Watch {
-            watcher,
+            shared: Arc::new(Mutex::new(Shared {
+                watcher,
+                dirs: Vec::new(),
+            })),
+            wake: wake_hook,
             link: link.to_path_buf(),
             root: None,
         };
-        watch.follow_root()?;
+        // Its directories are watched as the first walk lists them.
+        watch.watch_root(RecursiveMode::NonRecursive)?;
         Ok(watch)
+    }
+
+    /// Watch the root the configured path resolves to now, if that changed
+    /// (a swapped root: recursively, before the rebuild walks it).
+    fn follow_root(&mut self) -> notify::Result<()> {
+        self.watch_root(RecursiveMode::Recursive)
     }
 
     /// Watch the root the configured path resolves to now, if that changed.
     /// A root that does not resolve is not an error here: the rebuild fails
     /// and reports it, and the parent's watch sees it come back.
-    fn follow_root(&mut self) -> notify::Result<()> {
+    fn watch_root(&mut self, mode: RecursiveMode) -> notify::Result<()> {
         let Ok(canonical) = std::fs::canonicalize(&self.link) else {
             return Ok(());
         };
         if self.root.as_ref() == Some(&canonical) {
             return Ok(());
         }
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = self.root.take() {
             // Gone already if the old release was deleted; that is fine.
-            let _ = self.watcher.unwatch(&old);
+            for dir in std::mem::take(&mut shared.dirs) {
+                let _ = shared.watcher.unwatch(&dir);
+            }
+            let _ = shared.watcher.unwatch(&old);
         }
-        self.watcher.watch(&canonical, RecursiveMode::Recursive)?;
+        shared.watcher.watch(&canonical, mode)?;
         tracing::info!(root = %canonical.display(), "watching the document root");
         self.root = Some(canonical);
         Ok(())
@@ -651,5 +723,29 @@ mod tests {
         let overflow = Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan);
         p.apply(&overflow, link, parent, now);
         assert!(p.rescan);
+    }
+
+    #[test]
+    fn a_directory_renamed_in_is_watched_like_a_new_one() {
+        use notify::event::RenameMode;
+        let base = std::env::temp_dir().join(format!("shardhttpd-watch-{}", std::process::id()));
+        let dir = base.join("www/moved");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(base.join("www/file"), b"f").unwrap();
+        let link = base.join("www");
+        let parent = Some(base.as_path());
+        let mut p = Pending::default();
+        for path in [&dir, &base.join("www/file")] {
+            let to = Event::new(EventKind::Modify(ModifyKind::Name(RenameMode::To)))
+                .add_path(path.clone());
+            p.apply(&to, &link, parent, Instant::now());
+        }
+        assert_eq!(
+            p.new_dirs,
+            vec![dir.clone()],
+            "a file renamed in is no directory"
+        );
+        assert!(p.paths.contains(&dir));
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

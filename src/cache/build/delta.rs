@@ -23,8 +23,8 @@ use anyhow::Context;
 use super::assemble::{finish_entry, loaded_parts, special_pages, ArenaPlan, NEW_SEGMENT};
 use super::load::{load_all, Loaded};
 use super::plan::{dir_slash, Plan, Step};
-use super::walk::{Walk, MAX_DEPTH};
-use super::{canonical_root, exhausted, is_exhausted, open_root, Built};
+use super::walk::{Stat, Walk, MAX_DEPTH};
+use super::{canonical_root, exhausted, is_exhausted, open_root, Built, Mode};
 
 use crate::cache::{
     pack_off, unpack_off, Body, BuildOptions, Entry, Resource, Segment, Snapshot, SnapshotStats,
@@ -179,7 +179,7 @@ pub(super) fn patch(
         walk.walk_child(
             path.clone(),
             meta.file_type(),
-            Some(meta),
+            Some(Stat::of(&meta)),
             &mut url,
             &mut ancestors,
         )?;
@@ -196,7 +196,12 @@ pub(super) fn patch(
     }
     super::test_pause_before_open(&walk.root);
     let fast = super::leveled(opts, plan.identity_mem);
-    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan)?;
+    let loaded = load_all(
+        fast.as_ref().unwrap_or(opts),
+        &walk,
+        &plan,
+        Mode::Background,
+    )?;
 
     let mut arena = ArenaPlan::default();
     let mut stats = old.stats;

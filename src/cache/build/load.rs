@@ -1,11 +1,16 @@
 //! Pass 2, the **load**: read, hash and compress every file the plan marks
-//! for loading, on a scoped pool of low-priority threads. A file is read
-//! only once its stamp has settled and held still around the read, so a
-//! write in progress is never published.
+//! for loading, on a scoped pool of threads (low-priority except in the
+//! first build). A file is read only once its stamp has settled and held
+//! still around the read, so a write in progress is never published.
+//!
+//! Per file in memory: `openat2` beneath the root, one `fstat` (the very
+//! file the walk stated, and its stamp before the read), `pread`, one
+//! `fstat` after it, `close`.
 
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,7 +22,7 @@ use xxhash_rust::xxh3::xxh3_128;
 use super::plan::{Plan, Step};
 use super::render::content_type;
 use super::walk::{is_forbidden, FileJob, Walk};
-use super::{exhausted, is_exhausted, TreeChanged};
+use super::{exhausted, helper_threads, is_exhausted, Mode, TreeChanged};
 use crate::cache::{compress, BuildOptions, FileStamp, SIDECARS};
 use crate::http::accept::Coding;
 
@@ -54,11 +59,12 @@ pub(super) enum Loaded {
 
 /// Pass 2: load every `Step::Load` on `available_parallelism` scoped
 /// threads. Compression dominates (brotli 11 runs at about 1 MB/s per core),
-/// so the work is spread file by file through a shared cursor.
+/// so the work is spread through a shared cursor, a few files at a time.
 pub(super) fn load_all(
     opts: &BuildOptions,
     walk: &Walk<'_>,
     plan: &Plan,
+    mode: Mode<'_>,
 ) -> anyhow::Result<Vec<Option<Loaded>>> {
     let todo: Vec<usize> = plan
         .steps
@@ -71,9 +77,11 @@ pub(super) fn load_all(
     if todo.is_empty() {
         return Ok(results);
     }
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(todo.len());
+    let threads = helper_threads().min(todo.len());
+    // Files handed out per cursor step: few enough that compression work
+    // stays spread evenly, enough that the shared cursor is not touched
+    // once per small file.
+    let batch = if opts.compress.is_some() { 1 } else { 64 };
     let cursor = AtomicUsize::new(0);
     let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     // The workers log inside the caller's span (the log filter drops a
@@ -85,23 +93,28 @@ pub(super) fn load_all(
                 scope.spawn(|| {
                     let _span = span.enter();
                     // Builders share CPUs with the shards: the request path
-                    // wins whenever both want a core.
-                    crate::sys::lower_thread_priority();
+                    // wins whenever both want a core (not in the first build:
+                    // nothing is served yet).
+                    mode.enter_helper();
                     let mut out = Vec::new();
-                    loop {
-                        let n = cursor.fetch_add(1, Ordering::Relaxed);
-                        let Some(&i) = todo.get(n) else { break };
-                        let Step::Load { in_mem } = plan.steps[i] else {
-                            unreachable!()
+                    'work: loop {
+                        let n = cursor.fetch_add(batch, Ordering::Relaxed);
+                        let Some(chunk) = todo.get(n..todo.len().min(n + batch)) else {
+                            break;
                         };
-                        match load_one(opts, walk, i, in_mem) {
-                            Ok(loaded) => out.push((i, loaded)),
-                            Err(err) => {
-                                // Stop every worker: the build has failed.
-                                cursor.store(todo.len(), Ordering::Relaxed);
-                                let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
-                                slot.get_or_insert(err);
-                                break;
+                        for &i in chunk {
+                            let Step::Load { in_mem } = plan.steps[i] else {
+                                unreachable!()
+                            };
+                            match load_one(opts, walk, i, in_mem) {
+                                Ok(loaded) => out.push((i, loaded)),
+                                Err(err) => {
+                                    // Stop every worker: the build has failed.
+                                    cursor.store(todo.len(), Ordering::Relaxed);
+                                    let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
+                                    slot.get_or_insert(err);
+                                    break 'work;
+                                }
                             }
                         }
                     }
@@ -136,7 +149,7 @@ pub(super) fn load_one(
         budget: if in_mem { job.stamp.size } else { 0 },
     };
     let opened = open_regular(walk, &job.path, &job.stamp);
-    let file = match opened.and_then(|f| load_file(&job.path, f, policy)) {
+    let file = match opened.and_then(|(f, meta)| load_file(&job.path, f, meta, policy)) {
         Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
         Ok(Some(file)) => file,
         Ok(None) => {
@@ -158,7 +171,8 @@ pub(super) fn load_one(
             return Ok(Loaded::Skip);
         }
     };
-    let (_, compressible) = content_type(&job.path, &opts.default_type);
+    // Only compression needs the media type.
+    let compressible = opts.compress.is_some() && content_type(&job.path, &opts.default_type).1;
     let mut variants = Vec::new();
     let mut used = [None; 3];
     for (slot, sidecar) in walk.sidecars(job).into_iter().enumerate() {
@@ -273,18 +287,20 @@ pub(super) fn read_sidecar(
     side: &FileJob,
     below: u64,
 ) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
-    let file = open_regular(walk, &side.path, &side.stamp)?;
+    let (file, mut meta) = open_regular(walk, &side.path, &side.stamp)?;
     for _ in 0..MAX_READ_ATTEMPTS {
-        let before = FileStamp::of(&file.metadata()?);
+        let before = FileStamp::of(&meta);
         if before.size >= below {
             return Ok(None);
         }
         if let Some(wait) = unsettled(&before, SystemTime::now()) {
             std::thread::sleep(wait);
+            meta = file.metadata()?;
             continue;
         }
         let bytes = read_prefix(&file, before.size)?;
-        if FileStamp::of(&file.metadata()?) == before {
+        meta = file.metadata()?;
+        if FileStamp::of(&meta) == before {
             return Ok(Some((bytes, before)));
         }
     }
@@ -294,11 +310,23 @@ pub(super) fn read_sidecar(
 /// Open a file the walk saw as regular, beneath the root's fd (no lookup
 /// step may leave the root, whatever was swapped for a symlink since the
 /// walk), and check it is the very file the walk stated: same device and
-/// inode. A different one means the tree changed under the build.
-pub(super) fn open_regular(walk: &Walk<'_>, path: &Path, seen: &FileStamp) -> io::Result<File> {
+/// inode. A different one means the tree changed under the build. Returns
+/// the file with that `fstat`, which is also the stamp before a read.
+pub(super) fn open_regular(
+    walk: &Walk<'_>,
+    path: &Path,
+    seen: &FileStamp,
+) -> io::Result<(File, Metadata)> {
+    // Walked paths are the canonical root joined with names: a byte prefix,
+    // cheaper than `Path::strip_prefix`'s component by component compare.
     let rel = path
-        .strip_prefix(&walk.root)
-        .map_err(|_| io::Error::from_raw_os_error(libc::EXDEV))?;
+        .as_os_str()
+        .as_bytes()
+        .strip_prefix(walk.root.as_os_str().as_bytes())
+        .and_then(|rest| rest.strip_prefix(b"/"))
+        .filter(|rest| !rest.is_empty())
+        .map(|rest| Path::new(std::ffi::OsStr::from_bytes(rest)))
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EXDEV))?;
     let dir = walk.root_dir.dir.as_fd();
     let file = match crate::sys::open_beneath(dir, rel) {
         // The cache of large-file fds is the one holder that can give some
@@ -312,7 +340,7 @@ pub(super) fn open_regular(walk: &Walk<'_>, path: &Path, seen: &FileStamp) -> io
     if (meta.dev(), meta.ino()) != (seen.dev, seen.ino) {
         return Err(io::Error::other(Swapped));
     }
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// The file opened is not the one the walk stated.
@@ -369,7 +397,8 @@ pub(super) enum LoadedBody {
     File(File),
 }
 
-/// Read and hash `file` (opened from `path`, used for logs). Files that fit
+/// Read and hash `file` (opened from `path`, used for logs; `meta` is its
+/// `fstat` from just after the open). Files that fit
 /// `policy` are kept in memory. Others are not read at all: like nginx,
 /// their validator is derived from what `fstat` says (inode, size, mtime in
 /// ns; see [`stamp_validator`]), so a root of large media starts in the
@@ -383,11 +412,12 @@ pub(super) enum LoadedBody {
 pub(super) fn load_file(
     path: &Path,
     file: File,
+    meta: Metadata,
     policy: MemPolicy,
 ) -> io::Result<Option<LoadedFile>> {
     let mut attempt = 1;
+    let mut meta = meta;
     loop {
-        let meta = file.metadata()?;
         if !meta.is_file() {
             return Ok(None);
         }
@@ -396,6 +426,7 @@ pub(super) fn load_file(
             if attempt < MAX_READ_ATTEMPTS {
                 attempt += 1;
                 std::thread::sleep(wait);
+                meta = file.metadata()?;
                 continue;
             }
             // Still fresh on the last attempt: the read below may miss a
@@ -410,7 +441,8 @@ pub(super) fn load_file(
         } else {
             (before.size, stamp_validator(&before), None)
         };
-        let after = FileStamp::of(&file.metadata()?);
+        meta = file.metadata()?;
+        let after = FileStamp::of(&meta);
         let settled = after == before && !fresh;
         if settled || attempt == MAX_READ_ATTEMPTS {
             if !settled {

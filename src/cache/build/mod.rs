@@ -2,7 +2,8 @@
 //!
 //! A build runs in these stages, one file each:
 //! 1. [`walk`] decides, once per build, what every path means (file,
-//!    directory needing a slash, forbidden) and stats every file;
+//!    directory needing a slash, forbidden) and stats every file, with
+//!    [`prefetch`] helpers listing directories ahead of it;
 //! 2. [`plan`] marks each file for reuse (the previous snapshot holds it
 //!    unchanged, same [`Source`](crate::cache::Source)) or for loading;
 //! 3. [`load`] reads, hashes and compresses the files to load, spread over a
@@ -13,11 +14,17 @@
 //!
 //! The hot path never touches the filesystem except through `sendfile` on an
 //! fd opened here.
+//!
+//! Helper threads (listing, loading) run at background priority
+//! (`sys::lower_thread_priority`) so the shards win a contended core,
+//! except in the first build ([`Mode::First`]): nothing is served yet, and
+//! lowering it would only let unrelated processes delay the start.
 
 mod assemble;
 mod delta;
 mod load;
 mod plan;
+mod prefetch;
 mod render;
 mod walk;
 
@@ -42,7 +49,40 @@ use assemble::assemble;
 pub use delta::MAX_PATCH_PATHS;
 use load::load_all;
 use plan::Plan;
-use walk::{read_dir_sorted, Walk};
+use prefetch::Prefetch;
+use walk::Walk;
+
+/// Called with each directory a full walk is about to list, before it
+/// lists it: how the first build adds the inotify watch of every directory
+/// (`cache::watch`), so that no change falls between a listing and its
+/// watch.
+pub type DirHook = dyn Fn(&Path) + Send + Sync;
+
+/// Who a build is for.
+#[derive(Clone, Copy)]
+pub enum Mode<'a> {
+    /// A rebuild while snapshots are served: helpers at background
+    /// priority.
+    Background,
+    /// Before anything is served: helpers at normal priority, and `hook`
+    /// (if any) sees each directory before it is listed.
+    First { hook: Option<&'a DirHook> },
+}
+
+impl Mode<'_> {
+    /// Lower the calling helper thread's priority unless this is the first
+    /// build.
+    pub(super) fn enter_helper(self) {
+        if let Mode::Background = self {
+            crate::sys::lower_thread_priority();
+        }
+    }
+}
+
+/// Threads for a build's parallel stages: one per available core.
+pub(super) fn helper_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// Sidecars rejected by builds since start (stale or not matching their
 /// source), by reason label.
@@ -227,6 +267,26 @@ pub fn rebuild(
     held: &HashSet<PathBuf>,
     changed: Option<&HashSet<PathBuf>>,
 ) -> anyhow::Result<Built> {
+    rebuild_in(opts, generation, old, held, changed, Mode::Background)
+}
+
+/// Build generation 1 before anything is served ([`Mode::First`]).
+pub fn build_first(opts: &BuildOptions, hook: Option<&DirHook>) -> anyhow::Result<Snapshot> {
+    match rebuild_in(opts, 1, None, &HashSet::new(), None, Mode::First { hook })? {
+        Built::New(snapshot) => Ok(snapshot),
+        Built::Unchanged => unreachable!("a build without a previous snapshot is always new"),
+    }
+}
+
+/// [`rebuild`] for `mode`.
+fn rebuild_in(
+    opts: &BuildOptions,
+    generation: u64,
+    old: Option<&Snapshot>,
+    held: &HashSet<PathBuf>,
+    changed: Option<&HashSet<PathBuf>>,
+    mode: Mode<'_>,
+) -> anyhow::Result<Built> {
     let started = Instant::now();
     // Entries built without variants cannot stand in for ones built with
     // them (or the other way round): a change of mode reloads everything.
@@ -238,15 +298,34 @@ pub fn rebuild(
         }
     }
     let (root, root_meta) = canonical_root(opts)?;
+    let hook = match mode {
+        Mode::First { hook } => hook,
+        Mode::Background => None,
+    };
+    let prefetch = Prefetch::new(opts, hook);
     // Read the root up front so that an unreadable root fails the build instead
     // of producing an empty snapshot that 404s everything.
-    let children = read_dir_sorted(&root)
+    let children = prefetch
+        .list(&root)
         .with_context(|| format!("reading document root {}", root.display()))?;
     let root_dir = open_root(&root, &root_meta)?;
     let mut walk = Walk::new(opts, root.clone(), root_dir);
     let mut ancestors = vec![(root_meta.dev(), root_meta.ino())];
-    let mut url = Vec::new();
-    walk.walk_children(children, &root, &mut url, &mut ancestors)?;
+    prefetch.push_children(&root, b"", &ancestors, &children);
+    walk.prefetch = Some(&prefetch);
+    let walked = std::thread::scope(|scope| {
+        for _ in 0..helper_threads() {
+            scope.spawn(|| {
+                mode.enter_helper();
+                prefetch.help();
+            });
+        }
+        let _stop = prefetch.stopper();
+        let mut url = Vec::new();
+        walk.walk_children(children, &root, &mut url, &mut ancestors)
+    });
+    walked?;
+    walk.prefetch = None;
     walk.dirs.push(Box::default());
 
     let walked = started.elapsed();
@@ -263,7 +342,7 @@ pub fn rebuild(
     test_pause_before_open(&walk.root);
     let planned = started.elapsed();
     let fast = leveled(opts, plan.identity_mem);
-    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan)?;
+    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan, mode)?;
     let load_done = started.elapsed();
     let examined = walk.examined + 1;
     let mut snapshot = assemble(opts, walk, plan, loaded, old, generation)?;

@@ -1,17 +1,22 @@
 //! Pass 1, the **walk**: list the root, decide once per build what every
 //! path means (file, directory needing a slash, forbidden) and stat every
 //! file, following symlinks only to targets inside the canonical root.
+//!
+//! The walk itself runs on one thread, in sorted depth-first order, so its
+//! result (file order, index) is the same from build to build. A full walk
+//! hands the listing of directories (`getdents` and an `fstatat` per entry,
+//! nearly all of its time) to [`Prefetch`] helpers, which list ahead of it.
 
 use std::ffi::OsString;
 use std::fs::{self, Metadata};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
 
+use super::prefetch::Prefetch;
 use super::{exhausted, is_exhausted, TreeChanged};
 use crate::cache::index::Shard;
 use crate::cache::{BuildOptions, FileStamp, Resource, RootDir, SIDECARS};
@@ -22,7 +27,44 @@ use crate::cache::{BuildOptions, FileStamp, Resource, RootDir, SIDECARS};
 pub(super) const MAX_DEPTH: usize = 64;
 
 /// `(st_dev, st_ino)`: a directory's identity, for loop detection.
-type DirId = (u64, u64);
+pub(super) type DirId = (u64, u64);
+
+/// What the walk needs of an entry's `lstat` (or, for a symlink, of its
+/// target's `stat`): its kind and stamp. Smaller than a `Metadata`, since a
+/// full walk's listings may wait in memory for the walk to reach them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stat {
+    pub(super) kind: Kind,
+    pub(super) stamp: FileStamp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Dir,
+    File,
+    /// FIFOs, sockets, devices (and, from an `lstat`, symlinks).
+    Other,
+}
+
+impl Stat {
+    pub(super) fn of(meta: &Metadata) -> Stat {
+        let kind = if meta.is_dir() {
+            Kind::Dir
+        } else if meta.is_file() {
+            Kind::File
+        } else {
+            Kind::Other
+        };
+        Stat {
+            kind,
+            stamp: FileStamp::of(meta),
+        }
+    }
+
+    pub(super) fn id(&self) -> DirId {
+        (self.stamp.dev, self.stamp.ino)
+    }
+}
 
 /// A regular file found by the walk.
 pub(super) struct FileJob {
@@ -53,6 +95,8 @@ pub(super) struct Walk<'a> {
     /// URLs of walked directories (`""` for the root); `url + "/"` is added
     /// once it is known whether one of their index files is servable.
     pub(super) dirs: Vec<Box<[u8]>>,
+    /// Helpers listing directories ahead of the walk (a full walk only).
+    pub(super) prefetch: Option<&'a Prefetch<'a>>,
 }
 
 impl<'a> Walk<'a> {
@@ -67,6 +111,7 @@ impl<'a> Walk<'a> {
             has_sidecars: false,
             examined: 0,
             dirs: Vec::new(),
+            prefetch: None,
         }
     }
 
@@ -110,7 +155,7 @@ impl<'a> Walk<'a> {
         &mut self,
         path: PathBuf,
         file_type: fs::FileType,
-        listed: Option<Metadata>,
+        listed: Option<Stat>,
         url: &mut Vec<u8>,
         ancestors: &mut Vec<DirId>,
     ) -> anyhow::Result<()> {
@@ -136,7 +181,7 @@ impl<'a> Walk<'a> {
                 return Ok(());
             }
             match fs::metadata(&target) {
-                Ok(meta) => (target, meta),
+                Ok(meta) => (target, Stat::of(&meta)),
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {
                     return Err(TreeChanged(target).into())
                 }
@@ -150,7 +195,7 @@ impl<'a> Walk<'a> {
             (path, meta)
         } else {
             match fs::symlink_metadata(&path) {
-                Ok(meta) => (path, meta),
+                Ok(meta) => (path, Stat::of(&meta)),
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {
                     return Err(TreeChanged(path).into())
                 }
@@ -162,9 +207,9 @@ impl<'a> Walk<'a> {
             }
         };
 
-        if meta.is_dir() {
+        if meta.kind == Kind::Dir {
             self.walk_dir(&path, &meta, url, ancestors)
-        } else if meta.is_file() {
+        } else if meta.kind == Kind::File {
             let idx = u32::try_from(self.files.len())
                 .context("more than u32::MAX files under the root")?;
             self.has_sidecars |= SIDECARS
@@ -173,7 +218,7 @@ impl<'a> Walk<'a> {
             self.files.push(FileJob {
                 url: url.as_slice().into(),
                 path,
-                stamp: FileStamp::of(&meta),
+                stamp: meta.stamp,
             });
             self.index
                 .insert(url.as_slice().into(), Resource::File(idx));
@@ -189,11 +234,11 @@ impl<'a> Walk<'a> {
     pub(super) fn walk_dir(
         &mut self,
         path: &Path,
-        meta: &Metadata,
+        meta: &Stat,
         url: &mut Vec<u8>,
         ancestors: &mut Vec<DirId>,
     ) -> anyhow::Result<()> {
-        let id = (meta.dev(), meta.ino());
+        let id = meta.id();
         if ancestors.contains(&id) {
             tracing::warn!(path = %path.display(), "skipping directory loop");
             return Ok(());
@@ -203,7 +248,11 @@ impl<'a> Walk<'a> {
             tracing::warn!(path = %path.display(), max = MAX_DEPTH, "skipping directory nested too deep");
             return Ok(());
         }
-        let children = match read_dir_sorted(path) {
+        let listed = match self.prefetch {
+            Some(prefetch) => prefetch.take(path, id, url, ancestors),
+            None => read_dir_sorted(path),
+        };
+        let children = match listed {
             Ok(children) => children,
             Err(err) if is_forbidden(&err) => {
                 tracing::warn!(path = %path.display(), %err, "unreadable directory; answering 403");
@@ -255,9 +304,9 @@ impl<'a> Walk<'a> {
 /// One directory entry as listed: its name, type, and (except for
 /// symlinks) its `lstat`, when that succeeded.
 pub(super) struct Child {
-    name: OsString,
-    file_type: fs::FileType,
-    meta: Option<Metadata>,
+    pub(super) name: OsString,
+    pub(super) file_type: fs::FileType,
+    pub(super) meta: Option<Stat>,
 }
 
 /// A directory's entries, sorted by name so entry indices and arena layout are
@@ -274,7 +323,8 @@ pub(super) fn read_dir_sorted(dir: &Path) -> io::Result<Vec<Child>> {
             // by the walk's own `lstat`.
             let meta = (!file_type.is_symlink())
                 .then(|| e.metadata().ok())
-                .flatten();
+                .flatten()
+                .map(|m| Stat::of(&m));
             Ok(Child {
                 name: e.file_name(),
                 file_type,

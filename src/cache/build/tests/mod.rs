@@ -430,3 +430,4 @@ fn content_types() {
 }
 
 mod variants;
+mod walk;

@@ -1,0 +1,216 @@
+//! Listing directories ahead of the walk: a full walk's time is nearly all
+//! `getdents` and one `fstatat` per entry, which helpers on the other cores
+//! do while the walk (one thread, in order, so its result is the same from
+//! build to build) consumes their listings.
+//!
+//! Helpers take directories from a stack, so they list roughly in the
+//! walk's own depth-first order, and push each listed directory's
+//! subdirectories. The walk takes a listing when it is ready, waits for one
+//! in progress, and lists a directory no helper has started itself. A
+//! listing is the one [`read_dir_sorted`] would make at that moment: the
+//! walk's result does not depend on who listed what, only (as ever) on the
+//! tree. Helpers skip what the walk would skip (disallowed dotfiles, loops,
+//! past [`MAX_DEPTH`]); symlinked directories are left to the walk.
+//!
+//! With a [`DirHook`] (the first build, see `cache::watch`), every directory
+//! is handed to it just before it is listed: the inotify watch is then in
+//! place before the listing it protects.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use super::walk::{read_dir_sorted, Child, DirId, Kind, MAX_DEPTH};
+use super::DirHook;
+use crate::cache::BuildOptions;
+
+/// A directory to list, as the walk would reach it.
+struct Job {
+    path: PathBuf,
+    url: Vec<u8>,
+    /// Directories from the root down to and including this one.
+    ancestors: Vec<DirId>,
+}
+
+enum Slot {
+    /// A helper is listing it.
+    Listing,
+    Done(io::Result<Vec<Child>>),
+    /// The walk has it (or listed it itself): a second request (the same
+    /// directory under a symlink) lists it again.
+    Taken,
+}
+
+#[derive(Default)]
+struct State {
+    stack: Vec<Job>,
+    slots: HashMap<PathBuf, Slot>,
+    stop: bool,
+}
+
+/// Shared between the walk and its helpers for one build.
+pub(super) struct Prefetch<'a> {
+    opts: &'a BuildOptions,
+    hook: Option<&'a DirHook>,
+    state: Mutex<State>,
+    /// A listing finished, work was pushed, or the walk is done.
+    changed: Condvar,
+}
+
+impl<'a> Prefetch<'a> {
+    pub(super) fn new(opts: &'a BuildOptions, hook: Option<&'a DirHook>) -> Self {
+        Prefetch {
+            opts,
+            hook,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// List `dir`, first handing it to the hook.
+    pub(super) fn list(&self, dir: &Path) -> io::Result<Vec<Child>> {
+        if let Some(hook) = self.hook {
+            hook(dir);
+        }
+        read_dir_sorted(dir)
+    }
+
+    /// Queue the subdirectories of `dir` (listed as `children`, at `url`,
+    /// with `ancestors` ending in `dir` itself) for the helpers.
+    pub(super) fn push_children(
+        &self,
+        dir: &Path,
+        url: &[u8],
+        ancestors: &[DirId],
+        children: &[Child],
+    ) {
+        if ancestors.len() > MAX_DEPTH {
+            return;
+        }
+        let mut jobs = Vec::new();
+        // Reversed: the stack pops the first child first, as the walk goes.
+        for child in children.iter().rev() {
+            let Some(stat) = child.meta.filter(|m| m.kind == Kind::Dir) else {
+                continue;
+            };
+            let name = child.name.as_bytes();
+            let mut child_url = Vec::with_capacity(url.len() + 1 + name.len());
+            child_url.extend_from_slice(url);
+            child_url.push(b'/');
+            child_url.extend_from_slice(name);
+            if name.starts_with(b".") && !self.opts.dotfile_allow.allows(name, &child_url) {
+                continue;
+            }
+            if ancestors.contains(&stat.id()) {
+                continue;
+            }
+            let mut child_ancestors = ancestors.to_vec();
+            child_ancestors.push(stat.id());
+            jobs.push(Job {
+                path: dir.join(&child.name),
+                url: child_url,
+                ancestors: child_ancestors,
+            });
+        }
+        if jobs.is_empty() {
+            return;
+        }
+        self.lock().stack.extend(jobs);
+        self.changed.notify_all();
+    }
+
+    /// The listing of `dir` (whose identity is `id`) for the walk, which
+    /// reached it at `url` with `ancestors` (not yet including `dir`).
+    pub(super) fn take(
+        &self,
+        dir: &Path,
+        id: DirId,
+        url: &[u8],
+        ancestors: &[DirId],
+    ) -> io::Result<Vec<Child>> {
+        let mut state = self.lock();
+        loop {
+            match state.slots.get_mut(dir) {
+                Some(slot @ Slot::Done(_)) => {
+                    let Slot::Done(listed) = std::mem::replace(slot, Slot::Taken) else {
+                        unreachable!()
+                    };
+                    return listed;
+                }
+                Some(Slot::Listing) => {
+                    state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+                Some(Slot::Taken) => break,
+                None => {
+                    state.slots.insert(dir.to_path_buf(), Slot::Taken);
+                    break;
+                }
+            }
+        }
+        drop(state);
+        // Not started by any helper (or wanted twice): list it here, and let
+        // the helpers go on below it.
+        let listed = self.list(dir);
+        if let Ok(children) = &listed {
+            let mut ancestors = ancestors.to_vec();
+            ancestors.push(id);
+            self.push_children(dir, url, &ancestors, children);
+        }
+        listed
+    }
+
+    /// A helper: list directories from the stack until the walk is done.
+    pub(super) fn help(&self) {
+        loop {
+            let job = {
+                let mut state = self.lock();
+                loop {
+                    if state.stop {
+                        return;
+                    }
+                    match state.stack.pop() {
+                        Some(job) if state.slots.contains_key(&job.path) => {}
+                        Some(job) => {
+                            state.slots.insert(job.path.clone(), Slot::Listing);
+                            break job;
+                        }
+                        None => {
+                            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                        }
+                    }
+                }
+            };
+            let listed = self.list(&job.path);
+            if let Ok(children) = &listed {
+                self.push_children(&job.path, &job.url, &job.ancestors, children);
+            }
+            self.lock().slots.insert(job.path, Slot::Done(listed));
+            self.changed.notify_all();
+        }
+    }
+
+    /// The walk is over: helpers return.
+    fn stop(&self) {
+        self.lock().stop = true;
+        self.changed.notify_all();
+    }
+
+    /// Stops the helpers when dropped, however the walk ends.
+    pub(super) fn stopper(&self) -> Stopper<'_, 'a> {
+        Stopper(self)
+    }
+}
+
+pub(super) struct Stopper<'p, 'a>(&'p Prefetch<'a>);
+
+impl Drop for Stopper<'_, '_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
