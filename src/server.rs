@@ -118,6 +118,8 @@ enum ShardSocket {
 /// 503) while the build runs; the shard sockets start listening once the
 /// snapshot is there.
 pub fn run(config: Config) -> anyhow::Result<()> {
+    // Before the first build allocates anything.
+    crate::sys::fix_mmap_threshold();
     log_start(&config);
     // Resolved now: once a deploy replaces the file, /proc/self/exe names the
     // deleted old binary, and SIGUSR2 must start the new one.

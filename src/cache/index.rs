@@ -514,7 +514,7 @@ mod tests {
         let source = Source { stamp, sidecars: 0 };
         let repr = Repr::new(0, at..heads.len(), 0, 0..0, Body::Mem { off: 0 });
         Entry::new(
-            &crate::cache::Prefix::EMPTY,
+            &crate::cache::Frame::EMPTY,
             0,
             repr,
             Box::default(),

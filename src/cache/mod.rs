@@ -92,8 +92,8 @@ pub enum Resource {
 
 /// One file of the snapshot. Kept small (a root can hold millions): its
 /// heads are not here but in the head bytes of its chunk of
-/// [`Entries`], which it addresses by offset, after a [`Prefix`] shared by
-/// every file of its type; read it through [`EntryRef`], which pairs the
+/// [`Entries`], which it addresses by offset, in a [`Frame`] shared by
+/// every file of its type and rules; read it through [`EntryRef`], which pairs the
 /// two.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -108,8 +108,8 @@ pub struct Entry {
     /// What the files looked like when read; a rebuild reuses the entry
     /// while they still look the same.
     pub source: Source,
-    /// The start of every 200 head: status line, `Server`, `Content-Type`.
-    prefix: &'static Prefix,
+    /// The lines of its 200 heads that other files share.
+    frame: &'static Frame,
     /// The codings of `encoded`, same order, for `http::accept::negotiate`
     /// (the first `encoded.len()` count; inline, not one more allocation).
     codings: [Coding; 3],
@@ -119,9 +119,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// An entry whose 200 heads start with `prefix`.
+    /// An entry whose 200 heads are framed by `frame`.
     pub(crate) fn new(
-        prefix: &'static Prefix,
+        frame: &'static Frame,
         last_modified: u64,
         identity: Repr,
         encoded: Box<[(Coding, Repr)]>,
@@ -138,7 +138,7 @@ impl Entry {
             identity,
             encoded,
             source,
-            prefix,
+            frame,
             codings,
             vary,
         }
@@ -147,7 +147,7 @@ impl Entry {
     /// What fills a slot no path points to any more.
     pub(crate) fn vacant(source: Source) -> Entry {
         Entry::new(
-            &Prefix::EMPTY,
+            &Frame::EMPTY,
             0,
             Repr::new(0, 0..0, 0, 0..0, Body::Mem { off: 0 }),
             Box::default(),
@@ -211,7 +211,7 @@ impl<'a> EntryRef<'a> {
         ReprRef {
             repr: &self.entry.identity,
             heads: self.heads,
-            prefix: self.entry.prefix,
+            frame: self.entry.frame,
             coding: Coding::Identity,
         }
     }
@@ -224,7 +224,7 @@ impl<'a> EntryRef<'a> {
             Some((c, repr)) => ReprRef {
                 repr,
                 heads: self.heads,
-                prefix: self.entry.prefix,
+                frame: self.entry.frame,
                 coding: *c,
             },
             None => self.identity(),
@@ -233,11 +233,11 @@ impl<'a> EntryRef<'a> {
 
     /// The compressed representations, in [`Entry::encoded`] order.
     pub fn variants(&self) -> impl Iterator<Item = ReprRef<'a>> + 'a {
-        let (heads, prefix) = (self.heads, self.entry.prefix);
+        let (heads, frame) = (self.heads, self.entry.frame);
         self.entry.encoded.iter().map(move |(c, repr)| ReprRef {
             repr,
             heads,
-            prefix,
+            frame,
             coding: *c,
         })
     }
@@ -245,60 +245,80 @@ impl<'a> EntryRef<'a> {
     /// `Content-Type: …\r\n`, with `; charset=utf-8` for text types.
     #[inline]
     pub fn content_type_line(&self) -> &'static [u8] {
-        self.entry.prefix.content_type_line()
+        self.entry.frame.content_type_line()
     }
 }
 
-/// The start of a 200 head that every file of one media type shares:
-/// `HTTP/1.1 200 OK`, `Server` and `Content-Type` (77 bytes for HTML), kept
-/// once per process rather than once per file. Interned by the build and
-/// never freed: there are as many as the server line (fixed for the
-/// process) times the media types the roots have had.
+/// The lines of a 200 head that every file of one media type under the
+/// same rules shares: before its own lines, `HTTP/1.1 200 OK`, `Server`
+/// and `Content-Type` (77 bytes for HTML); after them, `Accept-Ranges`,
+/// then `Cache-Control`, `Vary` and custom headers where they apply. Kept
+/// once per process rather than once per file: interned by the build and
+/// never freed, there are as many as the media types the roots have had
+/// times the rule sets of the configuration (the server line is fixed for
+/// the process).
 #[derive(Debug)]
-pub struct Prefix {
+pub struct Frame {
+    /// The lines before, then the lines after.
     bytes: &'static [u8],
-    /// Where `Content-Type: …\r\n` starts: it runs to the end.
+    /// Where `Content-Type: …\r\n` starts: it runs to `tail_at`.
     content_type_at: usize,
+    /// Where the lines after start.
+    tail_at: usize,
 }
 
-impl Prefix {
-    /// The prefix of entries that are never served (vacant slots).
-    pub(crate) const EMPTY: Prefix = Prefix {
+impl Frame {
+    /// The frame of entries that are never served (vacant slots).
+    pub(crate) const EMPTY: Frame = Frame {
         bytes: b"",
         content_type_at: 0,
+        tail_at: 0,
     };
 
-    /// The prefix `status_and_server` + `content_type_line`, interned.
-    pub(crate) fn intern(status_and_server: &[u8], content_type_line: &[u8]) -> &'static Prefix {
+    /// The frame `status_and_server` + `content_type_line` … `tail`,
+    /// interned.
+    pub(crate) fn intern(
+        status_and_server: &[u8],
+        content_type_line: &[u8],
+        tail: &[u8],
+    ) -> &'static Frame {
         use std::collections::HashMap;
         use std::sync::Mutex;
-        type Interned = HashMap<(usize, Vec<u8>), &'static Prefix>;
-        static PREFIXES: Mutex<Option<Interned>> = Mutex::new(None);
-        let mut bytes = Vec::with_capacity(status_and_server.len() + content_type_line.len());
-        bytes.extend_from_slice(status_and_server);
-        bytes.extend_from_slice(content_type_line);
-        let key = (status_and_server.len(), bytes);
-        let mut interned = PREFIXES.lock().unwrap_or_else(|e| e.into_inner());
+        type Interned = HashMap<(usize, usize, Vec<u8>), &'static Frame>;
+        static FRAMES: Mutex<Option<Interned>> = Mutex::new(None);
+        let bytes = [status_and_server, content_type_line, tail].concat();
+        let content_type_at = status_and_server.len();
+        let tail_at = content_type_at + content_type_line.len();
+        let key = (content_type_at, tail_at, bytes);
+        let mut interned = FRAMES.lock().unwrap_or_else(|e| e.into_inner());
         let interned = interned.get_or_insert_with(HashMap::new);
         if let Some(found) = interned.get(&key) {
             return found;
         }
-        let leaked: &'static Prefix = Box::leak(Box::new(Prefix {
-            bytes: Box::leak(key.1.clone().into_boxed_slice()),
-            content_type_at: key.0,
+        let leaked: &'static Frame = Box::leak(Box::new(Frame {
+            bytes: Box::leak(key.2.clone().into_boxed_slice()),
+            content_type_at,
+            tail_at,
         }));
         interned.insert(key, leaked);
         leaked
     }
 
+    /// Status line, `Server`, `Content-Type`.
     #[inline]
-    pub fn bytes(&self) -> &'static [u8] {
-        self.bytes
+    pub fn head(&self) -> &'static [u8] {
+        &self.bytes[..self.tail_at]
+    }
+
+    /// `Accept-Ranges` and what follows it.
+    #[inline]
+    pub fn tail(&self) -> &'static [u8] {
+        &self.bytes[self.tail_at..]
     }
 
     #[inline]
     pub fn content_type_line(&self) -> &'static [u8] {
-        &self.bytes[self.content_type_at..]
+        &self.bytes[self.content_type_at..self.tail_at]
     }
 }
 
@@ -345,16 +365,16 @@ pub const SIDECARS: [(Coding, &str); 3] = [
 ];
 
 /// One representation of an entry: identity or a compressed variant. Its
-/// 200 head is its entry's [`Prefix`] and then a range of its chunk's head
-/// bytes (read it through [`ReprRef`]); the fields shared with 206 and 304
-/// are that range's tail, the ETag a range of that. The content hash is not kept: the ETag spells
+/// 200 head is a range of its chunk's head bytes in its entry's [`Frame`]
+/// (read it through [`ReprRef`]); the fields shared with 206 and 304 are
+/// that range's tail and the frame's, the ETag a range of the first. The content hash is not kept: the ETag spells
 /// it ([`ReprRef::hash`]).
 #[derive(Debug, Clone)]
 pub struct Repr {
     /// Body length.
     pub len: u64,
     pub body: Body,
-    /// Where the 200 head after the prefix is in the chunk's head bytes.
+    /// Where its own lines of the 200 head are in the chunk's head bytes.
     head_at: u32,
     head_len: u32,
     /// Where [`ReprRef::common`] starts, from the head's start.
@@ -403,7 +423,7 @@ impl Repr {
 pub struct ReprRef<'a> {
     repr: &'a Repr,
     heads: &'a [u8],
-    prefix: &'static Prefix,
+    frame: &'static Frame,
     coding: Coding,
 }
 
@@ -423,12 +443,12 @@ impl<'a> ReprRef<'a> {
     }
 
     /// The complete 200 head except `Date`, `Connection` and the final
-    /// CRLF, in two pieces: the shared [`Prefix`] (status line, Server,
-    /// Content-Type), then this representation's own fields
-    /// (Content-Length, encoding, common).
+    /// CRLF, in three pieces: the [`Frame`]'s head (status line, Server,
+    /// Content-Type), this representation's own lines (Content-Length,
+    /// encoding, Last-Modified, ETag), the frame's tail.
     #[inline]
-    pub fn head_200(&self) -> [&'a [u8]; 2] {
-        [self.prefix.bytes(), self.own()]
+    pub fn head_200(&self) -> [&'a [u8]; 3] {
+        [self.frame.head(), self.own(), self.frame.tail()]
     }
 
     /// The 200 head in one piece (tests, logs).
@@ -436,18 +456,26 @@ impl<'a> ReprRef<'a> {
         self.head_200().concat()
     }
 
-    /// The head after the prefix.
+    /// This representation's own lines.
     #[inline]
     fn own(&self) -> &'a [u8] {
         &self.heads[self.repr.head_range()]
     }
 
-    /// Fields shared by 200, 206 and 304: `Last-Modified`, `ETag`,
-    /// `Accept-Ranges: bytes`, then `Cache-Control` and
+    /// Fields shared by 200, 206 and 304, in two pieces: `Last-Modified`,
+    /// `ETag`, then `Accept-Ranges: bytes`, `Cache-Control` and
     /// `Vary: Accept-Encoding` where they apply (each with CRLF).
     #[inline]
-    pub fn common(&self) -> &'a [u8] {
-        &self.own()[self.repr.common_at as usize..]
+    pub fn common(&self) -> [&'a [u8]; 2] {
+        [
+            &self.own()[self.repr.common_at as usize..],
+            self.frame.tail(),
+        ]
+    }
+
+    /// [`ReprRef::common`] in one piece (tests).
+    pub fn common_vec(&self) -> Vec<u8> {
+        self.common().concat()
     }
 
     /// Strong ETag derived from the content, quotes included.

@@ -215,7 +215,9 @@ fn serve(
             buf.extend_from_slice(Status::NotModified.line());
             buf.extend_from_slice(env.server_line);
             buf.extend_from_slice(env.date.line());
-            buf.extend_from_slice(repr.common());
+            for piece in repr.common() {
+                buf.extend_from_slice(piece);
+            }
             buf.extend_from_slice(env.conn_lines);
             buf.extend_from_slice(persist.line());
             buf.extend_from_slice(b"\r\n");
@@ -305,7 +307,9 @@ fn partial(
     buf.extend_from_slice(Status::PartialContent.line());
     buf.extend_from_slice(env.server_line);
     buf.extend_from_slice(env.date.line());
-    buf.extend_from_slice(repr.common());
+    for piece in repr.common() {
+        buf.extend_from_slice(piece);
+    }
     buf.extend_from_slice(repr.encoding_line());
     buf.extend_from_slice(env.conn_lines);
     buf.extend_from_slice(persist.line());

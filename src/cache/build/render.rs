@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::assemble::ReprParts;
 use crate::cache::{
-    compress, encoding_line, rules, Body, BuildOptions, Entry, Prefix, Repr, Source,
+    compress, encoding_line, rules, Body, BuildOptions, Entry, Frame, Repr, Source,
 };
 use crate::http::accept::Coding;
 
@@ -57,7 +57,8 @@ pub(super) fn render_entry(
     } else {
         cache_control
     };
-    // Fields after the ETag, the same for every representation.
+    // Fields after the ETag, the same for every representation (and for
+    // every file of this type under the same rules: the frame's tail).
     let mut tail = Vec::with_capacity(64 + headers.len());
     tail.extend_from_slice(b"Accept-Ranges: bytes\r\n");
     if let Some(value) = cache_control {
@@ -90,7 +91,6 @@ pub(super) fn render_entry(
         let etag_at = heads.len() - start;
         heads.extend_from_slice(&etag);
         heads.extend_from_slice(b"\r\n");
-        heads.extend_from_slice(&tail);
         Repr::new(
             parts.len,
             start..heads.len(),
@@ -107,7 +107,7 @@ pub(super) fn render_entry(
     let mut status_and_server = b"HTTP/1.1 200 OK\r\n".to_vec();
     status_and_server.extend_from_slice(&opts.server_line);
     Entry::new(
-        Prefix::intern(&status_and_server, &content_type_line),
+        Frame::intern(&status_and_server, &content_type_line, &tail),
         last_modified,
         identity,
         encoded,

@@ -326,7 +326,7 @@ fn head_200_exact_bytes() {
         b"Content-Type: text/plain; charset=utf-8\r\n"
     );
     assert_eq!(entry.identity().etag(), etag.as_bytes());
-    assert_eq!(entry.identity().common(), common.as_bytes());
+    assert_eq!(entry.identity().common_vec(), common.as_bytes());
     assert_eq!(
         String::from_utf8_lossy(&entry.identity().head_200_vec()),
         head,

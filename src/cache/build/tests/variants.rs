@@ -124,7 +124,7 @@ fn variants_decode_to_the_original() {
         assert!(head.contains("Vary: Accept-Encoding\r\n"), "{head}");
         etags.push(r.etag().to_vec());
     }
-    let ident = String::from_utf8_lossy(e.identity().common());
+    let ident = String::from_utf8_lossy(&e.identity().common_vec()).into_owned();
     assert!(ident.contains("Vary: Accept-Encoding\r\n"), "{ident}");
     etags.sort();
     etags.dedup();
@@ -135,7 +135,7 @@ fn variants_decode_to_the_original() {
     for path in [&b"/tiny.html"[..], b"/logo.png"] {
         let e = snap.entry(file_idx(&snap, path));
         assert!(!e.vary && e.encoded.is_empty());
-        assert!(!String::from_utf8_lossy(e.identity().common()).contains("Vary"));
+        assert!(!String::from_utf8_lossy(&e.identity().common_vec()).contains("Vary"));
     }
 }
 
@@ -256,7 +256,7 @@ fn compressible_files_vary_from_the_first_response() {
     // The fast start: variants configured but not built yet.
     let window = build(&o, 1).unwrap();
     let common = |s: &Snapshot, p: &[u8]| {
-        String::from_utf8_lossy(s.entry(file_idx(s, p)).identity().common()).into_owned()
+        String::from_utf8_lossy(&s.entry(file_idx(s, p)).identity().common_vec()).into_owned()
     };
     let big = common(&window, b"/big.html");
     assert!(window
@@ -372,7 +372,8 @@ fn cache_control_error_pages_and_spa() {
     ];
     let snap = build(&o, 1).unwrap();
     let cc = |path: &[u8]| {
-        String::from_utf8_lossy(snap.entry(file_idx(&snap, path)).identity().common()).into_owned()
+        String::from_utf8_lossy(&snap.entry(file_idx(&snap, path)).identity().common_vec())
+            .into_owned()
     };
     assert!(cc(b"/index.html").contains("Cache-Control: no-cache\r\n"));
     assert!(cc(b"/assets/app.js").contains("Cache-Control: immutable\r\n"));
