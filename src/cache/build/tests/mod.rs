@@ -423,5 +423,6 @@ fn content_types() {
     );
 }
 
+mod loading;
 mod variants;
 mod walk;
