@@ -91,14 +91,12 @@ pub enum Resource {
 }
 
 /// One file of the snapshot. Kept small (a root can hold millions): its
-/// heads are one allocation per representation, the other header lines
-/// are ranges of the identity head.
+/// heads are not here but in the head bytes of its chunk of
+/// [`Entries`], which it addresses by offset, after a [`Prefix`] shared by
+/// every file of its type; read it through [`EntryRef`], which pairs the
+/// two.
 #[derive(Debug, Clone)]
 pub struct Entry {
-    /// Where `Content-Type: …\r\n` is in the identity head (see
-    /// [`Entry::content_type_line`]).
-    content_type_at: u32,
-    content_type_len: u32,
     /// Last-Modified as Unix seconds.
     pub last_modified: u64,
     /// The uncompressed representation. The only one whose body may be a
@@ -107,66 +105,200 @@ pub struct Entry {
     /// Compressed representations, always in memory, in server preference
     /// order (br, zstd, gzip): ties in `Accept-Encoding` go to the first.
     pub encoded: Box<[(Coding, Repr)]>,
-    /// The codings of `encoded`, same order, for `http::accept::negotiate`.
-    pub codings: Box<[Coding]>,
-    /// Responses depend on `Accept-Encoding` (there is at least one
-    /// variant), so every head carries `Vary: Accept-Encoding`.
-    pub vary: bool,
     /// What the files looked like when read; a rebuild reuses the entry
     /// while they still look the same.
     pub source: Source,
+    /// The start of every 200 head: status line, `Server`, `Content-Type`.
+    prefix: &'static Prefix,
+    /// The codings of `encoded`, same order, for `http::accept::negotiate`
+    /// (the first `encoded.len()` count; inline, not one more allocation).
+    codings: [Coding; 3],
+    /// Responses depend on `Accept-Encoding` (there is at least one
+    /// variant), so every head carries `Vary: Accept-Encoding`.
+    pub vary: bool,
 }
 
 impl Entry {
-    /// An entry whose `Content-Type` line is `content_type_line` of
-    /// `identity`'s head.
+    /// An entry whose 200 heads start with `prefix`.
     pub(crate) fn new(
-        content_type_line: std::ops::Range<usize>,
+        prefix: &'static Prefix,
         last_modified: u64,
         identity: Repr,
         encoded: Box<[(Coding, Repr)]>,
         vary: bool,
         source: Source,
     ) -> Entry {
-        let codings = encoded.iter().map(|(c, _)| *c).collect();
+        let mut codings = [Coding::Identity; 3];
+        for (slot, (c, _)) in codings.iter_mut().zip(encoded.iter()) {
+            *slot = *c;
+        }
+        debug_assert!(encoded.len() <= codings.len());
         Entry {
-            content_type_at: content_type_line.start as u32,
-            content_type_len: content_type_line.len() as u32,
             last_modified,
             identity,
             encoded,
+            source,
+            prefix,
             codings,
             vary,
-            source,
         }
     }
 
     /// What fills a slot no path points to any more.
     pub(crate) fn vacant(source: Source) -> Entry {
         Entry::new(
-            0..0,
+            &Prefix::EMPTY,
             0,
-            Repr::new(0, 0, Vec::new(), 0, 0..0, b"", Body::Mem { off: 0, len: 0 }),
+            Repr::new(0, 0..0, 0, 0..0, Body::Mem { off: 0 }),
             Box::default(),
             false,
             source,
         )
     }
 
-    /// `Content-Type: …\r\n`, with `; charset=utf-8` for text types.
+    /// The codings of [`Entry::encoded`], in the same order.
     #[inline]
-    pub fn content_type_line(&self) -> &[u8] {
-        let at = self.content_type_at as usize;
-        &self.identity.head[at..at + self.content_type_len as usize]
+    pub fn codings(&self) -> &[Coding] {
+        &self.codings[..self.encoded.len().min(3)]
+    }
+
+    /// Every representation, identity first.
+    pub(crate) fn reprs(&self) -> impl Iterator<Item = &Repr> {
+        std::iter::once(&self.identity).chain(self.encoded.iter().map(|(_, r)| r))
+    }
+
+    pub(crate) fn reprs_mut(&mut self) -> impl Iterator<Item = &mut Repr> {
+        std::iter::once(&mut self.identity).chain(self.encoded.iter_mut().map(|(_, r)| r))
+    }
+}
+
+/// An [`Entry`] with the head bytes its representations point into: what
+/// [`Snapshot::entry`] hands out. Derefs to the entry.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryRef<'a> {
+    entry: &'a Entry,
+    heads: &'a [u8],
+}
+
+impl std::ops::Deref for EntryRef<'_> {
+    type Target = Entry;
+
+    #[inline]
+    fn deref(&self) -> &Entry {
+        self.entry
+    }
+}
+
+impl<'a> EntryRef<'a> {
+    #[inline]
+    pub(crate) fn new(entry: &'a Entry, heads: &'a [u8]) -> Self {
+        EntryRef { entry, heads }
+    }
+
+    /// The entry itself (the heads are its chunk's).
+    pub fn entry(&self) -> &'a Entry {
+        self.entry
+    }
+
+    /// The head bytes its representations point into.
+    pub(crate) fn heads(&self) -> &'a [u8] {
+        self.heads
+    }
+
+    /// The uncompressed representation.
+    #[inline]
+    pub fn identity(&self) -> ReprRef<'a> {
+        ReprRef {
+            repr: &self.entry.identity,
+            heads: self.heads,
+            prefix: self.entry.prefix,
+            coding: Coding::Identity,
+        }
     }
 
     /// The representation for a negotiated coding (identity when the entry
     /// has no such variant).
-    pub fn repr(&self, coding: Coding) -> &Repr {
-        self.encoded
-            .iter()
-            .find(|(c, _)| *c == coding)
-            .map_or(&self.identity, |(_, r)| r)
+    #[inline]
+    pub fn repr(&self, coding: Coding) -> ReprRef<'a> {
+        match self.entry.encoded.iter().find(|(c, _)| *c == coding) {
+            Some((c, repr)) => ReprRef {
+                repr,
+                heads: self.heads,
+                prefix: self.entry.prefix,
+                coding: *c,
+            },
+            None => self.identity(),
+        }
+    }
+
+    /// The compressed representations, in [`Entry::encoded`] order.
+    pub fn variants(&self) -> impl Iterator<Item = ReprRef<'a>> + 'a {
+        let (heads, prefix) = (self.heads, self.entry.prefix);
+        self.entry.encoded.iter().map(move |(c, repr)| ReprRef {
+            repr,
+            heads,
+            prefix,
+            coding: *c,
+        })
+    }
+
+    /// `Content-Type: …\r\n`, with `; charset=utf-8` for text types.
+    #[inline]
+    pub fn content_type_line(&self) -> &'static [u8] {
+        self.entry.prefix.content_type_line()
+    }
+}
+
+/// The start of a 200 head that every file of one media type shares:
+/// `HTTP/1.1 200 OK`, `Server` and `Content-Type` (77 bytes for HTML), kept
+/// once per process rather than once per file. Interned by the build and
+/// never freed: there are as many as the server line (fixed for the
+/// process) times the media types the roots have had.
+#[derive(Debug)]
+pub struct Prefix {
+    bytes: &'static [u8],
+    /// Where `Content-Type: …\r\n` starts: it runs to the end.
+    content_type_at: usize,
+}
+
+impl Prefix {
+    /// The prefix of entries that are never served (vacant slots).
+    pub(crate) const EMPTY: Prefix = Prefix {
+        bytes: b"",
+        content_type_at: 0,
+    };
+
+    /// The prefix `status_and_server` + `content_type_line`, interned.
+    pub(crate) fn intern(status_and_server: &[u8], content_type_line: &[u8]) -> &'static Prefix {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        type Interned = HashMap<(usize, Vec<u8>), &'static Prefix>;
+        static PREFIXES: Mutex<Option<Interned>> = Mutex::new(None);
+        let mut bytes = Vec::with_capacity(status_and_server.len() + content_type_line.len());
+        bytes.extend_from_slice(status_and_server);
+        bytes.extend_from_slice(content_type_line);
+        let key = (status_and_server.len(), bytes);
+        let mut interned = PREFIXES.lock().unwrap_or_else(|e| e.into_inner());
+        let interned = interned.get_or_insert_with(HashMap::new);
+        if let Some(found) = interned.get(&key) {
+            return found;
+        }
+        let leaked: &'static Prefix = Box::leak(Box::new(Prefix {
+            bytes: Box::leak(key.1.clone().into_boxed_slice()),
+            content_type_at: key.0,
+        }));
+        interned.insert(key, leaked);
+        leaked
+    }
+
+    #[inline]
+    pub fn bytes(&self) -> &'static [u8] {
+        self.bytes
+    }
+
+    #[inline]
+    pub fn content_type_line(&self) -> &'static [u8] {
+        &self.bytes[self.content_type_at..]
     }
 }
 
@@ -213,82 +345,153 @@ pub const SIDECARS: [(Coding, &str); 3] = [
 ];
 
 /// One representation of an entry: identity or a compressed variant. Its
-/// 200 head is one allocation; the fields shared with 206 and 304 are its
-/// tail, the ETag a range of that.
+/// 200 head is its entry's [`Prefix`] and then a range of its chunk's head
+/// bytes (read it through [`ReprRef`]); the fields shared with 206 and 304
+/// are that range's tail, the ETag a range of that. The content hash is not kept: the ETag spells
+/// it ([`ReprRef::hash`]).
 #[derive(Debug, Clone)]
 pub struct Repr {
+    /// Body length.
     pub len: u64,
-    /// xxh3-128 of the bytes sent; the ETag is rendered from it.
-    pub hash: u128,
-    /// The complete 200 head except `Date`, `Connection` and the final CRLF:
-    /// status line, Server, Content-Type, Content-Length, encoding, common.
-    head: Box<[u8]>,
-    /// Where [`Repr::common`] starts in `head`.
-    common_at: u32,
-    /// Where [`Repr::etag`] is in `head`.
-    etag_at: u32,
-    etag_len: u32,
-    /// `Content-Encoding: …\r\n`, empty for identity.
-    pub encoding_line: &'static [u8],
     pub body: Body,
+    /// Where the 200 head after the prefix is in the chunk's head bytes.
+    head_at: u32,
+    head_len: u32,
+    /// Where [`ReprRef::common`] starts, from the head's start.
+    common_at: u16,
+    /// Where [`ReprRef::etag`] is, from the head's start.
+    etag_at: u16,
+    etag_len: u8,
 }
 
 impl Repr {
-    /// A representation whose 200 head is `head_200`, the shared fields
-    /// its tail from `common_at`, the ETag the range `etag`.
+    /// A representation whose 200 head is `head` of the head bytes, the
+    /// shared fields from `common_at` (from the head's start), the ETag the
+    /// range `etag` (likewise).
     pub(crate) fn new(
         len: u64,
-        hash: u128,
-        head_200: Vec<u8>,
+        head: std::ops::Range<usize>,
         common_at: usize,
         etag: std::ops::Range<usize>,
-        encoding_line: &'static [u8],
         body: Body,
     ) -> Repr {
-        debug_assert!(common_at <= etag.start && etag.end <= head_200.len());
+        debug_assert!(common_at <= etag.start && etag.end <= head.len());
         Repr {
             len,
-            hash,
-            head: head_200.into(),
-            common_at: common_at as u32,
-            etag_at: etag.start as u32,
-            etag_len: etag.len() as u32,
-            encoding_line,
             body,
+            head_at: u32::try_from(head.start).expect("a chunk's heads stay below 4 GiB"),
+            head_len: u32::try_from(head.len()).expect("a head stays below 4 GiB"),
+            common_at: u16::try_from(common_at).expect("the head before Last-Modified is short"),
+            etag_at: u16::try_from(etag.start).expect("the head before the ETag is short"),
+            etag_len: u8::try_from(etag.len()).expect("an ETag is short"),
         }
     }
 
-    /// The complete 200 head except `Date`, `Connection` and the final
-    /// CRLF: status line, Server, Content-Type, Content-Length, encoding,
-    /// common.
+    /// Where its head is in its chunk's head bytes.
+    pub(crate) fn head_range(&self) -> std::ops::Range<usize> {
+        self.head_at as usize..self.head_at as usize + self.head_len as usize
+    }
+
+    /// Point the head at `at` (the chunk's head bytes were laid out again).
+    pub(crate) fn move_head(&mut self, at: usize) {
+        self.head_at = u32::try_from(at).expect("a chunk's heads stay below 4 GiB");
+    }
+}
+
+/// A [`Repr`] with the head bytes it points into. Derefs to the repr.
+#[derive(Debug, Clone, Copy)]
+pub struct ReprRef<'a> {
+    repr: &'a Repr,
+    heads: &'a [u8],
+    prefix: &'static Prefix,
+    coding: Coding,
+}
+
+impl std::ops::Deref for ReprRef<'_> {
+    type Target = Repr;
+
     #[inline]
-    pub fn head_200(&self) -> &[u8] {
-        &self.head
+    fn deref(&self) -> &Repr {
+        self.repr
+    }
+}
+
+impl<'a> ReprRef<'a> {
+    /// The representation's coding.
+    pub fn coding(&self) -> Coding {
+        self.coding
+    }
+
+    /// The complete 200 head except `Date`, `Connection` and the final
+    /// CRLF, in two pieces: the shared [`Prefix`] (status line, Server,
+    /// Content-Type), then this representation's own fields
+    /// (Content-Length, encoding, common).
+    #[inline]
+    pub fn head_200(&self) -> [&'a [u8]; 2] {
+        [self.prefix.bytes(), self.own()]
+    }
+
+    /// The 200 head in one piece (tests, logs).
+    pub fn head_200_vec(&self) -> Vec<u8> {
+        self.head_200().concat()
+    }
+
+    /// The head after the prefix.
+    #[inline]
+    fn own(&self) -> &'a [u8] {
+        &self.heads[self.repr.head_range()]
     }
 
     /// Fields shared by 200, 206 and 304: `Last-Modified`, `ETag`,
     /// `Accept-Ranges: bytes`, then `Cache-Control` and
     /// `Vary: Accept-Encoding` where they apply (each with CRLF).
     #[inline]
-    pub fn common(&self) -> &[u8] {
-        &self.head[self.common_at as usize..]
+    pub fn common(&self) -> &'a [u8] {
+        &self.own()[self.repr.common_at as usize..]
     }
 
     /// Strong ETag derived from the content, quotes included.
     #[inline]
-    pub fn etag(&self) -> &[u8] {
-        let at = self.etag_at as usize;
-        &self.head[at..at + self.etag_len as usize]
+    pub fn etag(&self) -> &'a [u8] {
+        let at = self.repr.etag_at as usize;
+        &self.own()[at..at + self.repr.etag_len as usize]
+    }
+
+    /// `Content-Encoding: …\r\n`, empty for identity.
+    #[inline]
+    pub fn encoding_line(&self) -> &'static [u8] {
+        encoding_line(self.coding)
+    }
+
+    /// The xxh3-128 of the bytes sent (or of the stamp, for a body sent from
+    /// its file) that the ETag spells in hex.
+    pub fn hash(&self) -> u128 {
+        let hex = self.etag().get(1..33).unwrap_or_default();
+        std::str::from_utf8(hex)
+            .ok()
+            .and_then(|h| u128::from_str_radix(h, 16).ok())
+            .unwrap_or(0)
+    }
+}
+
+/// `Content-Encoding: …\r\n` for a coding; empty for identity.
+pub fn encoding_line(coding: Coding) -> &'static [u8] {
+    match coding {
+        Coding::Identity => b"",
+        Coding::Brotli => b"Content-Encoding: br\r\n",
+        Coding::Zstd => b"Content-Encoding: zstd\r\n",
+        Coding::Gzip => b"Content-Encoding: gzip\r\n",
     }
 }
 
 /// Where a representation's bytes are.
 #[derive(Debug, Clone)]
 pub enum Body {
-    /// `len` bytes at `off` in the snapshot's body segments: the bits from
-    /// [`SEGMENT_SHIFT`] up name the segment, the bits below the offset in
-    /// it. Adding a range's start to `off` stays within the body's segment.
-    Mem { off: usize, len: usize },
+    /// [`Repr::len`] bytes at `off` in the snapshot's body segments: the
+    /// bits from [`SEGMENT_SHIFT`] up name the segment, the bits below the
+    /// offset in it. Adding a range's start to `off` stays within the body's
+    /// segment.
+    Mem { off: usize },
     /// Sent with `sendfile` from an fd opened on demand (boxed: most
     /// bodies are in memory, and every entry pays for the largest variant).
     File(Box<LargeFile>),
@@ -440,11 +643,11 @@ pub struct Snapshot {
 impl Snapshot {
     /// Look up a normalised path (as produced by `http::path::normalize`).
     pub fn resolve(&self, path: &[u8]) -> Option<Resource> {
-        self.index.get(path).copied()
+        self.index.get(path)
     }
 
     #[inline]
-    pub fn entry(&self, index: u32) -> &Entry {
+    pub fn entry(&self, index: u32) -> EntryRef<'_> {
         self.entries.get(index)
     }
 
@@ -478,7 +681,7 @@ impl Snapshot {
         self.index
             .iter()
             .filter(|(url, r)| matches!(r, Resource::File(_)) && !url.ends_with(b"/"))
-            .map(|(url, _)| &**url)
+            .map(|(url, _)| url)
     }
 
     /// The entry unknown extension-less paths fall back to.

@@ -489,7 +489,7 @@ fn front_file<'a>(
     let Some(Chunk::File { entry, off, len }) = chunks.front_mut() else {
         unreachable!("the front chunk is a file")
     };
-    let Body::File(large) = &snap.entry(*entry).identity.body else {
+    let Body::File(large) = &snap.entry(*entry).entry().identity.body else {
         unreachable!("File chunk for a memory body")
     };
     (large, off, len)

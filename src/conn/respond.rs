@@ -10,7 +10,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use super::output::Output;
-use crate::cache::{Body, Entry, FileStamp, Repr, Resource, Snapshot};
+use crate::cache::{Body, Entry, EntryRef, FileStamp, ReprRef, Resource, Snapshot};
 use crate::http::accept;
 use crate::http::conditional::{self, Precondition, Validators};
 use crate::http::date::DateCache;
@@ -165,13 +165,13 @@ fn serve_file(
     // Copy the reference out of `env`: no refcount traffic per request.
     let snapshot = env.snapshot;
     let entry = snapshot.entry(index);
-    let Some(coding) = accept::negotiate(req.accept_encoding, &entry.codings) else {
+    let Some(coding) = accept::negotiate(req.accept_encoding, entry.codings()) else {
         return error(
             env,
             out,
             Status::NotAcceptable,
             "no acceptable content coding",
-            vary_line(entry),
+            vary_line(&entry),
             persist,
             head_only,
         );
@@ -188,8 +188,8 @@ fn serve(
     env: &mut Env<'_>,
     snapshot: &Arc<Snapshot>,
     index: u32,
-    entry: &Entry,
-    repr: &Repr,
+    entry: EntryRef<'_>,
+    repr: ReprRef<'_>,
     persist: Persist,
     head_only: bool,
     out: &mut Output,
@@ -205,7 +205,7 @@ fn serve(
                 out,
                 Status::PreconditionFailed,
                 "precondition failed",
-                vary_line(entry),
+                vary_line(&entry),
                 persist,
                 head_only,
             )
@@ -255,7 +255,7 @@ fn serve(
                 let n = {
                     let mut w = &mut extra[..];
                     let _ = write!(w, "Content-Range: bytes */{}\r\n", repr.len);
-                    let _ = w.write_all(vary_line(entry));
+                    let _ = w.write_all(vary_line(&entry));
                     96 - w.len()
                 };
                 return error(
@@ -274,7 +274,9 @@ fn serve(
         }
     }
     let buf = out.buf();
-    buf.extend_from_slice(repr.head_200());
+    for piece in repr.head_200() {
+        buf.extend_from_slice(piece);
+    }
     buf.extend_from_slice(env.date.line());
     buf.extend_from_slice(env.conn_lines);
     buf.extend_from_slice(persist.line());
@@ -292,8 +294,8 @@ fn partial(
     env: &mut Env<'_>,
     snapshot: &Arc<Snapshot>,
     index: u32,
-    entry: &Entry,
-    repr: &Repr,
+    entry: EntryRef<'_>,
+    repr: ReprRef<'_>,
     persist: Persist,
     head_only: bool,
     out: &mut Output,
@@ -304,7 +306,7 @@ fn partial(
     buf.extend_from_slice(env.server_line);
     buf.extend_from_slice(env.date.line());
     buf.extend_from_slice(repr.common());
-    buf.extend_from_slice(repr.encoding_line);
+    buf.extend_from_slice(repr.encoding_line());
     buf.extend_from_slice(env.conn_lines);
     buf.extend_from_slice(persist.line());
     if let [r] = ranges.as_slice() {
@@ -527,7 +529,7 @@ fn error_page(
     head_only: bool,
 ) -> (Status, u64) {
     let snapshot = env.snapshot;
-    let repr = &snapshot.entry(index).identity;
+    let repr = snapshot.entry(index).identity();
     let buf = out.buf();
     buf.extend_from_slice(status.line());
     buf.extend_from_slice(env.server_line);

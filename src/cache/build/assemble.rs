@@ -13,8 +13,8 @@ use super::render::render_entry;
 use super::walk::{FileJob, Walk};
 use crate::cache::{pack_off, unpack_off, Segment, SEGMENT_SHIFT};
 use crate::cache::{
-    Body, BuildOptions, Entries, Entry, FileStamp, LargeFile, PathIndex, Repr, Resource, Snapshot,
-    SnapshotStats, Source, Walked, SIDECARS,
+    Body, BuildOptions, Entries, Entry, FileStamp, LargeFile, PathIndex, Repr, ReprRef, Resource,
+    Snapshot, SnapshotStats, Source, Walked, SIDECARS,
 };
 use crate::http::accept::Coding;
 
@@ -47,7 +47,9 @@ pub(super) fn assemble(
     let mut stats = SnapshotStats::default();
     let mut arena = ArenaPlan::default();
     let mut variant_budget = opts.cache_max_bytes.saturating_sub(plan.identity_mem);
-    let mut entries = Vec::with_capacity(walk.files.len());
+    let mut entries = Entries::default();
+    // Each new entry's heads are rendered here, then packed into its chunk.
+    let mut heads = Vec::new();
     let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
     let mut budget_spent = plan.budget_spent;
 
@@ -77,8 +79,8 @@ pub(super) fn assemble(
                 // change: copy them rather than render them again.
                 variant_budget -= variant_bytes;
                 stats.reused += 1;
-                let idx = u32::try_from(entries.len()).context("more than u32::MAX files")?;
-                entries.push(arena.carry_entry(entry, &mut stats));
+                u32::try_from(entries.len()).context("more than u32::MAX files")?;
+                let idx = entries.push_copy(entry, |e| arena.carry_entry(e, &mut stats));
                 remap[i] = Some(Resource::File(idx));
                 continue;
             }
@@ -89,11 +91,10 @@ pub(super) fn assemble(
                 let old = old.expect("reuse needs an old snapshot");
                 let entry = old.entry(o);
                 stats.reused += 1;
-                let identity = arena.carry(old, &entry.identity);
+                let identity = arena.carry(entry.identity());
                 let variants: Vec<_> = entry
-                    .encoded
-                    .iter()
-                    .map(|(c, r)| (*c, r.len, r.hash, Bytes::from_old(&r.body)))
+                    .variants()
+                    .map(|r| (r.coding(), r.len, r.hash(), Bytes::from_old(&r)))
                     .collect();
                 (identity, variants, entry.source)
             }
@@ -115,7 +116,8 @@ pub(super) fn assemble(
             (Step::Load { .. }, Some(Loaded::Skip | Loaded::Unsettled) | None) => continue,
             (Step::Hold, _) => continue,
         };
-        let idx = u32::try_from(entries.len()).context("more than u32::MAX files")?;
+        u32::try_from(entries.len()).context("more than u32::MAX files")?;
+        heads.clear();
         let (entry, dropped) = finish_entry(
             opts,
             job,
@@ -123,9 +125,10 @@ pub(super) fn assemble(
             &mut arena,
             &mut variant_budget,
             &mut stats,
+            &mut heads,
         );
         budget_spent |= dropped;
-        entries.push(entry);
+        let idx = entries.push(entry, &heads);
         remap[i] = Some(Resource::File(idx));
     }
     stats.files = entries.len() as u64;
@@ -146,12 +149,13 @@ pub(super) fn assemble(
     let (error_pages, spa_index) = special_pages(opts, |k| index.get(k).copied());
 
     let (segments, segment_live) = arena.finish(old, &mut entries, &mut stats)?;
+    entries.shrink();
     Ok(Snapshot {
         generation,
         stats,
         compressed: opts.compress.is_some(),
         index: PathIndex::from_map(index),
-        entries: Entries::from_vec(entries),
+        entries,
         free: Vec::new(),
         segments,
         segment_live,
@@ -248,8 +252,8 @@ pub(super) fn loaded_parts(
 
 /// Count an entry into `stats`, lay out the variants the budget still
 /// allows (in walk order: variants are a luxury, they get what the
-/// identity bodies left), and render its heads. The flag says whether a
-/// variant was left out for want of budget.
+/// identity bodies left), and render its heads into `heads`. The flag says
+/// whether a variant was left out for want of budget.
 pub(super) fn finish_entry(
     opts: &BuildOptions,
     job: &FileJob,
@@ -257,9 +261,10 @@ pub(super) fn finish_entry(
     arena: &mut ArenaPlan,
     variant_budget: &mut u64,
     stats: &mut SnapshotStats,
+    heads: &mut Vec<u8>,
 ) -> (Entry, bool) {
     match identity.body {
-        Body::Mem { len, .. } => stats.mem_bytes += len as u64,
+        Body::Mem { .. } => stats.mem_bytes += identity.len,
         Body::File(_) => {
             stats.file_bytes += identity.len;
             stats.large_files += 1;
@@ -294,16 +299,18 @@ pub(super) fn finish_entry(
         source,
         identity,
         kept,
+        heads,
     );
     (entry, dropped)
 }
 
 impl Bytes {
-    pub(super) fn from_old(body: &Body) -> Bytes {
-        match body {
-            Body::Mem { off, len } => Bytes::Old {
-                off: *off,
-                len: *len,
+    /// The in-memory body of an old representation.
+    pub(super) fn from_old(repr: &Repr) -> Bytes {
+        match repr.body {
+            Body::Mem { off } => Bytes::Old {
+                off,
+                len: repr.len as usize,
             },
             Body::File(_) => unreachable!("variants are always in memory"),
         }
@@ -356,7 +363,7 @@ impl ArenaPlan {
                     }
                     self.live[segment] += len;
                 }
-                Body::Mem { off, len }
+                Body::Mem { off }
             }
             Bytes::New(v) => {
                 let len = v.len();
@@ -365,45 +372,43 @@ impl ArenaPlan {
                 if len > 0 {
                     self.parts.push(Bytes::New(v));
                 }
-                Body::Mem { off, len }
+                Body::Mem { off }
             }
         }
     }
 
     /// Carry an old representation over: its body stays where it is (in a
     /// segment the new snapshot shares), its fd is shared.
-    pub(super) fn carry(&mut self, _old: &Snapshot, repr: &Repr) -> ReprParts {
+    pub(super) fn carry(&mut self, repr: ReprRef<'_>) -> ReprParts {
         let body = match &repr.body {
-            Body::Mem { .. } => self.push(Bytes::from_old(&repr.body)),
+            Body::Mem { .. } => self.push(Bytes::from_old(&repr)),
             Body::File(large) => Body::File(large.clone()),
         };
         ReprParts {
             len: repr.len,
-            hash: repr.hash,
+            hash: repr.hash(),
             body,
         }
     }
 
-    /// Carry a whole old entry over, its heads as they are; counts its bytes
-    /// into `stats`.
-    pub(super) fn carry_entry(&mut self, entry: &Entry, stats: &mut SnapshotStats) -> Entry {
-        let mut entry = entry.clone();
+    /// Carry (a copy of) a whole old entry over, its heads as they are;
+    /// counts its bytes into `stats`.
+    pub(super) fn carry_entry(&mut self, entry: &mut Entry, stats: &mut SnapshotStats) {
         match &entry.identity.body {
-            Body::Mem { len, .. } => stats.mem_bytes += *len as u64,
+            Body::Mem { .. } => stats.mem_bytes += entry.identity.len,
             Body::File(_) => {
                 stats.file_bytes += entry.identity.len;
                 stats.large_files += 1;
             }
         }
         if let Body::Mem { .. } = entry.identity.body {
-            entry.identity.body = self.push(Bytes::from_old(&entry.identity.body));
+            entry.identity.body = self.push(Bytes::from_old(&entry.identity));
         }
         for (coding, repr) in entry.encoded.iter_mut() {
             let slot = SIDECARS.iter().position(|(c, _)| c == coding).unwrap_or(0);
             stats.encoded_bytes[slot] += repr.len;
-            repr.body = self.push(Bytes::from_old(&repr.body));
+            repr.body = self.push(Bytes::from_old(repr));
         }
-        entry
     }
 
     /// Decide which old segments are shared and which compacted, write the
@@ -414,7 +419,7 @@ impl ArenaPlan {
     pub(super) fn finish(
         self,
         old: Option<&Snapshot>,
-        entries: &mut [Entry],
+        entries: &mut Entries,
         stats: &mut SnapshotStats,
     ) -> anyhow::Result<(Vec<Option<Segment>>, Vec<u64>)> {
         let old_segments: &[Option<Segment>] = old.map_or(&[], |o| &o.segments);
@@ -467,32 +472,35 @@ impl ArenaPlan {
         }
         let shared_count = segments.len();
         let new_index = segments.len();
-        for entry in entries.iter_mut() {
-            let reprs = std::iter::once(&mut entry.identity)
-                .chain(entry.encoded.iter_mut().map(|(_, r)| r));
-            for repr in reprs {
-                let Body::Mem { off, len } = &mut repr.body else {
-                    continue;
-                };
-                let (segment, within) = unpack_off(*off);
-                if segment == NEW_SEGMENT {
-                    *off = pack_off(new_index, within);
-                } else if share.get(segment).copied().unwrap_or(false) {
-                    *off = pack_off(index_of[segment], within);
-                } else if *len == 0 {
-                    *off = pack_off(new_index, 0);
-                } else {
-                    let map = map.as_mut().expect("compacted bytes have room");
-                    let Some(old_segment) = &old_segments[segment] else {
-                        unreachable!("a reused body points into a dropped segment")
+        // The entries are this build's own: no chunk is copied.
+        entries.update(
+            |_| true,
+            |entry| {
+                for repr in entry.reprs_mut() {
+                    let len = &(repr.len as usize);
+                    let Body::Mem { off } = &mut repr.body else {
+                        continue;
                     };
-                    let bytes = &old_segment[within..within + *len];
-                    map[at..at + *len].copy_from_slice(bytes);
-                    *off = pack_off(new_index, at);
-                    at += *len;
+                    let (segment, within) = unpack_off(*off);
+                    if segment == NEW_SEGMENT {
+                        *off = pack_off(new_index, within);
+                    } else if share.get(segment).copied().unwrap_or(false) {
+                        *off = pack_off(index_of[segment], within);
+                    } else if *len == 0 {
+                        *off = pack_off(new_index, 0);
+                    } else {
+                        let map = map.as_mut().expect("compacted bytes have room");
+                        let Some(old_segment) = &old_segments[segment] else {
+                            unreachable!("a reused body points into a dropped segment")
+                        };
+                        let bytes = &old_segment[within..within + *len];
+                        map[at..at + *len].copy_from_slice(bytes);
+                        *off = pack_off(new_index, at);
+                        at += *len;
+                    }
                 }
-            }
-        }
+            },
+        );
         debug_assert_eq!(at, total);
         if let Some(map) = map {
             segments.push(Some(Arc::new(

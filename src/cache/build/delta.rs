@@ -212,6 +212,8 @@ pub(super) fn patch(
         .saturating_sub(plan.identity_mem)
         .saturating_sub(old.stats.encoded_bytes.iter().sum::<u64>());
     let mut new_entries: Vec<(u32, Entry)> = Vec::new();
+    // Their heads, until they are placed in their chunks.
+    let mut new_heads: Vec<u8> = Vec::new();
     let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
     for ((i, job), (step, loaded)) in walk
         .files
@@ -246,6 +248,7 @@ pub(super) fn patch(
                     &mut arena,
                     &mut variant_budget,
                     &mut stats,
+                    &mut new_heads,
                 );
                 if dropped {
                     return Ok(Err("cache_max_bytes would be spent on variants"));
@@ -290,8 +293,9 @@ pub(super) fn patch(
     let mut segment_live = old.segment_live.clone();
     for &i in &freed {
         let entry = entries.get(i);
-        uncount(entry, &mut stats, &mut segment_live);
-        *entries.get_mut(i) = Entry::vacant(entry.source);
+        let source = entry.source;
+        uncount(&entry, &mut stats, &mut segment_live);
+        entries.set(i, Entry::vacant(source), &[]);
         free.push(i);
     }
 
@@ -336,16 +340,17 @@ pub(super) fn patch(
     }
     if !compact.is_empty() {
         let in_compacted = |entry: &Entry| {
-            reprs(entry).any(|r| match r.body {
-                Body::Mem { off, len } if len > 0 => compact.contains(&unpack_off(off).0),
+            entry.reprs().any(|r| match r.body {
+                Body::Mem { off } if r.len > 0 => compact.contains(&unpack_off(off).0),
                 _ => false,
             })
         };
         let map = map.as_mut().expect("compacted bytes have room");
         let old_segments = &old.segments;
         entries.update(in_compacted, |entry| {
-            for repr in reprs_mut(entry) {
-                let Body::Mem { off, len } = &mut repr.body else {
+            for repr in entry.reprs_mut() {
+                let len = &(repr.len as usize);
+                let Body::Mem { off } = &mut repr.body else {
                     continue;
                 };
                 let (segment, within) = unpack_off(*off);
@@ -386,8 +391,8 @@ pub(super) fn patch(
     // New entries into free slots, their bodies at the new segment.
     let mut placed: Vec<u32> = Vec::with_capacity(new_entries.len());
     for (_, mut entry) in new_entries {
-        for repr in reprs_mut(&mut entry) {
-            if let Body::Mem { off, .. } = &mut repr.body {
+        for repr in entry.reprs_mut() {
+            if let Body::Mem { off } = &mut repr.body {
                 let (segment, within) = unpack_off(*off);
                 if segment == NEW_SEGMENT {
                     *off = pack_off(slot, within);
@@ -396,13 +401,14 @@ pub(super) fn patch(
         }
         let i = match free.pop() {
             Some(i) => {
-                *entries.get_mut(i) = entry;
+                entries.set(i, entry, &new_heads);
                 i
             }
-            None => entries.push(entry),
+            None => entries.push(entry, &new_heads),
         };
         placed.push(i);
     }
+    entries.shrink();
     let settle = |r: Resource| match r {
         Resource::File(i) if i > u32::MAX - placed.len() as u32 - 1 => {
             Resource::File(placed[(u32::MAX - i) as usize])
@@ -415,7 +421,7 @@ pub(super) fn patch(
     for (key, r) in &touched {
         match r {
             Some(r) => {
-                index.insert(key.clone(), *r);
+                index.insert(key, *r);
             }
             None => {
                 index.remove(key);
@@ -426,18 +432,19 @@ pub(super) fn patch(
     let mut slashes: Vec<&[u8]> = parents.iter().map(Vec::as_slice).collect();
     slashes.extend(walk.dirs.iter().map(|d| &**d));
     for dir in slashes {
-        if !dir.is_empty() && index.get(dir) != Some(&Resource::AddSlash) {
+        if !dir.is_empty() && index.get(dir) != Some(Resource::AddSlash) {
             continue;
         }
-        let resource = dir_slash(|k| index.get(k).copied(), dir, &opts.index_files);
+        let resource = dir_slash(|k| index.get(k), dir, &opts.index_files);
         let mut key = dir.to_vec();
         key.push(b'/');
-        if index.get(&key) != Some(&resource) {
+        if index.get(&key) != Some(resource) {
             touched.insert(key.as_slice().into(), Some(resource));
-            index.insert(key.into(), resource);
+            index.insert(&key, resource);
         }
     }
 
+    index.shrink();
     let changed_anything = !placed.is_empty()
         || !freed.is_empty()
         || touched
@@ -446,7 +453,7 @@ pub(super) fn patch(
     if !changed_anything {
         return Ok(Ok(Built::Unchanged));
     }
-    let (error_pages, spa_index) = special_pages(opts, |k| index.get(k).copied());
+    let (error_pages, spa_index) = special_pages(opts, |k| index.get(k));
     stats.files = (entries.len() - free.len()) as u64;
     stats.reused = stats.files - placed.len() as u64;
     stats.paths_examined = walk.examined;
@@ -499,10 +506,13 @@ fn freed_mem(old: &Snapshot, touched: &BTreeMap<Box<[u8]>, Option<Resource>>) ->
     touched
         .keys()
         .filter_map(|k| match old.resolve(k) {
-            Some(Resource::File(i)) if seen.insert(i) => match old.entry(i).identity.body {
-                Body::Mem { len, .. } => Some(len as u64),
-                Body::File(_) => None,
-            },
+            Some(Resource::File(i)) if seen.insert(i) => {
+                let identity = &old.entry(i).entry().identity;
+                match identity.body {
+                    Body::Mem { .. } => Some(identity.len),
+                    Body::File(_) => None,
+                }
+            }
             _ => None,
         })
         .sum()
@@ -511,7 +521,7 @@ fn freed_mem(old: &Snapshot, touched: &BTreeMap<Box<[u8]>, Option<Resource>>) ->
 /// Take a freed entry out of `stats` and out of its segments' live bytes.
 fn uncount(entry: &Entry, stats: &mut SnapshotStats, live: &mut [u64]) {
     match entry.identity.body {
-        Body::Mem { len, .. } => stats.mem_bytes -= len as u64,
+        Body::Mem { .. } => stats.mem_bytes -= entry.identity.len,
         Body::File(_) => {
             stats.file_bytes -= entry.identity.len;
             stats.large_files -= 1;
@@ -521,19 +531,11 @@ fn uncount(entry: &Entry, stats: &mut SnapshotStats, live: &mut [u64]) {
         let slot = SIDECARS.iter().position(|(c, _)| c == coding).unwrap_or(0);
         stats.encoded_bytes[slot] -= repr.len;
     }
-    for repr in reprs(entry) {
-        if let Body::Mem { off, len } = repr.body {
-            if len > 0 {
-                live[unpack_off(off).0] -= len as u64;
+    for repr in entry.reprs() {
+        if let Body::Mem { off } = repr.body {
+            if repr.len > 0 {
+                live[unpack_off(off).0] -= repr.len;
             }
         }
     }
-}
-
-fn reprs(entry: &Entry) -> impl Iterator<Item = &crate::cache::Repr> {
-    std::iter::once(&entry.identity).chain(entry.encoded.iter().map(|(_, r)| r))
-}
-
-fn reprs_mut(entry: &mut Entry) -> impl Iterator<Item = &mut crate::cache::Repr> {
-    std::iter::once(&mut entry.identity).chain(entry.encoded.iter_mut().map(|(_, r)| r))
 }

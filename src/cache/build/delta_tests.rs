@@ -64,11 +64,11 @@ fn served(snap: &Snapshot) -> Vec<(Vec<u8>, String)> {
         .index
         .iter()
         .map(|(url, r)| {
-            let what = match *r {
+            let what = match r {
                 Resource::File(i) => {
                     let e = snap.entry(i);
                     let body = match &e.identity.body {
-                        Body::Mem { off, len } => snap.mem(*off, *len).to_vec(),
+                        Body::Mem { off } => snap.mem(*off, e.identity.len as usize).to_vec(),
                         Body::File(f) => {
                             use std::os::unix::fs::FileExt;
                             let mut v = vec![0; f.stamp.size as usize];
@@ -78,7 +78,7 @@ fn served(snap: &Snapshot) -> Vec<(Vec<u8>, String)> {
                     };
                     format!(
                         "file {} {}",
-                        String::from_utf8_lossy(e.identity.head_200()),
+                        String::from_utf8_lossy(&e.identity().head_200_vec()),
                         String::from_utf8_lossy(&body)
                     )
                 }
@@ -93,7 +93,8 @@ fn served(snap: &Snapshot) -> Vec<(Vec<u8>, String)> {
 
 fn error_page(snap: &Snapshot) -> Option<String> {
     snap.error_page(404).map(|i| {
-        let Body::Mem { off, len } = snap.entry(i).identity.body else {
+        let len = snap.entry(i).identity.len as usize;
+        let Body::Mem { off } = snap.entry(i).identity.body else {
             panic!("a small page")
         };
         String::from_utf8_lossy(snap.mem(off, len)).into_owned()

@@ -7,14 +7,17 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::assemble::ReprParts;
-use crate::cache::{compress, rules, Body, BuildOptions, Entry, Repr, Source};
+use crate::cache::{
+    compress, encoding_line, rules, Body, BuildOptions, Entry, Prefix, Repr, Source,
+};
 use crate::http::accept::Coding;
 
 /// The last second `httpdate` can render (9999-12-31T23:59:59Z); it panics
 /// beyond, and `touch -d` can put an mtime there.
 pub(super) const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
 
-/// Render the heads of one file. Everything here derives from the path name,
+/// Render the heads of one file, appending them to `heads` (which its
+/// representations then point into). Everything here derives from the path name,
 /// the URL's Cache-Control rule and custom header lines, the stamp and the
 /// content hashes, so an entry is a pure function of its inputs and reused
 /// entries are simply rendered again.
@@ -25,6 +28,7 @@ pub(super) const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
 /// later depend on `Accept-Encoding` as if it did not: during a large root's
 /// fast start, before the variants exist, too. Then, and only then, such a
 /// file's freshness is capped ([`rules::capped`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn render_entry(
     opts: &BuildOptions,
     path: &Path,
@@ -33,6 +37,7 @@ pub(super) fn render_entry(
     source: Source,
     identity: ReprParts,
     variants: Vec<(Coding, ReprParts)>,
+    heads: &mut Vec<u8>,
 ) -> Entry {
     let (content_type, compressible) = content_type(path, &opts.default_type);
     let content_type_line = format!("Content-Type: {content_type}\r\n").into_bytes();
@@ -65,7 +70,7 @@ pub(super) fn render_entry(
     }
     tail.extend_from_slice(headers);
 
-    let render = |coding: Coding, parts: ReprParts| -> Repr {
+    let mut render = |coding: Coding, parts: ReprParts| -> Repr {
         // The ETag covers the bytes sent only, so it is the same on every
         // rebuild and every host serving the same bytes; the suffix keeps the
         // variants' tags apart from the identity's at a glance.
@@ -75,43 +80,34 @@ pub(super) fn render_entry(
             Some(token) => format!("\"{hash:032x}-{token}\""),
         }
         .into_bytes();
-        let encoding_line = encoding_line(coding);
-        let mut head = Vec::with_capacity(
-            160 + opts.server_line.len() + content_type_line.len() + etag.len() + tail.len(),
-        );
-        head.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-        head.extend_from_slice(&opts.server_line);
-        head.extend_from_slice(&content_type_line);
-        head.extend_from_slice(format!("Content-Length: {}\r\n", parts.len).as_bytes());
-        head.extend_from_slice(encoding_line);
-        let common_at = head.len();
-        head.extend_from_slice(b"Last-Modified: ");
-        head.extend_from_slice(date.as_bytes());
-        head.extend_from_slice(b"\r\nETag: ");
-        let etag_at = head.len();
-        head.extend_from_slice(&etag);
-        head.extend_from_slice(b"\r\n");
-        head.extend_from_slice(&tail);
-        // Exactly its size: a root of a million files holds a million.
-        head.shrink_to_fit();
+        let start = heads.len();
+        heads.extend_from_slice(format!("Content-Length: {}\r\n", parts.len).as_bytes());
+        heads.extend_from_slice(encoding_line(coding));
+        let common_at = heads.len() - start;
+        heads.extend_from_slice(b"Last-Modified: ");
+        heads.extend_from_slice(date.as_bytes());
+        heads.extend_from_slice(b"\r\nETag: ");
+        let etag_at = heads.len() - start;
+        heads.extend_from_slice(&etag);
+        heads.extend_from_slice(b"\r\n");
+        heads.extend_from_slice(&tail);
         Repr::new(
             parts.len,
-            hash,
-            head,
+            start..heads.len(),
             common_at,
             etag_at..etag_at + etag.len(),
-            encoding_line,
             parts.body,
         )
     };
+    let identity = render(Coding::Identity, identity);
     let encoded = variants
         .into_iter()
         .map(|(c, p)| (c, render(c, p)))
         .collect();
-    let identity = render(Coding::Identity, identity);
-    let content_type_at = b"HTTP/1.1 200 OK\r\n".len() + opts.server_line.len();
+    let mut status_and_server = b"HTTP/1.1 200 OK\r\n".to_vec();
+    status_and_server.extend_from_slice(&opts.server_line);
     Entry::new(
-        content_type_at..content_type_at + content_type_line.len(),
+        Prefix::intern(&status_and_server, &content_type_line),
         last_modified,
         identity,
         encoded,
@@ -127,15 +123,6 @@ pub(super) fn coding_token(coding: Coding) -> Option<&'static str> {
         Coding::Brotli => Some("br"),
         Coding::Zstd => Some("zstd"),
         Coding::Gzip => Some("gzip"),
-    }
-}
-
-pub(super) fn encoding_line(coding: Coding) -> &'static [u8] {
-    match coding {
-        Coding::Identity => b"",
-        Coding::Brotli => b"Content-Encoding: br\r\n",
-        Coding::Zstd => b"Content-Encoding: zstd\r\n",
-        Coding::Gzip => b"Content-Encoding: gzip\r\n",
     }
 }
 

@@ -83,7 +83,7 @@ fn file_idx(snap: &Snapshot, path: &[u8]) -> u32 {
 }
 
 fn etag(snap: &Snapshot, path: &[u8]) -> Vec<u8> {
-    snap.entry(file_idx(snap, path)).identity.etag().to_vec()
+    snap.entry(file_idx(snap, path)).identity().etag().to_vec()
 }
 
 fn is_mem(snap: &Snapshot, path: &[u8]) -> bool {
@@ -197,7 +197,8 @@ fn symlinks_followed_only_inside_root() {
     assert_eq!(snap.resolve(b"/dangling"), None);
     assert_eq!(snap.resolve(b"/real/up"), None);
     let alias = snap.entry(file_idx(&snap, b"/alias.html"));
-    let Body::Mem { off, len } = alias.identity.body else {
+    let len = alias.identity.len as usize;
+    let Body::Mem { off } = alias.identity.body else {
         panic!("expected Mem")
     };
     assert_eq!(snap.mem(off, len), b"page");
@@ -324,10 +325,13 @@ fn head_200_exact_bytes() {
         entry.content_type_line(),
         b"Content-Type: text/plain; charset=utf-8\r\n"
     );
-    assert_eq!(entry.identity.etag(), etag.as_bytes());
-    assert_eq!(entry.identity.common(), common.as_bytes());
-    assert_eq!(String::from_utf8_lossy(entry.identity.head_200()), head,);
-    assert_eq!(entry.identity.encoding_line, b"");
+    assert_eq!(entry.identity().etag(), etag.as_bytes());
+    assert_eq!(entry.identity().common(), common.as_bytes());
+    assert_eq!(
+        String::from_utf8_lossy(&entry.identity().head_200_vec()),
+        head,
+    );
+    assert_eq!(entry.identity().encoding_line(), b"");
 }
 
 #[test]
@@ -343,7 +347,8 @@ fn mem_returns_content() {
         (b"/c.txt", b"gamma!"),
     ] {
         let entry = snap.entry(file_idx(&snap, path));
-        let Body::Mem { off, len } = entry.identity.body else {
+        let len = entry.identity.len as usize;
+        let Body::Mem { off } = entry.identity.body else {
             panic!("expected Mem")
         };
         assert_eq!(entry.identity.len, content.len() as u64);
@@ -358,14 +363,15 @@ fn zero_length_file_needs_no_arena() {
     dir.write("zero.txt", b"");
     let snap = build(&opts(&dir.0), 1).unwrap();
     let entry = snap.entry(file_idx(&snap, b"/zero.txt"));
-    let Body::Mem { off, len } = entry.identity.body else {
+    let len = entry.identity.len as usize;
+    let Body::Mem { off } = entry.identity.body else {
         panic!("expected Mem")
     };
     assert_eq!(snap.mem(off, len), b"");
     assert!(snap.segments.is_empty());
     assert!(entry
-        .identity
-        .head_200()
+        .identity()
+        .head_200_vec()
         .windows(19)
         .any(|w| w == b"Content-Length: 0\r\n"));
 }

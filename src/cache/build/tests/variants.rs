@@ -4,9 +4,9 @@
 
 use super::*;
 
-fn body<'s>(snap: &'s Snapshot, repr: &Repr) -> &'s [u8] {
+fn body(snap: &Snapshot, repr: impl std::ops::Deref<Target = Repr>) -> &[u8] {
     match repr.body {
-        Body::Mem { off, len } => snap.mem(off, len),
+        Body::Mem { off } => snap.mem(off, repr.len as usize),
         Body::File(_) => panic!("expected Mem"),
     }
 }
@@ -56,9 +56,10 @@ fn rebuild_reuses_unchanged_files() {
     let a_old = first.entry(file_idx(&first, b"/a.html"));
     let a = second.entry(file_idx(&second, b"/a.html"));
     assert_eq!(body(&second, &a.identity), page(50));
-    assert_eq!(a.identity.etag(), a_old.identity.etag());
-    assert_eq!(a.codings, a_old.codings);
-    for ((c, r), (_, r_old)) in a.encoded.iter().zip(&a_old.encoded) {
+    assert_eq!(a.identity().etag(), a_old.identity().etag());
+    assert_eq!(a.codings(), a_old.codings());
+    for (r, r_old) in a.variants().zip(a_old.variants()) {
+        let c = r.coding();
         assert_eq!(body(&second, r), body(&first, r_old), "{c:?}");
         assert_eq!(r.etag(), r_old.etag());
     }
@@ -92,9 +93,10 @@ fn variants_decode_to_the_original() {
 
     let e = snap.entry(file_idx(&snap, b"/big.html"));
     assert!(e.vary);
-    assert_eq!(&*e.codings, &[Coding::Brotli, Coding::Zstd, Coding::Gzip]);
-    let mut etags = vec![e.identity.etag().to_vec()];
-    for (coding, r) in &e.encoded {
+    assert_eq!(e.codings(), &[Coding::Brotli, Coding::Zstd, Coding::Gzip]);
+    let mut etags = vec![e.identity().etag().to_vec()];
+    for r in e.variants() {
+        let coding = r.coding();
         let bytes = body(&snap, r);
         let mut out = Vec::new();
         match coding {
@@ -113,7 +115,7 @@ fn variants_decode_to_the_original() {
         }
         assert_eq!(out, html, "{coding:?}");
         assert_eq!(r.len, bytes.len() as u64);
-        let head = String::from_utf8_lossy(r.head_200());
+        let head = String::from_utf8_lossy(&r.head_200_vec()).into_owned();
         assert!(
             head.contains(&format!("Content-Length: {}\r\n", r.len)),
             "{head}"
@@ -122,7 +124,7 @@ fn variants_decode_to_the_original() {
         assert!(head.contains("Vary: Accept-Encoding\r\n"), "{head}");
         etags.push(r.etag().to_vec());
     }
-    let ident = String::from_utf8_lossy(e.identity.common());
+    let ident = String::from_utf8_lossy(e.identity().common());
     assert!(ident.contains("Vary: Accept-Encoding\r\n"), "{ident}");
     etags.sort();
     etags.dedup();
@@ -133,7 +135,7 @@ fn variants_decode_to_the_original() {
     for path in [&b"/tiny.html"[..], b"/logo.png"] {
         let e = snap.entry(file_idx(&snap, path));
         assert!(!e.vary && e.encoded.is_empty());
-        assert!(!String::from_utf8_lossy(e.identity.common()).contains("Vary"));
+        assert!(!String::from_utf8_lossy(e.identity().common()).contains("Vary"));
     }
 }
 
@@ -150,7 +152,10 @@ fn sidecars_win_and_are_tracked() {
     let gz = e.repr(Coding::Gzip);
     assert_eq!(body(&snap, gz), sidecar);
     assert_ne!(e.source.sidecars, 0);
-    assert!(e.codings.contains(&Coding::Brotli), "others still computed");
+    assert!(
+        e.codings().contains(&Coding::Brotli),
+        "others still computed"
+    );
     // The sidecar is served at its own URL too.
     file_idx(&snap, b"/app.js.gz");
 
@@ -158,7 +163,7 @@ fn sidecars_win_and_are_tracked() {
     o.compress = None;
     let plain = build(&o, 2).unwrap();
     let e = plain.entry(file_idx(&plain, b"/app.js"));
-    assert_eq!(&*e.codings, &[Coding::Gzip]);
+    assert_eq!(e.codings(), &[Coding::Gzip]);
 
     // Changing only the sidecar reloads the entry.
     let resaved = gzip(&page(40), 9);
@@ -199,14 +204,14 @@ fn stale_or_mismatching_sidecars_are_not_used() {
     let o = opts(&dir.0);
     let snap = build(&o, 1).unwrap();
     let e = snap.entry(file_idx(&snap, b"/doc.txt"));
-    assert_eq!(&*e.codings, &[Coding::Gzip], "a matching sidecar is used");
+    assert_eq!(e.codings(), &[Coding::Gzip], "a matching sidecar is used");
 
     // The source is rewritten, the sidecar left behind: older, not used.
     let (older, mismatch) = (rejected(Rejected::Older), rejected(Rejected::Mismatch));
     dir.write("doc.txt", &new);
     let snap = rebuilt(&o, 2, &snap).expect("source changed");
     let e = snap.entry(file_idx(&snap, b"/doc.txt"));
-    assert!(e.codings.is_empty(), "stale sidecar used");
+    assert!(e.codings().is_empty(), "stale sidecar used");
     assert!(!e.vary);
     assert!(rejected(Rejected::Older) > older);
     // Recorded, so an unchanged tree reuses the entry without a new check.
@@ -218,7 +223,10 @@ fn stale_or_mismatching_sidecars_are_not_used() {
     // not used; with compression on, gzip is compressed from the source.
     dir.write("doc.txt.gz", &gzip(&old, 6));
     let snap = rebuilt(&o, 4, &snap).expect("sidecar changed");
-    assert!(snap.entry(file_idx(&snap, b"/doc.txt")).codings.is_empty());
+    assert!(snap
+        .entry(file_idx(&snap, b"/doc.txt"))
+        .codings()
+        .is_empty());
     assert!(rejected(Rejected::Mismatch) > mismatch);
     let mut c = opts(&dir.0);
     c.compress = fast_compress();
@@ -248,12 +256,12 @@ fn compressible_files_vary_from_the_first_response() {
     // The fast start: variants configured but not built yet.
     let window = build(&o, 1).unwrap();
     let common = |s: &Snapshot, p: &[u8]| {
-        String::from_utf8_lossy(s.entry(file_idx(s, p)).identity.common()).into_owned()
+        String::from_utf8_lossy(s.entry(file_idx(s, p)).identity().common()).into_owned()
     };
     let big = common(&window, b"/big.html");
     assert!(window
         .entry(file_idx(&window, b"/big.html"))
-        .codings
+        .codings()
         .is_empty());
     assert!(big.contains("Vary: Accept-Encoding\r\n"), "{big}");
     assert!(
@@ -274,7 +282,7 @@ fn compressible_files_vary_from_the_first_response() {
     let big = common(&built, b"/big.html");
     assert!(!built
         .entry(file_idx(&built, b"/big.html"))
-        .codings
+        .codings()
         .is_empty());
     assert!(big.contains("Vary: Accept-Encoding\r\n"), "{big}");
     assert!(big.contains("max-age=31536000, immutable\r\n"), "{big}");
@@ -320,7 +328,8 @@ fn index_files_header_rules_and_status_cache_control() {
     );
     assert_eq!(snap.spa_index(), Some(file_idx(&snap, b"/index.htm")));
     let head = |p: &[u8]| {
-        String::from_utf8_lossy(snap.entry(file_idx(&snap, p)).identity.head_200()).into_owned()
+        String::from_utf8_lossy(&snap.entry(file_idx(&snap, p)).identity().head_200_vec())
+            .into_owned()
     };
     assert!(head(b"/index.htm").ends_with("X-Content-Type-Options: nosniff\r\n"));
     let font = head(b"/fonts/a.ttf");
@@ -363,7 +372,7 @@ fn cache_control_error_pages_and_spa() {
     ];
     let snap = build(&o, 1).unwrap();
     let cc = |path: &[u8]| {
-        String::from_utf8_lossy(snap.entry(file_idx(&snap, path)).identity.common()).into_owned()
+        String::from_utf8_lossy(snap.entry(file_idx(&snap, path)).identity().common()).into_owned()
     };
     assert!(cc(b"/index.html").contains("Cache-Control: no-cache\r\n"));
     assert!(cc(b"/assets/app.js").contains("Cache-Control: immutable\r\n"));
@@ -423,9 +432,9 @@ fn a_rebuild_copies_only_changed_bodies_and_shares_the_rest() {
         );
         assert!(next.stats.segments as usize <= 32, "round {round}");
         let e = next.entry(file_idx(&next, b"/d3/f003.txt"));
-        assert_eq!(body_of(&next, e), body.as_bytes());
+        assert_eq!(body_of(&next, &e), body.as_bytes());
         let e = next.entry(file_idx(&next, b"/d7/f197.txt"));
-        assert_eq!(body_of(&next, e), &[b'a' + (197 % 26) as u8; 1000][..]);
+        assert_eq!(body_of(&next, &e), &[b'a' + (197 % 26) as u8; 1000][..]);
         prev = next;
     }
     // The second rebuild copies one file's bytes and shares the big segment.
