@@ -2,8 +2,8 @@
 //! fallbacks: a file changed since the walk is read again with its new
 //! stamp, and another file under the walked name is refused.
 
-use crate::cache::build::load::{load_file, LoadedBody, MemPolicy, Swapped};
 use super::*;
+use crate::cache::build::load::{load_file, LoadedBody, MemPolicy, Swapped};
 
 fn stamp_of(path: &Path) -> FileStamp {
     FileStamp::of(&fs::metadata(path).unwrap())
