@@ -381,11 +381,11 @@ fn redirect_slash(
     // Absolute-form targets keep only their query. `normalize` has already
     // accepted the target, so it has a path part.
     let target = path::path_part(target).unwrap_or(target);
-    let query = match target.iter().position(|&b| b == b'?' || b == b'#') {
-        Some(i) if target[i] == b'?' => &target[i..],
-        _ => &b""[..],
-    };
-    let query = query.split(|&b| b == b'#').next().unwrap_or(b"");
+    let before_fragment = target.split(|&b| b == b'#').next().unwrap_or(b"");
+    let query = before_fragment
+        .iter()
+        .position(|&b| b == b'?')
+        .map_or(&b""[..], |i| &before_fragment[i..]);
     let location = slash_location(&env.scratch.path, query);
     error(
         env,
