@@ -85,7 +85,7 @@ fn trailing_slash_redirect_to_head_is_local_too() {
 /// `redirect_https` turns every cleartext request into a 301 to the HTTPS
 /// port: the same host (an IPv6 literal kept whole, a port replaced) and
 /// the same target, query included; HEAD gets no body; without a Host
-/// there is nowhere to send the client.
+/// (or with an empty one) there is nowhere to send the client.
 #[test]
 fn redirect_https_keeps_host_and_target() {
     let site = Site::new("redirect-https");
@@ -120,8 +120,8 @@ fn redirect_https_keeps_host_and_target() {
     let r = c.roundtrip("HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!((r.status, r.body.len()), (301, 0));
     assert_eq!(r.must("location"), format!("https://a:{port}/x"));
-    let r = server
-        .wire(Transport::Plain)
-        .roundtrip("GET / HTTP/1.0\r\n\r\n");
-    assert_eq!(r.status, 400, "{r:?}");
+    for no_host in ["GET / HTTP/1.0\r\n\r\n", "GET / HTTP/1.1\r\nHost:\r\n\r\n"] {
+        let r = server.wire(Transport::Plain).roundtrip(no_host);
+        assert_eq!(r.status, 400, "{no_host:?}: {r:?}");
+    }
 }

@@ -422,21 +422,19 @@ pub fn redirect_https(
         );
     };
     let name = if host.first() == Some(&b'[') {
-        let close = host
-            .iter()
+        // The parser let through only a closed IP literal.
+        host.iter()
             .position(|&b| b == b']')
-            .unwrap_or(host.len() - 1);
-        &host[..=close]
+            .map_or(host, |close| &host[..=close])
     } else {
         match host.iter().rposition(|&b| b == b':') {
             Some(colon) => &host[..colon],
             None => host,
         }
     };
-    let target = match path::path_part(req.target) {
-        Ok(t) if t.first() == Some(&b'/') => t,
-        _ => b"/",
-    };
+    // Always `/…`: the parser accepted the target, and an absolute-form
+    // one comes back as its path.
+    let target = path::path_part(req.target).unwrap_or(b"/");
     let mut location = Vec::with_capacity(name.len() + target.len() + 32);
     location.extend_from_slice(b"Location: https://");
     location.extend_from_slice(name);
