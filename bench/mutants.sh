@@ -3,7 +3,7 @@
 # behaviour the tests must pin down, each judged by the tests that cover it:
 #
 #   http      src/http/*.rs         pure parsing: the unit tables (cargo test --lib)
-#   respond   src/conn/respond.rs   request → response: the HTTP suites
+#   respond   src/conn/respond.rs   request → response: the HTTP and large-file suites
 #   output    src/conn/output.rs    the output queue: large-file, pipelining suites
 #   counters  src/metrics/counters.rs  per-shard counters: the exact-metrics and histogram suites
 #
@@ -74,7 +74,7 @@ for set in "${sets[@]}"; do
       run respond --file src/conn/respond.rs \
         --cargo-arg=--test=http_semantics --cargo-arg=--test=errors \
         --cargo-arg=--test=paths --cargo-arg=--test=compression \
-        --cargo-arg=--test=redirects
+        --cargo-arg=--test=redirects --cargo-arg=--test=sendfile
       ;;
     output)
       # The write-timeout scenarios only wait for a timer; the rest of the

@@ -299,6 +299,22 @@ fn multiple_ranges_are_multipart() {
         );
         assert_eq!(part.data, &DIGITS[lo..=hi]);
     }
+    // Each multipart response has a boundary of its own, as nginx's
+    // counter gives: asked twice on one connection (so of one shard), the
+    // same ranges come in two different envelopes.
+    let mut c = server.connect();
+    let ask = request("GET", "/digits.txt", &[("Range", "bytes=0-1,4-5")]);
+    let boundaries: Vec<String> = (0..2)
+        .map(|_| {
+            let r = c.roundtrip(&ask);
+            assert_eq!(r.status, 206, "{r:?}");
+            boundary_of(r.must("content-type")).expect("boundary parameter")
+        })
+        .collect();
+    assert_ne!(
+        boundaries[0], boundaries[1],
+        "one boundary for two responses"
+    );
 }
 
 #[test]

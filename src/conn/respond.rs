@@ -385,11 +385,11 @@ fn redirect_slash(
     // Absolute-form targets keep only their query. `normalize` has already
     // accepted the target, so it has a path part.
     let target = path::path_part(target).unwrap_or(target);
-    let query = match target.iter().position(|&b| b == b'?' || b == b'#') {
-        Some(i) if target[i] == b'?' => &target[i..],
-        _ => &b""[..],
-    };
-    let query = query.split(|&b| b == b'#').next().unwrap_or(b"");
+    let before_fragment = target.split(|&b| b == b'#').next().unwrap_or(b"");
+    let query = before_fragment
+        .iter()
+        .position(|&b| b == b'?')
+        .map_or(&b""[..], |i| &before_fragment[i..]);
     let location = slash_location(&env.scratch.path, query);
     error(
         env,
@@ -426,21 +426,19 @@ pub fn redirect_https(
         );
     };
     let name = if host.first() == Some(&b'[') {
-        let close = host
-            .iter()
+        // The parser let through only a closed IP literal.
+        host.iter()
             .position(|&b| b == b']')
-            .unwrap_or(host.len() - 1);
-        &host[..=close]
+            .map_or(host, |close| &host[..=close])
     } else {
         match host.iter().rposition(|&b| b == b':') {
             Some(colon) => &host[..colon],
             None => host,
         }
     };
-    let target = match path::path_part(req.target) {
-        Ok(t) if t.first() == Some(&b'/') => t,
-        _ => b"/",
-    };
+    // Always `/…`: the parser accepted the target, and an absolute-form
+    // one comes back as its path.
+    let target = path::path_part(req.target).unwrap_or(b"/");
     let mut location = Vec::with_capacity(name.len() + target.len() + 32);
     location.extend_from_slice(b"Location: https://");
     location.extend_from_slice(name);

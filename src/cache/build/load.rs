@@ -3,9 +3,9 @@
 //! first build). A file is read only once its stamp has settled and held
 //! still around the read, so a write in progress is never published.
 //!
-//! Per file in memory: `openat2` beneath the root, one `fstat` (the very
-//! file the walk stated, and its stamp before the read), `pread`, one
-//! `fstat` after it, `close`.
+//! Per file in memory, in the common case: `openat2` beneath the root,
+//! `pread`, one `fstat` (the very file the walk stated, its stamp unchanged
+//! since the walk), `close`.
 
 use std::fs::{File, Metadata};
 use std::io;
@@ -148,8 +148,8 @@ pub(super) fn load_one(
         below: opts.sendfile_threshold,
         budget: if in_mem { job.stamp.size } else { 0 },
     };
-    let opened = open_regular(walk, &job.path, &job.stamp);
-    let file = match opened.and_then(|(f, meta)| load_file(&job.path, f, meta, policy)) {
+    let opened = open_beneath_root(walk, &job.path);
+    let file = match opened.and_then(|f| load_file(&job.path, f, &job.stamp, policy)) {
         Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
         Ok(Some(file)) => file,
         Ok(None) => {
@@ -317,6 +317,23 @@ pub(super) fn open_regular(
     path: &Path,
     seen: &FileStamp,
 ) -> io::Result<(File, Metadata)> {
+    let file = open_beneath_root(walk, path)?;
+    let meta = file.metadata()?;
+    same_file(&meta, seen)?;
+    Ok((file, meta))
+}
+
+/// [`Swapped`] unless `meta` is the file the walk stated as `seen`.
+fn same_file(meta: &Metadata, seen: &FileStamp) -> io::Result<()> {
+    if (meta.dev(), meta.ino()) != (seen.dev, seen.ino) {
+        return Err(io::Error::other(Swapped));
+    }
+    Ok(())
+}
+
+/// Open the walked file at `path` beneath the root's fd; the caller checks
+/// it is the file the walk stated.
+fn open_beneath_root(walk: &Walk<'_>, path: &Path) -> io::Result<File> {
     // Walked paths are the canonical root joined with names: a byte prefix,
     // cheaper than `Path::strip_prefix`'s component by component compare.
     let rel = path
@@ -336,11 +353,7 @@ pub(super) fn open_regular(
         }
         other => other?,
     };
-    let meta = file.metadata()?;
-    if (meta.dev(), meta.ino()) != (seen.dev, seen.ino) {
-        return Err(io::Error::other(Swapped));
-    }
-    Ok((file, meta))
+    Ok(file)
 }
 
 /// The file opened is not the one the walk stated.
@@ -397,8 +410,8 @@ pub(super) enum LoadedBody {
     File(File),
 }
 
-/// Read and hash `file` (opened from `path`, used for logs; `meta` is its
-/// `fstat` from just after the open). Files that fit
+/// Read and hash `file` (opened from `path`, used for logs), which must be
+/// the file the walk stated as `seen` ([`Swapped`] otherwise). Files that fit
 /// `policy` are kept in memory. Others are not read at all: like nginx,
 /// their validator is derived from what `fstat` says (inode, size, mtime in
 /// ns; see [`stamp_validator`]), so a root of large media starts in the
@@ -409,14 +422,47 @@ pub(super) enum LoadedBody {
 /// was written meanwhile and is read again, up to [`MAX_READ_ATTEMPTS`]. A
 /// stamp younger than [`STAMP_SETTLE`] is waited out first. `Ok(Some)` with
 /// `settled == false` when the file never held still.
+///
+/// The common case costs one `pread` and one `fstat`: when the walk's stamp
+/// is already settled, the file is read at once, and the `fstat` after the
+/// read both identifies the file (device and inode) and shows its stamp
+/// unchanged since the walk, so it held still around the read. Otherwise
+/// the stamp after that read starts the loop above.
 pub(super) fn load_file(
     path: &Path,
     file: File,
-    meta: Metadata,
+    seen: &FileStamp,
     policy: MemPolicy,
 ) -> io::Result<Option<LoadedFile>> {
     let mut attempt = 1;
-    let mut meta = meta;
+    let mut first = None;
+    if policy.fits(seen.size) && unsettled(seen, SystemTime::now()).is_none() {
+        let read = read_prefix(&file, seen.size);
+        let after = file.metadata()?;
+        // Identity first: a read error from another file (a directory or
+        // FIFO swapped in) means the tree changed.
+        same_file(&after, seen)?;
+        let bytes = read?;
+        if after.is_file() && FileStamp::of(&after) == *seen {
+            return Ok(Some(LoadedFile {
+                stamp: *seen,
+                len: bytes.len() as u64,
+                hash: xxh3_128(&bytes),
+                body: LoadedBody::Mem(bytes),
+                settled: true,
+            }));
+        }
+        attempt += 1;
+        first = Some(after);
+    }
+    let mut meta = match first {
+        Some(meta) => meta,
+        None => {
+            let meta = file.metadata()?;
+            same_file(&meta, seen)?;
+            meta
+        }
+    };
     loop {
         if !meta.is_file() {
             return Ok(None);

@@ -429,5 +429,6 @@ fn content_types() {
     );
 }
 
+mod loading;
 mod variants;
 mod walk;

@@ -1,0 +1,77 @@
+//! The load's common case (read at once, one `fstat` after) and its
+//! fallbacks: a file changed since the walk is read again with its new
+//! stamp, and another file under the walked name is refused.
+
+use super::*;
+use crate::cache::build::load::{load_file, LoadedBody, MemPolicy, Swapped};
+
+fn stamp_of(path: &Path) -> FileStamp {
+    FileStamp::of(&fs::metadata(path).unwrap())
+}
+
+/// Until a ctime set now is settled (older than `STAMP_SETTLE`).
+fn settle() {
+    std::thread::sleep(Duration::from_millis(30));
+}
+
+fn policy(size: u64) -> MemPolicy {
+    MemPolicy {
+        below: 1 << 20,
+        budget: size,
+    }
+}
+
+#[test]
+fn a_settled_unchanged_file_is_read_with_the_walks_stamp() {
+    let dir = TempDir::new("load-fast");
+    let path = dir.write("a.txt", b"hello");
+    settle();
+    let seen = stamp_of(&path);
+    let loaded = load_file(&path, File::open(&path).unwrap(), &seen, policy(5))
+        .unwrap()
+        .unwrap();
+    assert!(loaded.settled);
+    assert_eq!(loaded.stamp, seen);
+    assert!(matches!(&loaded.body, LoadedBody::Mem(b) if b == b"hello"));
+    assert_eq!(loaded.hash, xxh3_128(b"hello"));
+}
+
+#[test]
+fn a_file_written_since_the_walk_is_read_again_with_its_new_stamp() {
+    let dir = TempDir::new("load-changed");
+    let path = dir.write("a.txt", b"hello");
+    settle();
+    let seen = stamp_of(&path);
+    fs::write(&path, b"hello, again").unwrap();
+    let now = stamp_of(&path);
+    assert_ne!(now, seen);
+    // Budgeted for the walk's size: the new, longer content no longer fits
+    // and is sent from the fd, under its new stamp.
+    let loaded = load_file(&path, File::open(&path).unwrap(), &seen, policy(5))
+        .unwrap()
+        .unwrap();
+    assert!(loaded.settled);
+    assert_eq!(loaded.stamp, now);
+    assert_eq!(loaded.len, 12);
+    // With room for it, its new bytes.
+    let loaded = load_file(&path, File::open(&path).unwrap(), &seen, policy(64))
+        .unwrap()
+        .unwrap();
+    assert_eq!(loaded.stamp, now);
+    assert!(matches!(&loaded.body, LoadedBody::Mem(b) if b == b"hello, again"));
+}
+
+#[test]
+fn another_file_under_the_walked_name_is_refused() {
+    let dir = TempDir::new("load-swapped");
+    let walked = dir.write("a.txt", b"hello");
+    let other = dir.write("b.txt", b"other");
+    settle();
+    let seen = stamp_of(&walked);
+    for budget in [5, 0] {
+        let err = load_file(&walked, File::open(&other).unwrap(), &seen, policy(budget))
+            .err()
+            .expect("a swapped file is an error");
+        assert!(err.get_ref().is_some_and(|e| e.is::<Swapped>()), "{err}");
+    }
+}
