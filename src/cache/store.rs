@@ -206,13 +206,21 @@ impl Store {
         let built = self.record(
             rebuild(&opts, generation, Some(&old), held, changed),
             started,
-        )?;
+        );
         match built {
-            Built::Unchanged => {
+            Ok(Built::New(snapshot)) => Ok(self.swap(snapshot, generation, started)),
+            // A full walk that changed nothing (the safety rescan, mostly)
+            // or failed still freed a walk's worth of blocks: 25 MB stayed
+            // resident after each rescan of 200 000 files without this.
+            Ok(Built::Unchanged) => {
                 tracing::debug!(generation = generation - 1, "snapshot unchanged");
+                crate::sys::trim_heap();
                 Ok(generation - 1)
             }
-            Built::New(snapshot) => Ok(self.swap(snapshot, generation, started)),
+            Err(err) => {
+                crate::sys::trim_heap();
+                Err(err)
+            }
         }
     }
 
