@@ -5,7 +5,7 @@
 #
 #   bench/snapshot.sh                 # 10 000 mixed files, default compression
 #   FILES=2000 EXTRA="--compress false" bench/snapshot.sh
-#   bench/snapshot.sh --files 200000 --file-size 1024   # issue 8's table
+#   EXTRA="--compress false" bench/snapshot.sh --files 200000 --file-size 1024   # issue 8's table
 #
 # With --files N --file-size B the root is N files of B bytes in
 # directories of 100 (issue 8's shape), and the report is issue 8's table:
@@ -42,7 +42,10 @@ fi
 [[ -x $BIN ]] || { echo "no shardhttpd binary at '$BIN'" >&2; exit 1; }
 
 WORK=$(mktemp -d /tmp/shardhttpd-snapbench.XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+# Servers are started in $(start …) subshells, so `jobs` never sees them:
+# each one's PID is remembered here for the exit trap.
+PIDS=()
+trap 'kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 if [[ -n $FILE_SIZE ]]; then
 python3 - "$WORK/www" "$FILES" "$FILE_SIZE" <<'PY'
@@ -97,12 +100,14 @@ start() { # root logfile -> pid
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
 TINY=$(start "$WORK/tiny" "$WORK/tiny.log")
+PIDS+=("$TINY")
 BASE_RSS=$(rss_kib "$TINY")
 kill "$TINY"
 
 T0=$(date +%s.%N)
 PID=$(start "$WORK/www" "$WORK/server.log")
 T1=$(date +%s.%N)
+PIDS+=("$PID")
 PORT=$(grep -o 'listening addr=127.0.0.1:[0-9]*' "$WORK/server.log" | head -1 | cut -d: -f2)
 BUILT=$(grep "snapshot built" "$WORK/server.log" | head -1)
 field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$BUILT"; }

@@ -58,6 +58,8 @@ fn trailing_slash_redirect_is_not_an_open_redirect() {
         // a `?` after it starts no query.
         ("/docs?x=1#frag", "/docs/?x=1"),
         ("/docs#frag?x=1", "/docs/"),
+        // Bytes a header value may not carry raw are percent-encoded.
+        ("/docs?q=caf\u{e9}", "/docs/?q=caf%C3%A9"),
     ];
     for (target, want) in cases {
         let resp = server.send(&format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n"));

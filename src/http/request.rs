@@ -703,6 +703,10 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
             "b".repeat(64 - 32)
         );
+        let line_at_bound = format!("GET /{}", "a".repeat(16 + REQUEST_LINE_SLACK - 5));
+        let line_over = format!("{line_at_bound}a");
+        let fields_at_bound = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}", "b".repeat(64 - 28));
+        let fields_over = format!("{fields_at_bound}b");
         let cases: &[(&str, &[u8], Result<bool, ParseError>)] = &[
             (
                 "target over max_uri",
@@ -727,12 +731,57 @@ mod tests {
                 Err(ParseError::HeadTooLarge),
             ),
             ("head of exactly max_head", exact_head.as_bytes(), Ok(true)),
+            // Unfinished at exactly the bounds: still worth waiting for.
+            (
+                "unfinished request line at max_uri + slack",
+                line_at_bound.as_bytes(),
+                Ok(false),
+            ),
+            (
+                "unfinished request line one over",
+                line_over.as_bytes(),
+                Err(ParseError::UriTooLong),
+            ),
+            (
+                "unfinished fields at max_head",
+                fields_at_bound.as_bytes(),
+                Ok(false),
+            ),
+            (
+                "unfinished fields one over",
+                fields_over.as_bytes(),
+                Err(ParseError::HeadTooLarge),
+            ),
         ];
         for (name, buf, want) in cases {
             let got = parse(buf, &small).map(|r| r.is_some());
             assert_eq!(&got, want, "{name}");
         }
         assert_eq!(exact_head.len(), 64);
+        assert_eq!(line_at_bound.len(), 16 + REQUEST_LINE_SLACK);
+        assert_eq!(fields_at_bound.len(), 64);
+    }
+
+    #[test]
+    fn every_error_has_its_own_message() {
+        let all = [
+            ParseError::HeadTooLarge,
+            ParseError::TooManyHeaders,
+            ParseError::UriTooLong,
+            ParseError::VersionNotSupported,
+            ParseError::Malformed,
+            ParseError::MissingHost,
+            ParseError::BadHost,
+            ParseError::LengthAndEncoding,
+            ParseError::BadContentLength,
+            ParseError::TransferEncoding,
+        ];
+        let messages: std::collections::HashSet<&str> = all.iter().map(|e| e.message()).collect();
+        assert_eq!(messages.len(), all.len(), "{messages:?}");
+        assert!(ParseError::MissingHost.message().contains("Host"));
+        assert!(ParseError::BadContentLength
+            .message()
+            .contains("Content-Length"));
     }
 
     #[test]
