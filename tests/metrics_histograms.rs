@@ -82,6 +82,11 @@ fn request_durations_count_every_response_and_a_held_back_batch_high() {
         batch_sum >= 8.0 * SEEN && batch_sum <= 8.0 * took,
         "eight held-back responses sum to {batch_sum} s; each waited {stall} s (at least {SEEN} s seen) and at most {took} s"
     );
+    assert_eq!(
+        bucket(&samples, REQUESTS, "10"),
+        13.0,
+        "every response was handed over within 10 s: {samples:#?}"
+    );
     let fast_buckets = bucket(&samples, REQUESTS, "0.25");
     assert!(
         fast_buckets <= 5.0,
@@ -129,6 +134,11 @@ fn handshake_durations_count_every_handshake_and_a_stalled_one_high() {
     assert!(
         stalled >= SEEN && stalled <= took,
         "the stalled handshake took {stalled} s by the server; the client paused {stall} s (at least {SEEN} s seen) and saw {took} s"
+    );
+    assert_eq!(
+        bucket(&samples, HANDSHAKES, "2.5"),
+        4.0,
+        "every handshake ended within 2.5 s: {samples:#?}"
     );
     let fast_buckets = bucket(&samples, HANDSHAKES, "0.1");
     assert!(

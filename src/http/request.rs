@@ -623,6 +623,9 @@ mod tests {
                 vec![b'h', b, b':', b'8'],
                 vec![b'h', b':', b'8', b],
                 vec![b'%', b'4', b],
+                // An escape late in the value: the pass must step over
+                // exactly its two digits, not jump past the byte after.
+                vec![b'a', b'a', b'a', b'%', b'4', b'1', b],
             ] {
                 assert_eq!(valid_host(&v), valid_host_reference(&v), "{v:?}");
             }

@@ -115,12 +115,11 @@ impl ShardCounters {
         self.response_bytes += bytes;
     }
 
-    /// `n` requests that took `secs` each from parse to hand-off.
+    /// `n` requests that took `secs` each from parse to hand-off. The
+    /// caller checks [`enabled`](Self::enabled) first, so that a server
+    /// without metrics does not even read the clock.
     #[inline]
     pub fn durations(&mut self, n: u64, secs: f64) {
-        if n == 0 || !self.enabled {
-            return;
-        }
         let i = DURATION_BUCKETS.partition_point(|&b| b < secs);
         self.duration_buckets[i] += n;
         self.duration_sum += secs * n as f64;
