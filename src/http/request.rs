@@ -706,6 +706,9 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
             "b".repeat(64 - 32)
         );
+        // httparse skips blank lines before the request line; their `\n`
+        // does not end it.
+        let after_blank = format!("\r\n\n{long_line}");
         let line_at_bound = format!("GET /{}", "a".repeat(16 + REQUEST_LINE_SLACK - 5));
         let line_over = format!("{line_at_bound}a");
         let fields_at_bound = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}", "b".repeat(64 - 28));
@@ -723,6 +726,11 @@ mod tests {
                 Err(ParseError::UriTooLong),
             ),
             ("unfinished short request line", b"GET /aaaa", Ok(false)),
+            (
+                "unfinished long request line after blank lines",
+                after_blank.as_bytes(),
+                Err(ParseError::UriTooLong),
+            ),
             (
                 "unfinished long fields",
                 long_fields.as_bytes(),
