@@ -665,6 +665,8 @@ mod tests {
             ("HTTP/3", b"GET / HTTP/3\r\nHost: a\r\n\r\n", ParseError::VersionNotSupported),
             ("HTTP/2 still arriving", b"GET / HTTP/2", ParseError::VersionNotSupported),
             ("HTTP/2. still arriving", b"GET / HTTP/2.", ParseError::VersionNotSupported),
+            ("HTTP/2.0 after blank lines", b"\r\n\nGET / HTTP/2.0\r\nHost: a\r\n\r\n", ParseError::VersionNotSupported),
+            ("letter major", b"GET / HTTP/x.1\r\nHost: a\r\n\r\n", ParseError::Malformed),
             ("missing host", b"GET / HTTP/1.1\r\n\r\n", ParseError::MissingHost),
             ("host with a space", b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", ParseError::BadHost),
             ("host with a slash", b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", ParseError::BadHost),
