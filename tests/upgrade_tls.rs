@@ -50,7 +50,16 @@ fn one_request(
     } else {
         "GET /index.html HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_owned()
     };
-    w.send(raw.as_bytes());
+    // A reused connection may have been closed by the draining server
+    // since its last answer: the request then fails to send, or reads as
+    // closed, and is retried on a new connection, as any client does.
+    if let Err(e) = w.try_send(raw.as_bytes()) {
+        if reused {
+            counts.retried.fetch_add(1, Ordering::Relaxed);
+            return one_request(wire, addr, client, keepalive, counts);
+        }
+        return fail(format!("send: {e}"));
+    }
     match w.read_response_to("GET") {
         Ok(r) if r.status == 200 && r.body == support::INDEX_HTML => {
             counts.ok.fetch_add(1, Ordering::Relaxed);

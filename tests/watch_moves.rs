@@ -13,22 +13,6 @@ use support::*;
 
 const VISIBLE_WITHIN: Duration = Duration::from_secs(1);
 
-#[track_caller]
-fn await_body(server: &Server, path: &str, body: &str, what: &str) {
-    let mut last = None;
-    let ok = poll_until(VISIBLE_WITHIN, || {
-        let r = server.get(path);
-        let done = r.status == 200 && r.body == body.as_bytes();
-        last = Some(r);
-        done
-    });
-    assert!(
-        ok,
-        "{what}: {path} not served within {VISIBLE_WITHIN:?}; last {last:?}\n{}",
-        server.log_text()
-    );
-}
-
 #[test]
 fn changes_inside_directories_renamed_after_start_are_served() {
     let site = Site::new("watch-moves");
@@ -38,28 +22,42 @@ fn changes_inside_directories_renamed_after_start_are_served() {
     fs::create_dir_all(&outside).unwrap();
     fs::write(outside.join("y.txt"), b"y\n").unwrap();
     let server = Server::start(&site.root, &["--compress", "false"]);
-    await_body(&server, "/a/old/deep/x.txt", "x\n", "start");
+    await_body(&server, VISIBLE_WITHIN, "/a/old/deep/x.txt", "x\n", "start");
 
     // Within the root: the directory and the one below it keep being watched
     // under their new names.
     fs::rename(site.root.join("a/old"), site.root.join("b/new")).unwrap();
-    await_body(&server, "/b/new/deep/x.txt", "x\n", "renamed within");
+    await_body(
+        &server,
+        VISIBLE_WITHIN,
+        "/b/new/deep/x.txt",
+        "x\n",
+        "renamed within",
+    );
     site.write("b/new/added.txt", b"added\n");
     await_body(
         &server,
+        VISIBLE_WITHIN,
         "/b/new/added.txt",
         "added\n",
         "written in the renamed directory",
     );
     site.write("b/new/deep/x.txt", b"x2\n");
-    await_body(&server, "/b/new/deep/x.txt", "x2\n", "rewritten below it");
+    await_body(
+        &server,
+        VISIBLE_WITHIN,
+        "/b/new/deep/x.txt",
+        "x2\n",
+        "rewritten below it",
+    );
 
     // Into the root from beside it.
     fs::rename(site.base().join("incoming"), site.root.join("c")).unwrap();
-    await_body(&server, "/c/sub/y.txt", "y\n", "renamed in");
+    await_body(&server, VISIBLE_WITHIN, "/c/sub/y.txt", "y\n", "renamed in");
     site.write("c/sub/z.txt", b"z\n");
     await_body(
         &server,
+        VISIBLE_WITHIN,
         "/c/sub/z.txt",
         "z\n",
         "written in the directory renamed in",

@@ -41,22 +41,6 @@ fn fill_20000(root: &Path) {
     }
 }
 
-#[track_caller]
-fn await_body(server: &Server, path: &str, body: &str, what: &str) {
-    let mut last = None;
-    let ok = poll_until(VISIBLE_WITHIN, || {
-        let r = server.get(path);
-        let done = r.status == 200 && r.body == body.as_bytes();
-        last = Some(r);
-        done
-    });
-    assert!(
-        ok,
-        "{what}: {path} not served within {VISIBLE_WITHIN:?}; last {last:?}\n{}",
-        server.log_text()
-    );
-}
-
 /// The reproduction: a file renamed into place right after
 /// `listening` was missed until the 60 s safety rescan, because the watch
 /// of its directory was added after the walk.
@@ -71,8 +55,20 @@ fn a_change_right_after_listening_is_served_within_a_second() {
     fs::write(&tmp, b"renamed in\n").unwrap();
     fs::rename(&tmp, site.root.join("tree/199/new.txt")).unwrap();
     site.write("tree/199/000.txt", b"rewritten\n");
-    await_body(&server, "/tree/199/new.txt", "renamed in\n", "rename");
-    await_body(&server, "/tree/199/000.txt", "rewritten\n", "rewrite");
+    await_body(
+        &server,
+        VISIBLE_WITHIN,
+        "/tree/199/new.txt",
+        "renamed in\n",
+        "rename",
+    );
+    await_body(
+        &server,
+        VISIBLE_WITHIN,
+        "/tree/199/000.txt",
+        "rewritten\n",
+        "rewrite",
+    );
 }
 
 #[test]
@@ -89,6 +85,7 @@ fn a_directory_created_and_filled_deep_in_a_20000_file_root_is_served_within_a_s
     for k in [0, 25, 49] {
         await_body(
             &server,
+            VISIBLE_WITHIN,
             &format!("/tree/150/a/b/c/d/{k}.txt"),
             &format!("deep {k}\n"),
             "new deep directory",
@@ -137,8 +134,20 @@ fn an_inotify_overflow_triggers_a_full_rescan_at_once() {
         "events were not dropped"
     );
     fs::remove_file(&marker).unwrap();
-    await_body(&server, "/lost/a.txt", "lost a\n", "after overflow");
-    await_body(&server, "/", "lost index\n", "after overflow");
+    await_body(
+        &server,
+        VISIBLE_WITHIN,
+        "/lost/a.txt",
+        "lost a\n",
+        "after overflow",
+    );
+    await_body(
+        &server,
+        VISIBLE_WITHIN,
+        "/",
+        "lost index\n",
+        "after overflow",
+    );
     assert!(server.log_text().contains("inotify lost events"));
 }
 
@@ -215,6 +224,7 @@ fn a_file_rewritten_in_place_in_paused_pieces_is_never_served_half_written() {
         eprintln!("threshold {threshold}: (old, new, refused) = {seen:?}");
         await_body(
             &server,
+            VISIBLE_WITHIN,
             "/big.bin",
             &"b".repeat(SIZE),
             "after the writer closed",

@@ -510,6 +510,24 @@ impl Drop for Server {
     }
 }
 
+/// Wait at most `within` until `path` is served as 200 with exactly
+/// `body`; panic with the last answer and the server's log otherwise.
+#[track_caller]
+pub fn await_body(server: &Server, within: Duration, path: &str, body: &str, what: &str) {
+    let mut last = None;
+    let ok = poll_until(within, || {
+        let r = server.get(path);
+        let done = r.status == 200 && r.body == body.as_bytes();
+        last = Some(r);
+        done
+    });
+    assert!(
+        ok,
+        "{what}: {path} not served within {within:?}; last {last:?}\n{}",
+        server.log_text()
+    );
+}
+
 /// Background load: `conns` threads, each sending GETs over keep-alive
 /// connections it replaces every 25 requests (so the kernel spreads them
 /// over the shards) until stopped. Thread `t` walks `paths` from entry `t`

@@ -269,8 +269,14 @@ impl Wire {
 
     /// Writes all of `bytes` at once (one TLS record batch over TLS).
     pub fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write request");
-        self.stream.flush().expect("flush request");
+        self.try_send(bytes).expect("send request");
+    }
+
+    /// As [`send`](Self::send), for a caller that handles a connection the
+    /// server has closed meanwhile (EPIPE, reset).
+    pub fn try_send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()
     }
 
     fn fill(&mut self) -> io::Result<usize> {
