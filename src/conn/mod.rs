@@ -470,12 +470,9 @@ impl Conn {
     }
 
     /// The server started draining: close now if idle between requests,
-    /// else after the response in flight (responses from now on carry
-    /// `Connection: close`). A connection that has not had its first answer
-    /// is never idle here: it was accepted because bytes came (deferred
-    /// accept), so its first request, or the TLS handshake before it, is
-    /// under way, and closing it would lose a client who never got a turn.
-    /// The header timeout and the shutdown grace still bound it.
+    /// else after the response in flight (now with `Connection: close`).
+    /// Before its first answer a connection is not idle: bytes came (deferred
+    /// accept), so a request or TLS handshake is under way.
     pub fn on_drain(&mut self) -> Step {
         match self.reading {
             Reading::Idle if self.served > 0 && self.out_empty() && self.buffered() == 0 => {
