@@ -98,7 +98,9 @@ impl Conn {
                 b""
             },
         };
-        if body > env.cfg.max_discard {
+        // A body too large to read past is refused, and the connection
+        // closed: where the next request would start is unknown.
+        let (status, bytes, persist, close_reason) = if body > env.cfg.max_discard {
             let (status, bytes) = respond::error(
                 &renv,
                 &mut io.out,
@@ -108,23 +110,15 @@ impl Conn {
                 Persist::Close,
                 false,
             );
-            env.record(
-                self.peer.get(),
-                self.tls.as_deref(),
-                Some(&req),
-                status,
-                bytes,
-            );
-            io.queued(env.now);
-            io.rstart += head_len;
-            self.reading = Reading::Done(CloseReason::Error);
-            return false;
-        }
-        let (status, bytes) = match env.cfg.redirect_https {
-            Some(port) if self.tls.is_none() => {
-                respond::redirect_https(&req, &mut renv, persist, &mut io.out, port)
-            }
-            _ => respond::respond(&req, &mut renv, persist, &mut io.out),
+            (status, bytes, Persist::Close, CloseReason::Error)
+        } else {
+            let (status, bytes) = match env.cfg.redirect_https {
+                Some(port) if self.tls.is_none() => {
+                    respond::redirect_https(&req, &mut renv, persist, &mut io.out, port)
+                }
+                _ => respond::respond(&req, &mut renv, persist, &mut io.out),
+            };
+            (status, bytes, persist, close_reason)
         };
         env.record(
             self.peer.get(),
