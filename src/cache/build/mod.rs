@@ -29,8 +29,6 @@ mod render;
 mod walk;
 
 #[cfg(test)]
-mod delta_tests;
-#[cfg(test)]
 mod tests;
 
 use std::collections::HashSet;

@@ -17,6 +17,8 @@ use crate::http::accept::Coding;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+mod delta;
+
 /// A scratch directory removed on drop.
 struct TempDir(PathBuf);
 

@@ -8,52 +8,16 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::cache::{Body, BuildOptions, DotfileAllow, Resource, Snapshot};
+use crate::cache::{Body, BuildOptions, Resource, Snapshot};
 
-/// A scratch root removed on drop.
-struct Root(PathBuf);
-
-impl Root {
-    fn new(name: &str) -> Root {
-        let path =
-            std::env::temp_dir().join(format!("shardhttpd-delta-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap();
-        Root(fs::canonicalize(path).unwrap())
-    }
-
-    fn write(&self, rel: &str, content: &[u8]) -> PathBuf {
-        let path = self.0.join(rel);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, content).unwrap();
-        path
-    }
-}
-
-impl Drop for Root {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
+/// The build options of `super::opts`, with large files from 4 KiB (so
+/// both body kinds change) and a 404 page, for `root` canonicalised as
+/// the server does.
 fn opts(root: &Path) -> BuildOptions {
     BuildOptions {
-        root: root.to_path_buf(),
-        cache_max_bytes: 1 << 20,
         sendfile_threshold: 4096,
-        server_line: b"Server: shardhttpd\r\n".to_vec(),
-        dotfile_allow: DotfileAllow::default(),
-        index_files: vec!["index.html".into()],
-        default_type: "application/octet-stream".into(),
-        compress: None,
-        compress_configured: None,
-        fast_start_max_age: 60,
-        headers: Default::default(),
-        status_cache_control: Default::default(),
-        cache_control: Default::default(),
         error_pages: vec![(404, "404.html".into())],
-        spa_fallback: false,
-        open_files: Default::default(),
+        ..super::opts(&fs::canonicalize(root).unwrap())
     }
 }
 
@@ -131,7 +95,7 @@ fn step(o: &BuildOptions, prev: &Snapshot, changed: &[&Path], what: &str) -> Opt
 
 #[test]
 fn a_patched_snapshot_serves_what_a_full_walk_serves() {
-    let root = Root::new("equiv");
+    let root = TempDir::new("delta-equiv");
     for d in 0..20 {
         for f in 0..20 {
             root.write(
@@ -214,7 +178,7 @@ fn a_patched_snapshot_serves_what_a_full_walk_serves() {
 
 #[test]
 fn a_patch_gives_way_to_a_full_walk_when_it_cannot_decide_locally() {
-    let root = Root::new("fallback");
+    let root = TempDir::new("delta-fallback");
     root.write("a/b.txt", b"b\n");
     root.write(".hidden/c.txt", b"c\n");
     let o = opts(&root.0);
