@@ -4,7 +4,7 @@
 #
 #   http      src/http/*.rs         pure parsing: the unit tables (cargo test --lib)
 #   respond   src/conn/respond.rs   request → response: the HTTP and large-file suites
-#   output    src/conn/output.rs    the output queue: large-file, pipelining suites
+#   output    src/conn/output.rs    the output queue: large-file, pipelining, output_queue suites
 #   counters  src/metrics/counters.rs  per-shard counters: the exact-metrics and histogram suites
 #
 # Usage: bench/mutants.sh [--iterate] [--in-place] [SET...]   (default: all four sets)
@@ -78,11 +78,12 @@ for set in "${sets[@]}"; do
       ;;
     output)
       # The write-timeout scenarios only wait for a timer; the rest of the
-      # large-file suite (both modes) and the pipelining tests exercise every
-      # path through the queue.
+      # large-file suite (both modes), the pipelining tests and the output
+      # queue's own suite (copy or reference, backlog bounds, piece sizes,
+      # zero-copy's last-byte check, resets) exercise every path through it.
       run output --file src/conn/output.rs \
         --cargo-arg=--test=sendfile --cargo-arg=--test=lifecycle \
-        --cargo-arg=--test=process_invariants -- -- \
+        --cargo-arg=--test=process_invariants --cargo-arg=--test=output_queue -- -- \
         --skip write_timeout --skip idle --skip sig --skip shutdown \
         --skip builder --skip descriptor
       ;;
