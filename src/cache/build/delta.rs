@@ -201,7 +201,9 @@ pub(super) fn patch(
         &walk,
         &plan,
         Mode::Background,
-    )?;
+        false,
+    )?
+    .results;
 
     let mut arena = ArenaPlan::default();
     let mut stats = old.stats;

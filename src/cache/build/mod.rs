@@ -340,7 +340,7 @@ fn rebuild_in(
     test_pause_before_open(&walk.root);
     let planned = started.elapsed();
     let fast = leveled(opts, plan.identity_mem);
-    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan, mode)?;
+    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan, mode, true)?;
     let load_done = started.elapsed();
     let examined = walk.examined + 1;
     let mut snapshot = assemble(opts, walk, plan, loaded, old, generation)?;
