@@ -9,7 +9,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use super::load::{Loaded, LoadedBody, LoadedFile, Loads};
 use super::plan::{add_dir_slashes, Plan, Step};
-use super::render::render_entry;
+use super::render::{render_entry, Heads};
 use super::walk::{FileJob, Walk};
 use crate::cache::{pack_off, unpack_off, Segment, SEGMENT_SHIFT};
 use crate::cache::{
@@ -53,7 +53,7 @@ pub(super) fn assemble(
     let mut variant_budget = opts.cache_max_bytes.saturating_sub(plan.identity_mem);
     let mut entries = Entries::default();
     // Each new entry's heads are rendered here, then packed into its chunk.
-    let mut heads = Vec::new();
+    let mut heads = Heads::default();
     let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
     let mut budget_spent = plan.budget_spent;
 
@@ -121,7 +121,7 @@ pub(super) fn assemble(
             (Step::Hold, _) => continue,
         };
         u32::try_from(entries.len()).context("more than u32::MAX files")?;
-        heads.clear();
+        heads.bytes.clear();
         let (entry, dropped) = finish_entry(
             opts,
             job,
@@ -132,7 +132,7 @@ pub(super) fn assemble(
             &mut heads,
         );
         budget_spent |= dropped;
-        let idx = entries.push(entry, &heads);
+        let idx = entries.push(entry, &heads.bytes);
         remap[i] = Some(Resource::File(idx));
     }
     stats.files = entries.len() as u64;
@@ -266,7 +266,7 @@ pub(super) fn finish_entry(
     arena: &mut ArenaPlan,
     variant_budget: &mut u64,
     stats: &mut SnapshotStats,
-    heads: &mut Vec<u8>,
+    heads: &mut Heads,
 ) -> (Entry, bool) {
     match identity.body {
         Body::Mem { .. } => stats.mem_bytes += identity.len,
