@@ -5,7 +5,8 @@
 //!
 //! Per file in memory, in the common case: `openat2` beneath the root,
 //! `pread`, one `fstat` (the very file the walk stated, its stamp unchanged
-//! since the walk), `close`.
+//! since the walk), `close`. A full build's `pread` goes straight into the
+//! body's slot of the new segment ([`LoadedBody::Placed`]).
 
 use std::fs::{File, Metadata};
 use std::io;
