@@ -201,7 +201,7 @@ pub(super) fn patch(
         fast.as_ref().unwrap_or(opts),
         &walk,
         &plan,
-        Mode::Background,
+        Mode::Background { hook: None },
         false,
     )?
     .results;
