@@ -89,10 +89,13 @@ pub(super) fn render_entry(
         bytes.extend_from_slice(&date);
         bytes.extend_from_slice(b"\r\nETag: ");
         let etag_at = bytes.len() - start;
-        let _ = match coding_token(coding) {
-            None => write!(bytes, "\"{:032x}\"", parts.hash),
-            Some(token) => write!(bytes, "\"{:032x}-{token}\"", parts.hash),
-        };
+        bytes.push(b'"');
+        push_hex(bytes, parts.hash);
+        if let Some(token) = coding_token(coding) {
+            bytes.push(b'-');
+            bytes.extend_from_slice(token.as_bytes());
+        }
+        bytes.push(b'"');
         let etag_end = bytes.len() - start;
         bytes.extend_from_slice(b"\r\n");
         Repr::new(
@@ -176,6 +179,17 @@ impl Heads {
             }
         }
     }
+}
+
+/// `value` as 32 lowercase hex digits (what `{:032x}` writes, without the
+/// formatting machinery: once per representation of a build).
+fn push_hex(out: &mut Vec<u8>, value: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.extend(
+        (0..32)
+            .rev()
+            .map(|i| DIGITS[(value >> (i * 4)) as usize & 0xf]),
+    );
 }
 
 /// The ETag suffix of a coding; `None` for identity.
