@@ -109,7 +109,8 @@ fn a_directory_created_and_filled_deep_in_a_20000_file_root_is_served_within_a_s
 /// Events lost to a queue overflow (simulated by the server's test hook,
 /// which drops every event while its marker exists, then reports
 /// `IN_Q_OVERFLOW`) are recovered by a full rescan at once, not by the
-/// 60 s safety rescan.
+/// 60 s safety rescan, and that rescan watches the directories whose
+/// creation was lost.
 #[test]
 fn an_inotify_overflow_triggers_a_full_rescan_at_once() {
     arm_hook();
@@ -149,6 +150,17 @@ fn an_inotify_overflow_triggers_a_full_rescan_at_once() {
         "after overflow",
     );
     assert!(server.log_text().contains("inotify lost events"));
+    // The directory created while events were lost is watched by the
+    // rescan's walk: a change inside it is an event again, served at once
+    // and not 60 s later by the safety rescan.
+    site.write("lost/b.txt", b"after the rescan\n");
+    await_body(
+        &server,
+        VISIBLE_WITHIN,
+        "/lost/b.txt",
+        "after the rescan\n",
+        "in a directory created while events were lost",
+    );
 }
 
 /// Issue 14 item 3: a 3 MiB file rewritten in place, 256 KiB every 0.25 s,

@@ -124,6 +124,9 @@ impl Clone for Table {
 /// shard of about this many keys.
 const PATHS_PER_SHARD: usize = 512;
 
+/// Keys from which [`PathIndex::from_map`] fills shards on every core.
+const PARALLEL_FROM: usize = 65_536;
+
 /// Most shards (2^12): the shard is picked from hash bits 40..52, which
 /// the tables inside use for neither the bucket (low bits) nor the tag
 /// (top 7 bits).
@@ -146,16 +149,21 @@ fn hash(key: &[u8]) -> u64 {
 }
 
 impl PathIndex {
-    /// An index sized for the keys of `map`, holding them.
+    /// An index sized for the keys of `map`, holding them. A large map
+    /// (a full build's) is spread over one thread per core, each filling
+    /// its own shards.
     pub fn from_map(map: Shard) -> PathIndex {
         let mut bits = 0;
         while bits < MAX_SHARD_BITS && (PATHS_PER_SHARD << bits) < map.len() {
             bits += 1;
         }
+        // Every key hashed once, in the map's order.
+        let keyed: Vec<(u64, &[u8], Resource)> =
+            map.iter().map(|(k, r)| (hash(k), &k[..], *r)).collect();
         // Sized exactly before filling: no table or key buffer grows.
         let mut counts = vec![(0usize, 0usize); 1 << bits];
-        for key in map.keys() {
-            let c = &mut counts[shard_of(bits, hash(key))];
+        for &(h, key, _) in &keyed {
+            let c = &mut counts[shard_of(bits, h)];
             c.0 += 1;
             c.1 += key.len();
         }
@@ -166,10 +174,33 @@ impl PathIndex {
                 keys: Vec::with_capacity(bytes),
             })
             .collect();
-        for (key, resource) in map {
-            let h = hash(&key);
-            shards[shard_of(bits, h)].insert_unique(h, &key, resource);
+        let threads = match keyed.len() {
+            n if n < PARALLEL_FROM => 1,
+            _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        // Thread `t` fills the shards `t`, `t + threads`, …
+        let fill = |t: usize, mut own: Vec<&mut Table>| {
+            for &(h, key, resource) in &keyed {
+                let s = shard_of(bits, h);
+                if s % threads == t {
+                    own[s / threads].insert_unique(h, key, resource);
+                }
+            }
+        };
+        let mut groups: Vec<Vec<&mut Table>> = (0..threads).map(|_| Vec::new()).collect();
+        for (s, table) in shards.iter_mut().enumerate() {
+            groups[s % threads].push(table);
         }
+        std::thread::scope(|scope| {
+            let mut groups = groups.into_iter().enumerate();
+            let first = groups.next();
+            for (t, own) in groups {
+                scope.spawn(move || fill(t, own));
+            }
+            if let Some((t, own)) = first {
+                fill(t, own);
+            }
+        });
         PathIndex {
             shards: shards.into_iter().map(Arc::new).collect(),
             bits,
@@ -471,6 +502,24 @@ mod tests {
         assert_eq!(removed.len(), 111, "/d/49, /d/490..499, /d/4900..4999");
         assert_eq!(next.len(), 5000 - 111);
         assert_eq!(next.get(b"/d/4999"), None);
+    }
+
+    #[test]
+    fn a_full_builds_index_filled_on_every_core_matches_its_map() {
+        let mut map = Shard::default();
+        for i in 0..(PARALLEL_FROM as u32 + 1000) {
+            let resource = match i % 3 {
+                0 => Resource::Forbidden,
+                _ => Resource::File(i),
+            };
+            map.insert(format!("/d{}/{i}", i % 97).into_bytes().into(), resource);
+        }
+        let index = PathIndex::from_map(map.clone());
+        assert_eq!(index.shards.len(), 256, "512 paths a shard at most");
+        assert!(index == map);
+        assert_eq!(index.get(b"/d0/0"), Some(Resource::Forbidden));
+        assert_eq!(index.get(b"/d1/1"), Some(Resource::File(1)));
+        assert_eq!(index.get(b"/d1/2"), None);
     }
 
     #[test]

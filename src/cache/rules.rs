@@ -46,6 +46,9 @@ impl CacheControl {
 
     /// The value for a file's URL path (with or without its leading `/`).
     pub fn value_for(&self, url: &[u8]) -> Option<&str> {
+        if self.set.is_empty() {
+            return self.default.as_deref();
+        }
         let rel = url.strip_prefix(b"/").unwrap_or(url);
         let candidate = Candidate::new(OsStr::from_bytes(rel));
         self.set
@@ -466,6 +469,8 @@ mod tests {
     fn no_rules_no_header() {
         let cc = CacheControl::default();
         assert_eq!(cc.value_for(b"/a.html"), None);
+        let cc = rules(&[], Some("max-age=60"));
+        assert_eq!(cc.value_for(b"/a.html"), Some("max-age=60"));
     }
 
     #[test]

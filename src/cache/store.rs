@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use prometheus::{Histogram, HistogramOpts};
 
-use super::build::{build_first, rebuild, Built, DirHook, TreeChanged};
+use super::build::{build_first, rebuild, rebuild_watching, Built, DirHook, TreeChanged};
 use super::{BuildOptions, Snapshot, SIDECARS};
 
 /// Times the initial build is tried when the tree changes under it; a deploy
@@ -178,16 +178,18 @@ impl Store {
     /// [`Store::rebuild`], keeping the files in `held` (canonical paths a
     /// writer still has open) at their current version.
     pub fn rebuild_holding(&self, held: &HashSet<PathBuf>) -> anyhow::Result<u64> {
-        self.rebuild_changed(held, None)
+        self.rebuild_changed(held, None, None)
     }
 
     /// [`Store::rebuild_holding`], looking only at `changed` (the paths
     /// inotify reported since the snapshot being served was built) when
-    /// given, unless the change needs a full walk.
+    /// given, unless the change needs a full walk. A full walk hands each
+    /// directory to `hook` (if any) before listing it.
     pub fn rebuild_changed(
         &self,
         held: &HashSet<PathBuf>,
         changed: Option<&HashSet<PathBuf>>,
+        hook: Option<&DirHook>,
     ) -> anyhow::Result<u64> {
         let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.current.load_full();
@@ -203,10 +205,11 @@ impl Store {
         };
         let started = Instant::now();
         let generation = self.generation.load(Ordering::Relaxed) + 1;
-        let built = self.record(
-            rebuild(&opts, generation, Some(&old), held, changed),
-            started,
-        );
+        let built = match (hook, changed) {
+            (Some(hook), None) => rebuild_watching(&opts, generation, Some(&old), held, hook),
+            _ => rebuild(&opts, generation, Some(&old), held, changed),
+        };
+        let built = self.record(built, started);
         match built {
             Ok(Built::New(snapshot)) => Ok(self.swap(snapshot, generation, started)),
             // A full walk that changed nothing (the safety rescan, mostly)

@@ -21,7 +21,9 @@
 //! The record also gathers the paths the events name: a rebuild looks at
 //! those again and patches the previous snapshot (`build::delta`). It walks
 //! the whole root instead after an overflow, on a root swap, past
-//! [`MAX_CHANGED_PATHS`], after a failed rebuild and on the safety rescan.
+//! [`MAX_CHANGED_PATHS`], after a failed rebuild and on the safety rescan;
+//! such a walk, like the first, watches each directory before listing it,
+//! so one whose creation an overflow lost is watched from then on.
 //!
 //! The thread debounces (a rebuild starts once the tree has been quiet for
 //! the debounce period), and rebuilds:
@@ -257,7 +259,9 @@ impl Watcher {
         Some(Box::new(move |dir: &Path| {
             let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
             match shared.watcher.watch(dir, RecursiveMode::NonRecursive) {
-                Ok(()) => shared.dirs.push(dir.to_path_buf()),
+                Ok(()) => {
+                    shared.dirs.insert(dir.to_path_buf());
+                }
                 Err(err) if !dir.is_dir() || std::fs::read_dir(dir).is_err() => {
                     tracing::debug!(dir = %dir.display(), %err, "directory not watched");
                 }
@@ -333,7 +337,13 @@ impl Watcher {
                 }
             }
             safety_at = Instant::now() + SAFETY_RESCAN;
-            retry_at = match store.rebuild_changed(&held, changed.as_ref()) {
+            // A full walk watches every directory again before listing it:
+            // those whose creation an overflow lost have no watch yet.
+            let hook = match changed {
+                None => self.dir_hook(),
+                Some(_) => None,
+            };
+            retry_at = match store.rebuild_changed(&held, changed.as_ref(), hook.as_deref()) {
                 Ok(_) => None,
                 Err(err) => {
                     tracing::error!(
@@ -426,7 +436,9 @@ impl Watcher {
                 // waiting for it means the walk that follows runs with the
                 // watch in place.
                 match shared.watcher.watch(&dir, RecursiveMode::Recursive) {
-                    Ok(()) => shared.dirs.push(dir),
+                    Ok(()) => {
+                        shared.dirs.insert(dir);
+                    }
                     // Gone again, or replaced by a file: the walk sees that.
                     Err(err) if !dir.is_dir() => {
                         tracing::debug!(dir = %dir.display(), %err, "new directory vanished");
@@ -467,9 +479,9 @@ struct Watch {
 
 struct Shared {
     watcher: RecommendedWatcher,
-    /// Directories below the root watched one by one (the first walk's,
+    /// Directories below the root watched one by one (the full walks',
     /// and new ones, recursively): what a root swap unwatches.
-    dirs: Vec<PathBuf>,
+    dirs: HashSet<PathBuf>,
 }
 
 impl Watch {
@@ -534,7 +546,7 @@ impl Watch {
         let mut watch = Watch {
             shared: Arc::new(Mutex::new(Shared {
                 watcher,
-                dirs: Vec::new(),
+                dirs: HashSet::new(),
             })),
             wake: wake_hook,
             link: link.to_path_buf(),

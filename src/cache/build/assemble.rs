@@ -7,9 +7,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::load::{Loaded, LoadedBody, LoadedFile};
+use super::load::{Loaded, LoadedBody, LoadedFile, Loads};
 use super::plan::{add_dir_slashes, Plan, Step};
-use super::render::render_entry;
+use super::render::{render_entry, Heads};
 use super::walk::{FileJob, Walk};
 use crate::cache::{pack_off, unpack_off, Segment, SEGMENT_SHIFT};
 use crate::cache::{
@@ -40,16 +40,20 @@ pub(super) fn assemble(
     opts: &BuildOptions,
     walk: Walk<'_>,
     plan: Plan,
-    loaded: Vec<Option<Loaded>>,
+    loaded: Loads,
     old: Option<&Snapshot>,
     generation: u64,
 ) -> anyhow::Result<Snapshot> {
     let mut stats = SnapshotStats::default();
-    let mut arena = ArenaPlan::default();
+    let mut arena = ArenaPlan {
+        placed: loaded.placed,
+        ..ArenaPlan::default()
+    };
+    let loaded = loaded.results;
     let mut variant_budget = opts.cache_max_bytes.saturating_sub(plan.identity_mem);
     let mut entries = Entries::default();
     // Each new entry's heads are rendered here, then packed into its chunk.
-    let mut heads = Vec::new();
+    let mut heads = Heads::default();
     let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
     let mut budget_spent = plan.budget_spent;
 
@@ -117,7 +121,7 @@ pub(super) fn assemble(
             (Step::Hold, _) => continue,
         };
         u32::try_from(entries.len()).context("more than u32::MAX files")?;
-        heads.clear();
+        heads.bytes.clear();
         let (entry, dropped) = finish_entry(
             opts,
             job,
@@ -128,7 +132,7 @@ pub(super) fn assemble(
             &mut heads,
         );
         budget_spent |= dropped;
-        let idx = entries.push(entry, &heads);
+        let idx = entries.push(entry, &heads.bytes);
         remap[i] = Some(Resource::File(idx));
     }
     stats.files = entries.len() as u64;
@@ -221,6 +225,7 @@ pub(super) fn loaded_parts(
 ) -> EntryParts {
     let body = match file.body {
         LoadedBody::Mem(bytes) => arena.push(Bytes::New(bytes)),
+        LoadedBody::Placed { off } => arena.place(off, file.len),
         LoadedBody::File(f) => {
             // The build just read it: the first request need not open it
             // again.
@@ -261,7 +266,7 @@ pub(super) fn finish_entry(
     arena: &mut ArenaPlan,
     variant_budget: &mut u64,
     stats: &mut SnapshotStats,
-    heads: &mut Vec<u8>,
+    heads: &mut Heads,
 ) -> (Entry, bool) {
     match identity.body {
         Body::Mem { .. } => stats.mem_bytes += identity.len,
@@ -321,6 +326,9 @@ impl Bytes {
 /// assembled; [`ArenaPlan::finish`] rewrites it to the real index.
 pub(super) const NEW_SEGMENT: usize = (1 << (usize::BITS - SEGMENT_SHIFT)) - 1;
 
+/// The same for the segment the load placed bodies in ([`Loads::placed`]).
+const PLACED_SEGMENT: usize = NEW_SEGMENT - 1;
+
 /// Most segments a snapshot references. Past this the smallest shared ones
 /// are compacted into the new one, so a long run of one-file changes does
 /// not leave thousands of tiny mappings.
@@ -337,6 +345,9 @@ pub(super) struct ArenaPlan {
     pub(super) len: usize,
     /// Bytes still served from each old segment, by its index there.
     live: Vec<usize>,
+    /// The segment the load read bodies into, and the bytes of it served.
+    placed: Option<memmap2::MmapMut>,
+    placed_live: usize,
 }
 
 impl ArenaPlan {
@@ -374,6 +385,14 @@ impl ArenaPlan {
                 }
                 Body::Mem { off }
             }
+        }
+    }
+
+    /// A body the load read into the placed segment at `off`.
+    fn place(&mut self, off: usize, len: u64) -> Body {
+        self.placed_live += len as usize;
+        Body::Mem {
+            off: pack_off(PLACED_SEGMENT, off),
         }
     }
 
@@ -432,7 +451,9 @@ impl ArenaPlan {
             })
             .collect();
         // Too many: compact the smallest shared ones.
-        let reserved = usize::from(self.len > 0 || self.live.iter().any(|&l| l > 0));
+        let placed = self.placed.filter(|_| self.placed_live > 0);
+        let reserved = usize::from(self.len > 0 || self.live.iter().any(|&l| l > 0))
+            + usize::from(placed.is_some());
         let mut shared: Vec<usize> = (0..share.len()).filter(|&s| share[s]).collect();
         if shared.len() + reserved > MAX_SEGMENTS {
             shared.sort_by_key(|&s| seg_len(s));
@@ -471,6 +492,15 @@ impl ArenaPlan {
             }
         }
         let shared_count = segments.len();
+        let placed_index = segments.len();
+        if let Some(placed) = placed {
+            segments.push(Some(Arc::new(
+                placed
+                    .make_read_only()
+                    .context("sealing a snapshot body segment")?,
+            )));
+            segment_live.push(self.placed_live as u64);
+        }
         let new_index = segments.len();
         // The entries are this build's own: no chunk is copied.
         entries.update(
@@ -484,6 +514,8 @@ impl ArenaPlan {
                     let (segment, within) = unpack_off(*off);
                     if segment == NEW_SEGMENT {
                         *off = pack_off(new_index, within);
+                    } else if segment == PLACED_SEGMENT {
+                        *off = pack_off(placed_index, within);
                     } else if share.get(segment).copied().unwrap_or(false) {
                         *off = pack_off(index_of[segment], within);
                     } else if *len == 0 {
@@ -509,7 +541,7 @@ impl ArenaPlan {
             )));
             segment_live.push(total as u64);
         }
-        stats.bytes_copied = total as u64;
+        stats.bytes_copied = (total + self.placed_live) as u64;
         stats.segments = segments.len() as u64;
         stats.segments_shared = shared_count as u64;
         Ok((segments, segment_live))

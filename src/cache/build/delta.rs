@@ -23,6 +23,7 @@ use anyhow::Context;
 use super::assemble::{finish_entry, loaded_parts, special_pages, ArenaPlan, NEW_SEGMENT};
 use super::load::{load_all, Loaded};
 use super::plan::{dir_slash, Plan, Step};
+use super::render::Heads;
 use super::walk::{Stat, Walk, MAX_DEPTH};
 use super::{canonical_root, exhausted, is_exhausted, open_root, Built, Mode};
 
@@ -200,8 +201,10 @@ pub(super) fn patch(
         fast.as_ref().unwrap_or(opts),
         &walk,
         &plan,
-        Mode::Background,
-    )?;
+        Mode::Background { hook: None },
+        false,
+    )?
+    .results;
 
     let mut arena = ArenaPlan::default();
     let mut stats = old.stats;
@@ -213,7 +216,7 @@ pub(super) fn patch(
         .saturating_sub(old.stats.encoded_bytes.iter().sum::<u64>());
     let mut new_entries: Vec<(u32, Entry)> = Vec::new();
     // Their heads, until they are placed in their chunks.
-    let mut new_heads: Vec<u8> = Vec::new();
+    let mut new_heads = Heads::default();
     let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
     for ((i, job), (step, loaded)) in walk
         .files
@@ -401,10 +404,10 @@ pub(super) fn patch(
         }
         let i = match free.pop() {
             Some(i) => {
-                entries.set(i, entry, &new_heads);
+                entries.set(i, entry, &new_heads.bytes);
                 i
             }
-            None => entries.push(entry, &new_heads),
+            None => entries.push(entry, &new_heads.bytes),
         };
         placed.push(i);
     }

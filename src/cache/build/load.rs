@@ -5,7 +5,8 @@
 //!
 //! Per file in memory, in the common case: `openat2` beneath the root,
 //! `pread`, one `fstat` (the very file the walk stated, its stamp unchanged
-//! since the walk), `close`.
+//! since the walk), `close`. A full build's `pread` goes straight into the
+//! body's slot of the new segment ([`LoadedBody::Placed`]).
 
 use std::fs::{File, Metadata};
 use std::io;
@@ -17,8 +18,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use memmap2::MmapMut;
 use xxhash_rust::xxh3::xxh3_128;
 
+use super::assemble::anon_segment;
 use super::plan::{Plan, Step};
 use super::render::content_type;
 use super::walk::{is_forbidden, FileJob, Walk};
@@ -60,12 +63,19 @@ pub(super) enum Loaded {
 /// Pass 2: load every `Step::Load` on `available_parallelism` scoped
 /// threads. Compression dominates (brotli 11 runs at about 1 MB/s per core),
 /// so the work is spread through a shared cursor, a few files at a time.
+///
+/// With `place` (and no compression in this build: the compressor reads the
+/// bytes it loads), the in-memory bodies are read straight into one new
+/// segment, each at the offset the walk's sizes give it
+/// ([`LoadedBody::Placed`]), rather than into a buffer per file that
+/// assembly would copy again.
 pub(super) fn load_all(
     opts: &BuildOptions,
     walk: &Walk<'_>,
     plan: &Plan,
     mode: Mode<'_>,
-) -> anyhow::Result<Vec<Option<Loaded>>> {
+    place: bool,
+) -> anyhow::Result<Loads> {
     let todo: Vec<usize> = plan
         .steps
         .iter()
@@ -75,13 +85,42 @@ pub(super) fn load_all(
     let mut results: Vec<Option<Loaded>> = Vec::new();
     results.resize_with(walk.files.len(), || None);
     if todo.is_empty() {
-        return Ok(results);
+        return Ok(Loads {
+            results,
+            placed: None,
+        });
     }
     let threads = helper_threads().min(todo.len());
     // Files handed out per cursor step: few enough that compression work
     // stays spread evenly, enough that the shared cursor is not touched
     // once per small file.
     let batch = if opts.compress.is_some() { 1 } else { 64 };
+    let placed_size = |i: usize| match plan.steps[i] {
+        Step::Load { in_mem: true } => walk.files[i].stamp.size as usize,
+        _ => 0,
+    };
+    let mut placed = match place && opts.compress.is_none() {
+        true => anon_segment(todo.iter().map(|&i| placed_size(i)).sum())?,
+        false => None,
+    };
+    // Each batch's share of the segment, in todo order: disjoint slices
+    // the workers take whole.
+    let mut rest: &mut [u8] = placed.as_deref_mut().unwrap_or_default();
+    let mut at = 0;
+    let shares: Vec<Mutex<Share<'_>>> = todo
+        .chunks(batch)
+        .map(|chunk| {
+            let len = if rest.is_empty() {
+                0
+            } else {
+                chunk.iter().map(|&i| placed_size(i)).sum()
+            };
+            let (buf, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            rest = tail;
+            at += len;
+            Mutex::new(Share { off: at - len, buf })
+        })
+        .collect();
     let cursor = AtomicUsize::new(0);
     let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     // The workers log inside the caller's span (the log filter drops a
@@ -99,14 +138,21 @@ pub(super) fn load_all(
                     let mut out = Vec::new();
                     'work: loop {
                         let n = cursor.fetch_add(batch, Ordering::Relaxed);
-                        let Some(chunk) = todo.get(n..todo.len().min(n + batch)) else {
+                        let Some(chunk) = todo
+                            .get(n..todo.len().min(n + batch))
+                            .filter(|c| !c.is_empty())
+                        else {
                             break;
                         };
+                        let mut share = std::mem::take(
+                            &mut *shares[n / batch].lock().unwrap_or_else(|e| e.into_inner()),
+                        );
                         for &i in chunk {
                             let Step::Load { in_mem } = plan.steps[i] else {
                                 unreachable!()
                             };
-                            match load_one(opts, walk, i, in_mem) {
+                            let dest = share.take(placed_size(i));
+                            match load_one(opts, walk, i, in_mem, dest) {
                                 Ok(loaded) => out.push((i, loaded)),
                                 Err(err) => {
                                     // Stop every worker: the build has failed.
@@ -127,13 +173,55 @@ pub(super) fn load_all(
             .map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     });
+    drop(shares);
     if let Some(err) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(err);
     }
     for (i, loaded) in done.into_iter().flatten() {
         results[i] = Some(loaded);
     }
-    Ok(results)
+    Ok(Loads { results, placed })
+}
+
+/// What [`load_all`] loaded.
+pub(super) struct Loads {
+    /// By walk index; `None` for files not loaded.
+    pub(super) results: Vec<Option<Loaded>>,
+    /// The segment the [`LoadedBody::Placed`] bodies were read into. A file
+    /// that changed since the walk leaves its slot unused (its bytes are
+    /// read into a buffer instead).
+    pub(super) placed: Option<MmapMut>,
+}
+
+/// A batch's part of the placed segment, from offset `off`.
+#[derive(Default)]
+struct Share<'a> {
+    off: usize,
+    buf: &'a mut [u8],
+}
+
+impl<'a> Share<'a> {
+    /// The next `len` bytes, for the next file placed (none for an empty
+    /// file or when nothing is placed).
+    fn take(&mut self, len: usize) -> Option<Dest<'a>> {
+        if len == 0 || self.buf.len() < len {
+            return None;
+        }
+        let (buf, rest) = std::mem::take(&mut self.buf).split_at_mut(len);
+        self.buf = rest;
+        self.off += len;
+        Some(Dest {
+            off: self.off - len,
+            buf,
+        })
+    }
+}
+
+/// Where a placed body goes: `buf`, at `off` in the placed segment, exactly
+/// as long as the walk said the file is.
+pub(super) struct Dest<'a> {
+    pub(super) off: usize,
+    pub(super) buf: &'a mut [u8],
 }
 
 /// Read, hash and compress one file; use its sidecars where present.
@@ -142,6 +230,7 @@ pub(super) fn load_one(
     walk: &Walk<'_>,
     i: usize,
     in_mem: bool,
+    dest: Option<Dest<'_>>,
 ) -> anyhow::Result<Loaded> {
     let job = &walk.files[i];
     let policy = MemPolicy {
@@ -149,7 +238,7 @@ pub(super) fn load_one(
         budget: if in_mem { job.stamp.size } else { 0 },
     };
     let opened = open_beneath_root(walk, &job.path);
-    let file = match opened.and_then(|f| load_file(&job.path, f, &job.stamp, policy)) {
+    let file = match opened.and_then(|f| load_file(&job.path, f, &job.stamp, policy, dest)) {
         Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
         Ok(Some(file)) => file,
         Ok(None) => {
@@ -407,6 +496,10 @@ pub(super) struct LoadedFile {
 
 pub(super) enum LoadedBody {
     Mem(Vec<u8>),
+    /// Read into the placed segment at `off` (see [`load_all`]).
+    Placed {
+        off: usize,
+    },
     File(File),
 }
 
@@ -433,22 +526,24 @@ pub(super) fn load_file(
     file: File,
     seen: &FileStamp,
     policy: MemPolicy,
+    dest: Option<Dest<'_>>,
 ) -> io::Result<Option<LoadedFile>> {
     let mut attempt = 1;
     let mut first = None;
+    let mut dest = dest;
     if policy.fits(seen.size) && unsettled(seen, SystemTime::now()).is_none() {
-        let read = read_prefix(&file, seen.size);
+        let read = read_body(&file, seen.size, &mut dest);
         let after = file.metadata()?;
         // Identity first: a read error from another file (a directory or
         // FIFO swapped in) means the tree changed.
         same_file(&after, seen)?;
-        let bytes = read?;
+        let (len, hash, body) = read?;
         if after.is_file() && FileStamp::of(&after) == *seen {
             return Ok(Some(LoadedFile {
                 stamp: *seen,
-                len: bytes.len() as u64,
-                hash: xxh3_128(&bytes),
-                body: LoadedBody::Mem(bytes),
+                len,
+                hash,
+                body,
                 settled: true,
             }));
         }
@@ -482,8 +577,8 @@ pub(super) fn load_file(
         let (len, hash, in_mem) = if policy.fits(before.size) {
             // Read at most the size we budgeted for; a file that grew shows up
             // as a changed stamp below.
-            let bytes = read_prefix(&file, before.size)?;
-            (bytes.len() as u64, xxh3_128(&bytes), Some(bytes))
+            let (len, hash, body) = read_body(&file, before.size, &mut dest)?;
+            (len, hash, Some(body))
         } else {
             (before.size, stamp_validator(&before), None)
         };
@@ -498,10 +593,7 @@ pub(super) fn load_file(
                     "file kept changing while read; keeping its previous version"
                 );
             }
-            let body = match in_mem {
-                Some(bytes) => LoadedBody::Mem(bytes),
-                None => LoadedBody::File(file),
-            };
+            let body = in_mem.unwrap_or(LoadedBody::File(file));
             return Ok(Some(LoadedFile {
                 stamp: before,
                 len,
@@ -528,13 +620,40 @@ pub(super) fn unsettled(stamp: &FileStamp, now: SystemTime) -> Option<Duration> 
     })
 }
 
+/// Up to `size` bytes from the start of `file` (into `dest` when it is
+/// exactly that long), their length and hash.
+fn read_body(
+    file: &File,
+    size: u64,
+    dest: &mut Option<Dest<'_>>,
+) -> io::Result<(u64, u128, LoadedBody)> {
+    match dest {
+        Some(dest) if dest.buf.len() as u64 == size => {
+            let n = read_into(file, dest.buf)?;
+            let hash = xxh3_128(&dest.buf[..n]);
+            Ok((n as u64, hash, LoadedBody::Placed { off: dest.off }))
+        }
+        _ => {
+            let bytes = read_prefix(file, size)?;
+            Ok((bytes.len() as u64, xxh3_128(&bytes), LoadedBody::Mem(bytes)))
+        }
+    }
+}
+
 /// Up to `size` bytes from the start of `file`, fewer if it ends first.
-/// Positional reads leave the fd's offset alone.
 pub(super) fn read_prefix(file: &File, size: u64) -> io::Result<Vec<u8>> {
     let size = usize::try_from(size).map_err(|_| io::Error::other("file too large for memory"))?;
     let mut buf = vec![0; size];
+    let filled = read_into(file, &mut buf)?;
+    buf.truncate(filled);
+    Ok(buf)
+}
+
+/// Fill `buf` from the start of `file`; the bytes read, fewer if it ends
+/// first. Positional reads leave the fd's offset alone.
+fn read_into(file: &File, buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
-    while filled < size {
+    while filled < buf.len() {
         match file.read_at(&mut buf[filled..], filled as u64) {
             Ok(0) => break,
             Ok(n) => filled += n,
@@ -542,8 +661,7 @@ pub(super) fn read_prefix(file: &File, size: u64) -> io::Result<Vec<u8>> {
             Err(err) => return Err(err),
         }
     }
-    buf.truncate(filled);
-    Ok(buf)
+    Ok(filled)
 }
 
 /// The validator of a file sent from its fd, computed without reading it:

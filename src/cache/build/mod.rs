@@ -60,8 +60,10 @@ pub type DirHook = dyn Fn(&Path) + Send + Sync;
 #[derive(Clone, Copy)]
 pub enum Mode<'a> {
     /// A rebuild while snapshots are served: helpers at background
-    /// priority.
-    Background,
+    /// priority; a full walk hands each directory to `hook` (if any) before
+    /// listing it, as the first build does (the rescan after lost events
+    /// watches the directories whose creation was lost).
+    Background { hook: Option<&'a DirHook> },
     /// Before anything is served: helpers at normal priority, and `hook`
     /// (if any) sees each directory before it is listed.
     First { hook: Option<&'a DirHook> },
@@ -71,7 +73,7 @@ impl Mode<'_> {
     /// Lower the calling helper thread's priority unless this is the first
     /// build.
     pub(super) fn enter_helper(self) {
-        if let Mode::Background = self {
+        if let Mode::Background { .. } = self {
             crate::sys::lower_thread_priority();
         }
     }
@@ -265,7 +267,21 @@ pub fn rebuild(
     held: &HashSet<PathBuf>,
     changed: Option<&HashSet<PathBuf>>,
 ) -> anyhow::Result<Built> {
-    rebuild_in(opts, generation, old, held, changed, Mode::Background)
+    let mode = Mode::Background { hook: None };
+    rebuild_in(opts, generation, old, held, changed, mode)
+}
+
+/// [`rebuild`] by a full walk that hands every directory to `hook` before
+/// listing it.
+pub fn rebuild_watching(
+    opts: &BuildOptions,
+    generation: u64,
+    old: Option<&Snapshot>,
+    held: &HashSet<PathBuf>,
+    hook: &DirHook,
+) -> anyhow::Result<Built> {
+    let mode = Mode::Background { hook: Some(hook) };
+    rebuild_in(opts, generation, old, held, None, mode)
 }
 
 /// Build generation 1 before anything is served ([`Mode::First`]).
@@ -296,10 +312,7 @@ fn rebuild_in(
         }
     }
     let (root, root_meta) = canonical_root(opts)?;
-    let hook = match mode {
-        Mode::First { hook } => hook,
-        Mode::Background => None,
-    };
+    let (Mode::First { hook } | Mode::Background { hook }) = mode;
     let prefetch = Prefetch::new(opts, hook);
     // Read the root up front so that an unreadable root fails the build instead
     // of producing an empty snapshot that 404s everything.
@@ -340,7 +353,7 @@ fn rebuild_in(
     test_pause_before_open(&walk.root);
     let planned = started.elapsed();
     let fast = leveled(opts, plan.identity_mem);
-    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan, mode)?;
+    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan, mode, true)?;
     let load_done = started.elapsed();
     let examined = walk.examined + 1;
     let mut snapshot = assemble(opts, walk, plan, loaded, old, generation)?;

@@ -3,6 +3,9 @@
 //! custom headers), a pure function of the path name, its rules, the stamp
 //! and the hashes.
 
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,7 +19,7 @@ use crate::http::accept::Coding;
 /// beyond, and `touch -d` can put an mtime there.
 pub(super) const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
 
-/// Render the heads of one file, appending them to `heads` (which its
+/// Render the heads of one file, appending them to `heads.bytes` (which its
 /// representations then point into). Everything here derives from the path name,
 /// the URL's Cache-Control rule and custom header lines, the stamp and the
 /// content hashes, so an entry is a pure function of its inputs and reused
@@ -37,12 +40,10 @@ pub(super) fn render_entry(
     source: Source,
     identity: ReprParts,
     variants: Vec<(Coding, ReprParts)>,
-    heads: &mut Vec<u8>,
+    heads: &mut Heads,
 ) -> Entry {
-    let (content_type, compressible) = content_type(path, &opts.default_type);
-    let content_type_line = format!("Content-Type: {content_type}\r\n").into_bytes();
+    let compressible = heads.content_type(path, &opts.default_type);
     let last_modified = last_modified_secs(i128::from(source.stamp.mtime_ns), SystemTime::now());
-    let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(last_modified));
     let will_compress = compressible
         && matches!(identity.body, Body::Mem { .. })
         && opts
@@ -59,7 +60,8 @@ pub(super) fn render_entry(
     };
     // Fields after the ETag, the same for every representation (and for
     // every file of this type under the same rules: the frame's tail).
-    let mut tail = Vec::with_capacity(64 + headers.len());
+    let tail = &mut heads.tail;
+    tail.clear();
     tail.extend_from_slice(b"Accept-Ranges: bytes\r\n");
     if let Some(value) = cache_control {
         tail.extend_from_slice(b"Cache-Control: ");
@@ -70,32 +72,37 @@ pub(super) fn render_entry(
         tail.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     }
     tail.extend_from_slice(headers);
+    let frame = heads.frame(&opts.server_line);
+    let date = heads.date(last_modified);
 
+    let bytes = &mut heads.bytes;
     let mut render = |coding: Coding, parts: ReprParts| -> Repr {
         // The ETag covers the bytes sent only, so it is the same on every
         // rebuild and every host serving the same bytes; the suffix keeps the
         // variants' tags apart from the identity's at a glance.
-        let hash = parts.hash;
-        let etag = match coding_token(coding) {
-            None => format!("\"{hash:032x}\""),
-            Some(token) => format!("\"{hash:032x}-{token}\""),
+        let start = bytes.len();
+        // Writing to a Vec cannot fail.
+        let _ = write!(bytes, "Content-Length: {}\r\n", parts.len);
+        bytes.extend_from_slice(encoding_line(coding));
+        let common_at = bytes.len() - start;
+        bytes.extend_from_slice(b"Last-Modified: ");
+        bytes.extend_from_slice(&date);
+        bytes.extend_from_slice(b"\r\nETag: ");
+        let etag_at = bytes.len() - start;
+        bytes.push(b'"');
+        push_hex(bytes, parts.hash);
+        if let Some(token) = coding_token(coding) {
+            bytes.push(b'-');
+            bytes.extend_from_slice(token.as_bytes());
         }
-        .into_bytes();
-        let start = heads.len();
-        heads.extend_from_slice(format!("Content-Length: {}\r\n", parts.len).as_bytes());
-        heads.extend_from_slice(encoding_line(coding));
-        let common_at = heads.len() - start;
-        heads.extend_from_slice(b"Last-Modified: ");
-        heads.extend_from_slice(date.as_bytes());
-        heads.extend_from_slice(b"\r\nETag: ");
-        let etag_at = heads.len() - start;
-        heads.extend_from_slice(&etag);
-        heads.extend_from_slice(b"\r\n");
+        bytes.push(b'"');
+        let etag_end = bytes.len() - start;
+        bytes.extend_from_slice(b"\r\n");
         Repr::new(
             parts.len,
-            start..heads.len(),
+            start..bytes.len(),
             common_at,
-            etag_at..etag_at + etag.len(),
+            etag_at..etag_end,
             parts.body,
         )
     };
@@ -104,16 +111,85 @@ pub(super) fn render_entry(
         .into_iter()
         .map(|(c, p)| (c, render(c, p)))
         .collect();
-    let mut status_and_server = b"HTTP/1.1 200 OK\r\n".to_vec();
-    status_and_server.extend_from_slice(&opts.server_line);
-    Entry::new(
-        Frame::intern(&status_and_server, &content_type_line, &tail),
-        last_modified,
-        identity,
-        encoded,
-        vary,
-        source,
-    )
+    Entry::new(frame, last_modified, identity, encoded, vary, source)
+}
+
+/// Where a build renders heads: [`Heads::bytes`] holds the entry being
+/// rendered, and what consecutive entries nearly always share is rendered
+/// once per build instead of once per file: the media type of an
+/// extension, the date of a second, the interned frame.
+#[derive(Default)]
+pub(super) struct Heads {
+    /// The representations' heads of the entry last rendered.
+    pub(super) bytes: Vec<u8>,
+    /// `Content-Type` line and compressibility by extension (`.ext`, or
+    /// empty for none).
+    types: HashMap<Vec<u8>, (Vec<u8>, bool)>,
+    ext: Vec<u8>,
+    /// The last Last-Modified second and its HTTP date.
+    date: Option<(u64, [u8; 29])>,
+    /// The frame last interned, with its `Content-Type` line and tail.
+    frame: Option<(Vec<u8>, Vec<u8>, &'static Frame)>,
+    tail: Vec<u8>,
+}
+
+impl Heads {
+    /// Look up (or make) the `Content-Type` line of `path`'s extension for
+    /// [`Heads::frame`]; whether the type is worth compressing.
+    fn content_type(&mut self, path: &Path, default_type: &str) -> bool {
+        self.ext.clear();
+        if let Some(ext) = path.extension() {
+            self.ext.push(b'.');
+            self.ext.extend_from_slice(ext.as_bytes());
+        }
+        if !self.types.contains_key(&self.ext) {
+            let (content_type, compressible) = content_type(path, default_type);
+            let line = format!("Content-Type: {content_type}\r\n").into_bytes();
+            self.types.insert(self.ext.clone(), (line, compressible));
+        }
+        self.types[&self.ext].1
+    }
+
+    /// The frame of the status line, `server_line`, the `Content-Type`
+    /// line last looked up and the tail just rendered.
+    fn frame(&mut self, server_line: &[u8]) -> &'static Frame {
+        let line = &self.types[&self.ext].0;
+        if let Some((last, tail, frame)) = &self.frame {
+            if last == line && *tail == self.tail {
+                return frame;
+            }
+        }
+        let mut status_and_server = b"HTTP/1.1 200 OK\r\n".to_vec();
+        status_and_server.extend_from_slice(server_line);
+        let frame = Frame::intern(&status_and_server, line, &self.tail);
+        self.frame = Some((line.clone(), self.tail.clone(), frame));
+        frame
+    }
+
+    /// The HTTP date of `secs`.
+    fn date(&mut self, secs: u64) -> [u8; 29] {
+        match self.date {
+            Some((at, date)) if at == secs => date,
+            _ => {
+                let text = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
+                let mut date = [b' '; 29];
+                date.copy_from_slice(&text.as_bytes()[..29]);
+                self.date = Some((secs, date));
+                date
+            }
+        }
+    }
+}
+
+/// `value` as 32 lowercase hex digits (what `{:032x}` writes, without the
+/// formatting machinery: once per representation of a build).
+fn push_hex(out: &mut Vec<u8>, value: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.extend(
+        (0..32)
+            .rev()
+            .map(|i| DIGITS[(value >> (i * 4)) as usize & 0xf]),
+    );
 }
 
 /// The ETag suffix of a coding; `None` for identity.

@@ -449,3 +449,26 @@ fn a_rebuild_copies_only_changed_bodies_and_shares_the_rest() {
 fn body_of<'s>(snap: &'s Snapshot, e: &crate::cache::Entry) -> &'s [u8] {
     body(snap, &e.identity)
 }
+
+#[test]
+fn each_variant_is_tagged_by_its_own_bytes_and_its_coding() {
+    let dir = TempDir::new("variant-etags");
+    dir.write("a.html", &page(50));
+    let mut o = opts(&dir.0);
+    o.compress = fast_compress();
+    let snap = build(&o, 1).unwrap();
+    let a = snap.entry(file_idx(&snap, b"/a.html"));
+    let mut tokens = Vec::new();
+    for repr in a.variants() {
+        let token = match repr.coding() {
+            Coding::Brotli => "br",
+            Coding::Zstd => "zstd",
+            Coding::Gzip => "gzip",
+            Coding::Identity => unreachable!("the identity is not a variant"),
+        };
+        let expected = format!("\"{:032x}-{token}\"", xxh3_128(body(&snap, repr)));
+        assert_eq!(repr.etag(), expected.as_bytes());
+        tokens.push(token);
+    }
+    assert_eq!(tokens, ["br", "zstd", "gzip"]);
+}
