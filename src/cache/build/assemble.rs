@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::load::{Loaded, LoadedBody, LoadedFile, Loads};
+use super::load::{Arrivals, Loaded, LoadedBody, LoadedFile};
 use super::plan::{add_dir_slashes, Plan, Step};
 use super::render::{render_entry, Heads};
 use super::walk::{FileJob, Walk};
@@ -35,21 +35,29 @@ pub(super) struct ReprParts {
     pub(super) body: Body,
 }
 
-/// Pass 3: entries in walk order, the final index, and the arena.
-pub(super) fn assemble(
+/// Entries laid out in walk order (by [`lay_out`], while the load runs),
+/// before the index and the body segments are final.
+pub(super) struct Laid {
+    stats: SnapshotStats,
+    arena: ArenaPlan,
+    entries: Entries,
+    /// What each walked file became, by walk index.
+    remap: Vec<Option<Resource>>,
+    budget_spent: bool,
+}
+
+/// Pass 3, first half: every entry in walk order, its heads rendered, its
+/// bodies queued for the arena; loaded files are taken from `arrivals` as
+/// the load delivers them.
+pub(super) fn lay_out(
     opts: &BuildOptions,
-    walk: Walk<'_>,
-    plan: Plan,
-    loaded: Loads,
+    walk: &Walk<'_>,
+    plan: &Plan,
+    arrivals: &mut Arrivals<'_>,
     old: Option<&Snapshot>,
-    generation: u64,
-) -> anyhow::Result<Snapshot> {
+) -> anyhow::Result<Laid> {
     let mut stats = SnapshotStats::default();
-    let mut arena = ArenaPlan {
-        placed: loaded.placed,
-        ..ArenaPlan::default()
-    };
-    let loaded = loaded.results;
+    let mut arena = ArenaPlan::default();
     let mut variant_budget = opts.cache_max_bytes.saturating_sub(plan.identity_mem);
     let mut entries = Entries::default();
     // Each new entry's heads are rendered here, then packed into its chunk.
@@ -57,12 +65,11 @@ pub(super) fn assemble(
     let mut remap: Vec<Option<Resource>> = vec![None; walk.files.len()];
     let mut budget_spent = plan.budget_spent;
 
-    for ((i, job), (step, loaded)) in walk
-        .files
-        .iter()
-        .enumerate()
-        .zip(plan.steps.iter().zip(loaded))
-    {
+    for ((i, job), step) in walk.files.iter().enumerate().zip(plan.steps.iter()) {
+        let loaded = match step {
+            Step::Load { .. } => Some(arrivals.next_load()?),
+            _ => None,
+        };
         // A file that never held still keeps the version the old snapshot
         // has under its URL, if any.
         let step = match (*step, &loaded) {
@@ -111,7 +118,7 @@ pub(super) fn assemble(
                 }),
             ) => {
                 stats.loaded += 1;
-                loaded_parts(opts, &walk, job, file, variants, sidecars, &mut arena)
+                loaded_parts(opts, walk, job, file, variants, sidecars, &mut arena)
             }
             (Step::Load { .. }, Some(Loaded::Forbidden)) => {
                 remap[i] = Some(Resource::Forbidden);
@@ -136,7 +143,33 @@ pub(super) fn assemble(
         remap[i] = Some(Resource::File(idx));
     }
     stats.files = entries.len() as u64;
+    Ok(Laid {
+        stats,
+        arena,
+        entries,
+        remap,
+        budget_spent,
+    })
+}
 
+/// Pass 3, second half: the final index, error pages, and the body
+/// segments (the load's `placed` one among them).
+pub(super) fn assemble(
+    opts: &BuildOptions,
+    walk: Walk<'_>,
+    laid: Laid,
+    placed: Option<memmap2::MmapMut>,
+    old: Option<&Snapshot>,
+    generation: u64,
+) -> anyhow::Result<Snapshot> {
+    let Laid {
+        mut stats,
+        mut arena,
+        mut entries,
+        remap,
+        budget_spent,
+    } = laid;
+    arena.placed = placed;
     let mut index = walk.index;
     index.retain(|_, r| match *r {
         Resource::File(j) => match remap[j as usize] {

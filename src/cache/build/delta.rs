@@ -202,9 +202,7 @@ pub(super) fn patch(
         &walk,
         &plan,
         Mode::Background { hook: None },
-        false,
-    )?
-    .results;
+    )?;
 
     let mut arena = ArenaPlan::default();
     let mut stats = old.stats;

@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use memmap2::MmapMut;
@@ -64,32 +64,31 @@ pub(super) enum Loaded {
 /// threads. Compression dominates (brotli 11 runs at about 1 MB/s per core),
 /// so the work is spread through a shared cursor, a few files at a time.
 ///
+/// `consume` runs on the calling thread meanwhile and takes each loaded
+/// file's result in walk order as soon as its batch is done ([`Arrivals`]):
+/// assembly overlaps the load instead of following it on one core. Returns
+/// what `consume` returned, and the placed segment.
+///
 /// With `place` (and no compression in this build: the compressor reads the
 /// bytes it loads), the in-memory bodies are read straight into one new
 /// segment, each at the offset the walk's sizes give it
 /// ([`LoadedBody::Placed`]), rather than into a buffer per file that
-/// assembly would copy again.
-pub(super) fn load_all(
+/// assembly would copy again. A file that changed since the walk leaves its
+/// slot unused (its bytes are read into a buffer instead).
+pub(super) fn load_with<R>(
     opts: &BuildOptions,
     walk: &Walk<'_>,
     plan: &Plan,
     mode: Mode<'_>,
     place: bool,
-) -> anyhow::Result<Loads> {
+    consume: impl FnOnce(&mut Arrivals<'_>) -> anyhow::Result<R>,
+) -> anyhow::Result<(R, Option<MmapMut>)> {
     let todo: Vec<usize> = plan
         .steps
         .iter()
         .enumerate()
         .filter_map(|(i, s)| matches!(s, Step::Load { .. }).then_some(i))
         .collect();
-    let mut results: Vec<Option<Loaded>> = Vec::new();
-    results.resize_with(walk.files.len(), || None);
-    if todo.is_empty() {
-        return Ok(Loads {
-            results,
-            placed: None,
-        });
-    }
     let threads = helper_threads().min(todo.len());
     // Files handed out per cursor step: few enough that compression work
     // stays spread evenly, enough that the shared cursor is not touched
@@ -122,75 +121,178 @@ pub(super) fn load_all(
         })
         .collect();
     let cursor = AtomicUsize::new(0);
-    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let delivery = Delivery {
+        state: Mutex::new(Delivered {
+            batches: (0..shares.len()).map(|_| None).collect(),
+            failed: None,
+            workers: threads,
+        }),
+        arrived: Condvar::new(),
+    };
     // The workers log inside the caller's span (the log filter drops a
     // repeated start-up build's lines by its span).
     let span = tracing::Span::current();
-    let done: Vec<Vec<(usize, Loaded)>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let _span = span.enter();
-                    // Builders share CPUs with the shards: the request path
-                    // wins whenever both want a core (not in the first build:
-                    // nothing is served yet).
-                    mode.enter_helper();
-                    let mut out = Vec::new();
-                    'work: loop {
-                        let n = cursor.fetch_add(batch, Ordering::Relaxed);
-                        let Some(chunk) = todo
-                            .get(n..todo.len().min(n + batch))
-                            .filter(|c| !c.is_empty())
-                        else {
-                            break;
-                        };
-                        let mut share = std::mem::take(
-                            &mut *shares[n / batch].lock().unwrap_or_else(|e| e.into_inner()),
-                        );
-                        for &i in chunk {
+    let consumed = std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let _span = span.enter();
+                let _leaving = Leaving(&delivery);
+                // Builders share CPUs with the shards: the request path
+                // wins whenever both want a core (not in the first build:
+                // nothing is served yet).
+                mode.enter_helper();
+                loop {
+                    let n = cursor.fetch_add(batch, Ordering::Relaxed);
+                    let Some(chunk) = todo
+                        .get(n..todo.len().min(n + batch))
+                        .filter(|c| !c.is_empty())
+                    else {
+                        break;
+                    };
+                    let mut share = std::mem::take(
+                        &mut *shares[n / batch].lock().unwrap_or_else(|e| e.into_inner()),
+                    );
+                    let loaded: anyhow::Result<Vec<Loaded>> = chunk
+                        .iter()
+                        .map(|&i| {
                             let Step::Load { in_mem } = plan.steps[i] else {
                                 unreachable!()
                             };
-                            let dest = share.take(placed_size(i));
-                            match load_one(opts, walk, i, in_mem, dest) {
-                                Ok(loaded) => out.push((i, loaded)),
-                                Err(err) => {
-                                    // Stop every worker: the build has failed.
-                                    cursor.store(todo.len(), Ordering::Relaxed);
-                                    let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
-                                    slot.get_or_insert(err);
-                                    break 'work;
-                                }
-                            }
-                        }
+                            load_one(opts, walk, i, in_mem, share.take(placed_size(i)))
+                        })
+                        .collect();
+                    let failed = loaded.is_err();
+                    if failed {
+                        // Stop every worker: the build has failed.
+                        cursor.store(todo.len(), Ordering::Relaxed);
                     }
-                    out
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+                    delivery.deliver(n / batch, loaded);
+                    if failed {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut arrivals = Arrivals {
+            delivery: &delivery,
+            next_batch: 0,
+            current: Vec::new().into_iter(),
+        };
+        let consumed = consume(&mut arrivals);
+        // Whatever is left is not wanted: the workers stop after their
+        // batch in hand.
+        cursor.store(todo.len(), Ordering::Relaxed);
+        consumed
     });
     drop(shares);
-    if let Some(err) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(err);
-    }
-    for (i, loaded) in done.into_iter().flatten() {
-        results[i] = Some(loaded);
-    }
-    Ok(Loads { results, placed })
+    Ok((consumed?, placed))
 }
 
-/// What [`load_all`] loaded.
-pub(super) struct Loads {
-    /// By walk index; `None` for files not loaded.
-    pub(super) results: Vec<Option<Loaded>>,
-    /// The segment the [`LoadedBody::Placed`] bodies were read into. A file
-    /// that changed since the walk leaves its slot unused (its bytes are
-    /// read into a buffer instead).
-    pub(super) placed: Option<MmapMut>,
+/// [`load_with`] without placing, every result by walk index (`None` for
+/// files not loaded).
+pub(super) fn load_all(
+    opts: &BuildOptions,
+    walk: &Walk<'_>,
+    plan: &Plan,
+    mode: Mode<'_>,
+) -> anyhow::Result<Vec<Option<Loaded>>> {
+    let (results, _) = load_with(opts, walk, plan, mode, false, |arrivals| {
+        let mut results: Vec<Option<Loaded>> = Vec::new();
+        results.resize_with(walk.files.len(), || None);
+        for (i, step) in plan.steps.iter().enumerate() {
+            if let Step::Load { .. } = step {
+                results[i] = Some(arrivals.next_load()?);
+            }
+        }
+        Ok(results)
+    })?;
+    Ok(results)
+}
+
+/// Batches of loaded files handed from the workers to the consumer.
+struct Delivery {
+    state: Mutex<Delivered>,
+    arrived: Condvar,
+}
+
+struct Delivered {
+    /// By batch number, until the consumer takes them.
+    batches: Vec<Option<Vec<Loaded>>>,
+    /// The first error, which fails the build.
+    failed: Option<anyhow::Error>,
+    /// Workers still running: none left and a batch missing means one
+    /// panicked (the scope re-raises its panic).
+    workers: usize,
+}
+
+impl Delivery {
+    fn lock(&self) -> MutexGuard<'_, Delivered> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn deliver(&self, batch: usize, loaded: anyhow::Result<Vec<Loaded>>) {
+        let mut state = self.lock();
+        match loaded {
+            Ok(files) => state.batches[batch] = Some(files),
+            Err(err) => {
+                state.failed.get_or_insert(err);
+            }
+        }
+        drop(state);
+        self.arrived.notify_all();
+    }
+}
+
+/// Counts a worker out however it ends, panics included.
+struct Leaving<'a>(&'a Delivery);
+
+impl Drop for Leaving<'_> {
+    fn drop(&mut self) {
+        self.0.lock().workers -= 1;
+        self.0.arrived.notify_all();
+    }
+}
+
+/// The loaded files, in walk order, as their batches finish.
+pub(super) struct Arrivals<'a> {
+    delivery: &'a Delivery,
+    next_batch: usize,
+    current: std::vec::IntoIter<Loaded>,
+}
+
+impl Arrivals<'_> {
+    /// The result of the next file loaded, in walk order; waits for its
+    /// batch. Fails with the build's error once a load has failed.
+    pub(super) fn next_load(&mut self) -> anyhow::Result<Loaded> {
+        loop {
+            if let Some(loaded) = self.current.next() {
+                return Ok(loaded);
+            }
+            let mut state = self.delivery.lock();
+            loop {
+                if let Some(err) = state.failed.take() {
+                    return Err(err);
+                }
+                let next = state.batches.get_mut(self.next_batch);
+                let Some(slot) = next else {
+                    anyhow::bail!("more files asked for than were loaded");
+                };
+                if let Some(files) = slot.take() {
+                    self.current = files.into_iter();
+                    self.next_batch += 1;
+                    break;
+                }
+                if state.workers == 0 {
+                    anyhow::bail!("a loader stopped before its files were loaded");
+                }
+                state = self
+                    .delivery
+                    .arrived
+                    .wait(state)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
 }
 
 /// A batch's part of the placed segment, from offset `off`.

@@ -7,10 +7,10 @@
 //! 2. [`plan`] marks each file for reuse (the previous snapshot holds it
 //!    unchanged, same [`Source`](crate::cache::Source)) or for loading;
 //! 3. [`load`] reads, hashes and compresses the files to load, spread over a
-//!    scoped thread pool;
-//! 4. [`assemble`] lays out every entry and the bodies in a fresh arena,
-//!    copying reused bodies from the old one, with [`render`] producing
-//!    each entry's heads.
+//!    scoped thread pool, while the building thread
+//! 4. [`assemble`]s: lays out every entry in walk order as its file arrives,
+//!    with [`render`] producing its heads, then builds the index and the
+//!    body segments (reused bodies stay in the old snapshot's segments).
 //!
 //! The hot path never touches the filesystem except through `sendfile` on an
 //! fd opened here.
@@ -43,9 +43,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::cache::{BuildOptions, RootDir, Snapshot};
-use assemble::assemble;
+use assemble::{assemble, lay_out};
 pub use delta::MAX_PATCH_PATHS;
-use load::load_all;
+use load::load_with;
 use plan::Plan;
 use prefetch::Prefetch;
 use walk::Walk;
@@ -353,10 +353,18 @@ fn rebuild_in(
     test_pause_before_open(&walk.root);
     let planned = started.elapsed();
     let fast = leveled(opts, plan.identity_mem);
-    let loaded = load_all(fast.as_ref().unwrap_or(opts), &walk, &plan, mode, true)?;
+    // Entries are laid out as their files arrive, on this thread.
+    let (laid, placed) = load_with(
+        fast.as_ref().unwrap_or(opts),
+        &walk,
+        &plan,
+        mode,
+        true,
+        |loaded| lay_out(opts, &walk, &plan, loaded, old),
+    )?;
     let load_done = started.elapsed();
     let examined = walk.examined + 1;
-    let mut snapshot = assemble(opts, walk, plan, loaded, old, generation)?;
+    let mut snapshot = assemble(opts, walk, laid, placed, old, generation)?;
     snapshot.stats.paths_examined = examined;
     tracing::info!(
         generation,
