@@ -518,14 +518,14 @@ fn reset_of_a_backlogged_connection_with_file_bodies_zero_copy() {
     reset_of_a_backlogged_connection("oq-reset-zero", 4 << 20, 40, &["--sendfile", "true"]);
 }
 
-/// A client with a small receive window that reads slowly: every write of
-/// a large body meets a full socket again and again, and the server waits
-/// for room each time; the whole body arrives, and the connection stays
-/// usable.
+/// A client with a small receive window that reads slowly, and a body
+/// larger than the server's send buffer can grow to: every write of it
+/// meets a full socket again and again, and the server waits for room each
+/// time; the whole body arrives, and the connection stays usable.
 fn slow_reader_gets_the_whole_large_body(mode: Mode) {
-    const BIG: usize = 3 * 1024 * 1024 + 99;
+    let big = tcp_wmem_max() + 4 * 1024 * 1024 + 99;
     let site = Site::new("oq-slow");
-    let data = pattern(14, BIG);
+    let data = pattern(14, big);
     site.write("big.bin", &data);
     let server = start(&site, &["--sendfile", mode.flag()]);
     let (stream, _) = small_window(server.plain_addr(), 8 * 1024);
@@ -535,18 +535,54 @@ fn slow_reader_gets_the_whole_large_body(mode: Mode) {
     assert_eq!(head.status, 200, "{head:?}");
     let mut got = c.take_buffered();
     let mut chunk = [0u8; 4096];
-    while got.len() < BIG {
+    while got.len() < big {
         let n = c
             .stream
             .read(&mut chunk)
-            .unwrap_or_else(|e| panic!("{mode:?}: after {} of {BIG} body bytes: {e}", got.len()));
+            .unwrap_or_else(|e| panic!("{mode:?}: after {} of {big} body bytes: {e}", got.len()));
         assert!(
             n > 0,
-            "{mode:?}: closed after {} of {BIG} body bytes",
+            "{mode:?}: closed after {} of {big} body bytes",
             got.len()
         );
         got.extend_from_slice(&chunk[..n]);
     }
     assert!(got == data, "{mode:?}: body differs");
     assert_eq!(c.roundtrip(&get("/index.html")).body, INDEX_HTML);
+}
+
+/// Copied (16 000 bytes) and referenced (20 000 bytes) bodies alternate in
+/// a long pipeline to a client with a small window: the socket fills again
+/// and again, and a write that stops part-way stops as often inside an
+/// owned run (a head and a copied body) as inside a referenced body. What
+/// is left of each piece goes out next, in order: every body arrives
+/// intact.
+#[test]
+fn partial_writes_resume_inside_owned_and_referenced_pieces() {
+    const PAIRS: usize = 1000;
+    let site = Site::new("oq-partial");
+    let copied = pattern(16, 16_000);
+    let referenced = pattern(17, 20_000);
+    site.write("copied.bin", &copied);
+    site.write("referenced.bin", &referenced);
+    let server = start(&site, &["--keepalive-timeout", "60"]);
+    let (stream, _) = small_window(server.plain_addr(), 8 * 1024);
+    let mut writer = stream.try_clone().expect("clone");
+    let requests = format!("{}{}", get("/copied.bin"), get("/referenced.bin")).repeat(PAIRS);
+    thread::scope(|s| {
+        let sender = s.spawn(move || writer.write_all(requests.as_bytes()));
+        let mut c = Conn::from_stream(stream);
+        for i in 0..2 * PAIRS {
+            let r = c
+                .read_response()
+                .unwrap_or_else(|e| panic!("answer {i}: {e}"));
+            assert_eq!(r.status, 200, "answer {i}: {r:?}");
+            let want = if i % 2 == 0 { &copied } else { &referenced };
+            assert!(r.body == *want, "answer {i}: body differs");
+        }
+        sender
+            .join()
+            .expect("sender thread")
+            .expect("all requests sent");
+    });
 }
