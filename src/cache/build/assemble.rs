@@ -359,7 +359,8 @@ impl Bytes {
 /// assembled; [`ArenaPlan::finish`] rewrites it to the real index.
 pub(super) const NEW_SEGMENT: usize = (1 << (usize::BITS - SEGMENT_SHIFT)) - 1;
 
-/// The same for the segment the load placed bodies in ([`Loads::placed`]).
+/// The same for the segment the load placed bodies in
+/// ([`load_with`](super::load::load_with)).
 const PLACED_SEGMENT: usize = NEW_SEGMENT - 1;
 
 /// Most segments a snapshot references. Past this the smallest shared ones

@@ -7,10 +7,11 @@
 //! 2. [`plan`] marks each file for reuse (the previous snapshot holds it
 //!    unchanged, same [`Source`](crate::cache::Source)) or for loading;
 //! 3. [`load`] reads, hashes and compresses the files to load, spread over a
-//!    scoped thread pool, while the building thread
-//! 4. [`assemble`]s: lays out every entry in walk order as its file arrives,
-//!    with [`render`] producing its heads, then builds the index and the
-//!    body segments (reused bodies stay in the old snapshot's segments).
+//!    scoped thread pool;
+//! 4. [`mod@assemble`], meanwhile on the building thread, lays out every
+//!    entry in walk order as its file arrives, with [`render`] producing its
+//!    heads; then it builds the index and the body segments (reused bodies
+//!    stay in the old snapshot's segments).
 //!
 //! The hot path never touches the filesystem except through `sendfile` on an
 //! fd opened here.

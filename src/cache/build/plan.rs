@@ -113,10 +113,22 @@ impl Plan {
             return false;
         }
         // With every entry at its old position, the walk's index is final
-        // once directory slashes are added.
-        let mut index = walk.index.clone();
-        add_dir_slashes(&mut index, &walk.dirs, &walk.opts.index_files);
-        old.index == index
+        // once directory slashes are added: compared as it would be, without
+        // a copy of it (a root of a million files would hold two for the
+        // whole safety rescan). A slash key never names a file, whose URL
+        // cannot end in `/`.
+        let index = &walk.index;
+        let mut key = Vec::new();
+        old.index.len() == index.len() + walk.dirs.len()
+            && index.iter().all(|(k, r)| old.index.get(k) == Some(*r))
+            && walk.dirs.iter().all(|dir| {
+                let get = |k: &[u8]| index.get(k).copied();
+                let slash = dir_slash(get, dir, &walk.opts.index_files);
+                key.clear();
+                key.extend_from_slice(dir);
+                key.push(b'/');
+                old.index.get(&key) == Some(slash)
+            })
     }
 }
 

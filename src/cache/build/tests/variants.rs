@@ -472,3 +472,20 @@ fn each_variant_is_tagged_by_its_own_bytes_and_its_coding() {
     }
     assert_eq!(tokens, ["br", "zstd", "gzip"]);
 }
+
+#[test]
+fn a_new_empty_directory_alone_makes_a_new_snapshot() {
+    let dir = TempDir::new("unchanged-dirs");
+    dir.write("a.txt", b"a");
+    dir.write("sub/index.html", b"sub");
+    let o = opts(&dir.0);
+    let first = build(&o, 1).unwrap();
+    assert!(rebuilt(&o, 2, &first).is_none(), "nothing changed");
+    fs::create_dir(dir.0.join("empty")).unwrap();
+    let second = rebuilt(&o, 2, &first).expect("a directory appeared");
+    assert_eq!(second.resolve(b"/empty"), Some(Resource::AddSlash));
+    assert_eq!(second.resolve(b"/empty/"), Some(Resource::Forbidden));
+    // Every file kept its place; only the directory's keys are new.
+    assert_eq!(second.resolve(b"/sub/"), first.resolve(b"/sub/"));
+    assert!(rebuilt(&o, 3, &second).is_none(), "nothing changed since");
+}
