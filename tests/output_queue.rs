@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use support::metrics::{scrape, sum};
 use support::procfs;
+use support::sendfile_mode::{both_modes, Mode};
 use support::*;
 
 /// What the server may queue, from `src/conn/output.rs`: owned bytes
@@ -50,16 +51,6 @@ fn start(site: &Site, extra: &[&str]) -> Server {
     ];
     args.extend_from_slice(extra);
     Server::start(&site.root, &args)
-}
-
-/// The tid of `shard-0`.
-fn shard0(server: &Server) -> u32 {
-    let mut tid = None;
-    poll_until(Duration::from_secs(5), || {
-        tid = threads(server.pid()).get("shard-0").copied();
-        tid.is_some()
-    });
-    tid.unwrap_or_else(|| panic!("no shard-0 thread: {:?}", threads(server.pid())))
 }
 
 /// A connection whose receive buffer is `rcvbuf` bytes (set before
@@ -120,7 +111,7 @@ fn small_bodies_are_copied_so_a_batch_leaves_in_one_write() {
     let small = pattern(1, 2000);
     site.write("small.bin", &small);
     let server = start(&site, &[]);
-    let shard = shard0(&server);
+    let shard = procfs::shard0(&server);
     let mut c = Conn::connect(server.plain_addr());
     // Past the accept path, on an established, registered connection.
     assert_eq!(c.roundtrip(&get("/small.bin")).body, small);
@@ -143,7 +134,7 @@ fn referenced_bodies_do_not_hold_up_a_batch() {
     site.write("medium.bin", &medium);
     site.write("small.bin", &small);
     let server = start(&site, &[]);
-    let shard = shard0(&server);
+    let shard = procfs::shard0(&server);
     let mut c = Conn::connect(server.plain_addr());
     assert_eq!(c.roundtrip(&get("/medium.bin")).body, medium);
     let batch: Vec<(&str, &[u8])> = (0..28)
@@ -242,34 +233,6 @@ fn backlog_of_referenced_bodies_is_bounded() {
     backlog_is_bounded("oq-backlog-referenced", 100 * 1024, 600, MAX_IOVECS / 2 + 1);
 }
 
-/// The two ways a large body leaves the server.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Mode {
-    VerifiedCopy,
-    ZeroCopy,
-}
-
-impl Mode {
-    fn flag(self) -> &'static str {
-        match self {
-            Mode::VerifiedCopy => "false",
-            Mode::ZeroCopy => "true",
-        }
-    }
-}
-
-/// One `#[test]` per mode for each scenario below.
-macro_rules! both_modes {
-    ($($scenario:ident),* $(,)?) => {
-        mod verified_copy {
-            $(#[test] fn $scenario() { super::$scenario(super::Mode::VerifiedCopy) })*
-        }
-        mod zero_copy {
-            $(#[test] fn $scenario() { super::$scenario(super::Mode::ZeroCopy) })*
-        }
-    };
-}
-
 both_modes!(
     large_body_leaves_in_large_pieces,
     file_changed_mid_body,
@@ -287,7 +250,7 @@ fn large_body_leaves_in_large_pieces(mode: Mode) {
     let data = pattern(6, BIG);
     site.write("big.bin", &data);
     let server = start(&site, &["--sendfile", mode.flag()]);
-    let shard = shard0(&server);
+    let shard = procfs::shard0(&server);
     let mut c = Conn::connect(server.plain_addr());
     assert_eq!(c.roundtrip(&get("/index.html")).body, INDEX_HTML);
     let before = procfs::task_io(server.pid(), shard, "syscr");

@@ -15,16 +15,6 @@ use support::metrics::generation;
 use support::procfs::{self, O_CLOEXEC};
 use support::*;
 
-/// The tid of `shard-0`.
-fn shard0(server: &Server) -> u32 {
-    let mut tid = None;
-    poll_until(Duration::from_secs(5), || {
-        tid = threads(server.pid()).get("shard-0").copied();
-        tid.is_some()
-    });
-    tid.unwrap_or_else(|| panic!("no shard-0 thread: {:?}", threads(server.pid())))
-}
-
 /// Every descriptor the server opens (listeners, epoll, eventfds, accepted
 /// sockets, the snapshot's large-file fds, inotify, the access log, admin
 /// sockets) is close-on-exec. Only what the server inherits (the standard
@@ -98,7 +88,7 @@ fn snapshot_builders_run_below_the_shards_priority() {
     let server = Server::start(&site.root, &["--watch", "false", "--compress", "false"]);
     let admin = server.admin_addr();
     let pid = server.pid();
-    let shard = shard0(&server);
+    let shard = procfs::shard0(&server);
     // The server inherits the test's nice value (0 unless the suite itself
     // runs under `nice`); builders go to 10 whatever it is.
     let me = std::process::id();
@@ -161,7 +151,7 @@ fn pipelined_batch_is_answered_with_one_write() {
     let site = Site::new("one-write");
     let server = Server::start(&site.root, &["--cores", "1", "--compress", "false"]);
     let pid = server.pid();
-    let shard = shard0(&server);
+    let shard = procfs::shard0(&server);
     let mut c = server.connect();
     // Past the accept path, on an established, registered connection.
     assert_eq!(c.roundtrip(&get("/index.html")).status, 200);

@@ -11,6 +11,7 @@ use std::fs;
 use std::io::Read;
 use std::time::Duration;
 
+use support::sendfile_mode::{both_modes, Mode};
 use support::*;
 
 const BIG: usize = 3 * 1024 * 1024 + 12_345;
@@ -18,37 +19,6 @@ const BIG: usize = 3 * 1024 * 1024 + 12_345;
 /// Byte `i` of the large file; period 251 so an offset error shows.
 fn byte(i: usize) -> u8 {
     (i % 251) as u8
-}
-
-/// The two ways a large body leaves the server.
-#[derive(Clone, Copy, Debug)]
-enum Mode {
-    VerifiedCopy,
-    ZeroCopy,
-}
-
-impl Mode {
-    /// `flags` plus the flag that selects this mode.
-    fn flags<'a>(self, flags: &[&'a str]) -> Vec<&'a str> {
-        let mut v = flags.to_vec();
-        v.extend(match self {
-            Mode::VerifiedCopy => ["--sendfile", "false"],
-            Mode::ZeroCopy => ["--sendfile", "true"],
-        });
-        v
-    }
-}
-
-/// One `#[test]` per mode for each scenario below.
-macro_rules! both_modes {
-    ($($scenario:ident),* $(,)?) => {
-        mod verified_copy {
-            $(#[test] fn $scenario() { super::$scenario(super::Mode::VerifiedCopy) })*
-        }
-        mod zero_copy {
-            $(#[test] fn $scenario() { super::$scenario(super::Mode::ZeroCopy) })*
-        }
-    };
 }
 
 both_modes!(

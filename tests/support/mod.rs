@@ -10,6 +10,7 @@ pub mod caches;
 pub mod metrics;
 pub mod privilege;
 pub mod procfs;
+pub mod sendfile_mode;
 pub mod transport;
 pub mod upgrade;
 

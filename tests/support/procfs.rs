@@ -4,6 +4,19 @@
 //! priority, one write per batch) without strace.
 
 use std::fs;
+use std::time::Duration;
+
+use super::{poll_until, threads, Server};
+
+/// The tid of the server's `shard-0` thread, once it exists.
+pub fn shard0(server: &Server) -> u32 {
+    let mut tid = None;
+    poll_until(Duration::from_secs(5), || {
+        tid = threads(server.pid()).get("shard-0").copied();
+        tid.is_some()
+    });
+    tid.unwrap_or_else(|| panic!("no shard-0 thread: {:?}", threads(server.pid())))
+}
 
 /// Fields of `/proc/<pid>/task/<tid>/stat`, numbered as in proc(5) (1-based:
 /// 1 is the tid, 2 the comm); `None` once the thread is gone.

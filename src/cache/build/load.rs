@@ -628,11 +628,10 @@ pub(super) fn load_file(
     file: File,
     seen: &FileStamp,
     policy: MemPolicy,
-    dest: Option<Dest<'_>>,
+    mut dest: Option<Dest<'_>>,
 ) -> io::Result<Option<LoadedFile>> {
     let mut attempt = 1;
     let mut first = None;
-    let mut dest = dest;
     if policy.fits(seen.size) && unsettled(seen, SystemTime::now()).is_none() {
         let read = read_body(&file, seen.size, &mut dest);
         let after = file.metadata()?;
