@@ -6,6 +6,8 @@ use std::mem::MaybeUninit;
 
 use super::Status;
 
+mod fast;
+
 /// Most header fields accepted in one request head; one more is a 431.
 ///
 /// This sizes an uninitialised array on the stack of every `parse` call
@@ -140,7 +142,18 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
     // worth of scanning per call, and pipelined bytes after the head are
     // not our business here.
     let window = &buf[..buf.len().min(limits.max_head)];
+    if let Some(req) = parse_common(window, limits) {
+        return Ok(Some(req));
+    }
+    parse_httparse(buf, window, limits)
+}
 
+/// [`parse`] through httparse: every head, and the only judge of errors.
+fn parse_httparse<'b>(
+    buf: &'b [u8],
+    window: &'b [u8],
+    limits: &Limits,
+) -> Result<Option<Request<'b>>, ParseError> {
     // Uninitialised slots: initialising 100 headers on every call would cost
     // more than parsing a typical 5-field head.
     let mut headers = [const { MaybeUninit::<httparse::Header<'b>>::uninit() }; MAX_HEADERS];
@@ -193,95 +206,161 @@ pub fn parse<'b>(buf: &'b [u8], limits: &Limits) -> Result<Option<Request<'b>>, 
         _ => return Err(ParseError::VersionNotSupported),
     };
 
-    let mut out = Request {
-        method,
-        method_name,
-        target,
-        version,
-        head_len,
-        host: None,
-        conn_close: false,
-        conn_keep_alive: false,
-        content_length: 0,
-        if_match: None,
-        if_none_match: None,
-        if_modified_since: None,
-        if_unmodified_since: None,
-        if_range: None,
-        range: None,
-        accept_encoding: None,
-        referer: None,
-        user_agent: None,
-    };
-    let mut content_length: Option<u64> = None;
-    let mut transfer_encoding = false;
-
+    let mut out = Request::new(method, method_name, target, version, head_len);
+    let mut framing = Framing::default();
     for h in req.headers.iter() {
-        let value = trim(h.value);
-        match Field::from_name(h.name) {
-            Field::Host => {
-                // RFC 9112 §3.2: more than one Host is a 400; two hosts
-                // would let a proxy and this server disagree on the vhost.
-                if out.host.is_some() {
-                    return Err(ParseError::Malformed);
-                }
-                // §3.2 again: a server MUST answer 400 to an invalid Host.
-                if !valid_host(value) {
-                    return Err(ParseError::BadHost);
-                }
-                out.host = Some(value);
+        field(&mut out, &mut framing, h.name.as_bytes(), h.value)?;
+    }
+    finish(out, framing).map(Some)
+}
+
+/// The common head (see [`fast`]): `Some` only when it is complete and
+/// valid, and then exactly what the httparse path gives for it. Anything
+/// else, errors included, is `None` and goes the httparse way, which is the
+/// one that decides what an error is.
+fn parse_common<'b>(window: &'b [u8], limits: &Limits) -> Option<Request<'b>> {
+    let line = fast::request_line(window)?;
+    if line.target.len() > limits.max_uri {
+        return None;
+    }
+    let mut out = Request::new(line.method, line.name, line.target, line.version, 0);
+    let mut framing = Framing::default();
+    let mut pos = line.len;
+    let mut fields = 0;
+    loop {
+        match fast::field_line(window, pos)? {
+            fast::Line::End(end) => {
+                out.head_len = end;
+                break;
             }
-            Field::Connection => {
-                for token in value.split(|&b| b == b',') {
-                    let token = trim(token);
-                    if token.eq_ignore_ascii_case(b"close") {
-                        out.conn_close = true;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                        out.conn_keep_alive = true;
-                    }
+            fast::Line::Field { name, value, next } => {
+                fields += 1;
+                if fields > MAX_HEADERS {
+                    return None;
                 }
+                field(&mut out, &mut framing, name, value).ok()?;
+                pos = next;
             }
-            Field::ContentLength => {
-                // RFC 9110 §8.6: repeated or listed values are acceptable only
-                // when they all agree; anything else makes the framing
-                // ambiguous.
-                for item in value.split(|&b| b == b',') {
-                    let n = parse_decimal(trim(item)).ok_or(ParseError::BadContentLength)?;
-                    match content_length {
-                        Some(prev) if prev != n => return Err(ParseError::BadContentLength),
-                        _ => content_length = Some(n),
-                    }
-                }
-            }
-            Field::TransferEncoding => transfer_encoding = true,
-            Field::IfMatch => first(&mut out.if_match, value),
-            Field::IfNoneMatch => first(&mut out.if_none_match, value),
-            Field::IfModifiedSince => first(&mut out.if_modified_since, value),
-            Field::IfUnmodifiedSince => first(&mut out.if_unmodified_since, value),
-            Field::IfRange => first(&mut out.if_range, value),
-            Field::Range => first(&mut out.range, value),
-            Field::AcceptEncoding => first(&mut out.accept_encoding, value),
-            Field::Referer => first(&mut out.referer, value),
-            Field::UserAgent => first(&mut out.user_agent, value),
-            Field::Other => {}
         }
     }
+    finish(out, framing).ok()
+}
 
+/// What the framing rules need from the fields seen so far.
+#[derive(Default)]
+struct Framing {
+    content_length: Option<u64>,
+    transfer_encoding: bool,
+}
+
+impl<'b> Request<'b> {
+    fn new(
+        method: Method,
+        method_name: &'b str,
+        target: &'b [u8],
+        version: Version,
+        head_len: usize,
+    ) -> Request<'b> {
+        Request {
+            method,
+            method_name,
+            target,
+            version,
+            head_len,
+            host: None,
+            conn_close: false,
+            conn_keep_alive: false,
+            content_length: 0,
+            if_match: None,
+            if_none_match: None,
+            if_modified_since: None,
+            if_unmodified_since: None,
+            if_range: None,
+            range: None,
+            accept_encoding: None,
+            referer: None,
+            user_agent: None,
+        }
+    }
+}
+
+/// Take one header field into `out`, in the order they came.
+#[inline]
+fn field<'b>(
+    out: &mut Request<'b>,
+    framing: &mut Framing,
+    name: &[u8],
+    value: &'b [u8],
+) -> Result<(), ParseError> {
+    let value = trim(value);
+    match Field::from_name(name) {
+        Field::Host => {
+            // RFC 9112 §3.2: more than one Host is a 400; two hosts
+            // would let a proxy and this server disagree on the vhost.
+            if out.host.is_some() {
+                return Err(ParseError::Malformed);
+            }
+            // §3.2 again: a server MUST answer 400 to an invalid Host.
+            if !valid_host(value) {
+                return Err(ParseError::BadHost);
+            }
+            out.host = Some(value);
+        }
+        Field::Connection => {
+            for token in value.split(|&b| b == b',') {
+                let token = trim(token);
+                if token.eq_ignore_ascii_case(b"close") {
+                    out.conn_close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    out.conn_keep_alive = true;
+                }
+            }
+        }
+        Field::ContentLength => {
+            // RFC 9110 §8.6: repeated or listed values are acceptable only
+            // when they all agree; anything else makes the framing
+            // ambiguous.
+            for item in value.split(|&b| b == b',') {
+                let n = parse_decimal(trim(item)).ok_or(ParseError::BadContentLength)?;
+                match framing.content_length {
+                    Some(prev) if prev != n => return Err(ParseError::BadContentLength),
+                    _ => framing.content_length = Some(n),
+                }
+            }
+        }
+        Field::TransferEncoding => framing.transfer_encoding = true,
+        Field::IfMatch => first(&mut out.if_match, value),
+        Field::IfNoneMatch => first(&mut out.if_none_match, value),
+        Field::IfModifiedSince => first(&mut out.if_modified_since, value),
+        Field::IfUnmodifiedSince => first(&mut out.if_unmodified_since, value),
+        Field::IfRange => first(&mut out.if_range, value),
+        Field::Range => first(&mut out.range, value),
+        Field::AcceptEncoding => first(&mut out.accept_encoding, value),
+        Field::Referer => first(&mut out.referer, value),
+        Field::UserAgent => first(&mut out.user_agent, value),
+        Field::Other => {}
+    }
+    Ok(())
+}
+
+/// The rules that need every field: framing and Host.
+#[inline]
+fn finish(mut out: Request<'_>, framing: Framing) -> Result<Request<'_>, ParseError> {
     // RFC 9112 §6.1: a message with both is a smuggling attempt until proven
     // otherwise; a chunked body alone is simply something we never accept.
-    if transfer_encoding {
-        return Err(if content_length.is_some() {
+    if framing.transfer_encoding {
+        return Err(if framing.content_length.is_some() {
             ParseError::LengthAndEncoding
         } else {
             ParseError::TransferEncoding
         });
     }
-    out.content_length = content_length.unwrap_or(0);
+    out.content_length = framing.content_length.unwrap_or(0);
 
-    if version == Version::Http11 && out.host.is_none() {
+    if out.version == Version::Http11 && out.host.is_none() {
         return Err(ParseError::MissingHost);
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// RFC 9112 §3.2 / RFC 3986 §3.2.2: `uri-host [ ":" port ]`, where
@@ -402,8 +481,7 @@ impl Field {
     /// Dispatch on the length first: every request looks up each of its
     /// fields, and a linear scan over all names cost a case-insensitive
     /// compare per candidate (User-Agent was the last of thirteen).
-    fn from_name(name: &str) -> Field {
-        let name = name.as_bytes();
+    fn from_name(name: &[u8]) -> Field {
         let candidates: &[(&[u8], Field)] = match name.len() {
             4 => &[(b"host", Field::Host)],
             5 => &[(b"range", Field::Range)],
@@ -958,16 +1036,17 @@ mod tests {
             ("user-agent", Field::UserAgent),
         ];
         for (name, field) in names {
-            assert_eq!(Field::from_name(name), field, "{name}");
-            assert_eq!(Field::from_name(&name.to_uppercase()), field, "{name}");
+            assert_eq!(Field::from_name(name.as_bytes()), field, "{name}");
+            let upper = name.to_uppercase();
+            assert_eq!(Field::from_name(upper.as_bytes()), field, "{name}");
             // A name of the same length that differs in one byte is not it.
             let mut other = name.as_bytes().to_vec();
             other[0] = b'x';
             let other = String::from_utf8(other).unwrap();
-            assert_eq!(Field::from_name(&other), Field::Other, "{other}");
+            assert_eq!(Field::from_name(other.as_bytes()), Field::Other, "{other}");
         }
         for other in ["", "hosts", "accept", "if-none-matc", "x-forwarded-for"] {
-            assert_eq!(Field::from_name(other), Field::Other, "{other}");
+            assert_eq!(Field::from_name(other.as_bytes()), Field::Other, "{other}");
         }
     }
 
