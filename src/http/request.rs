@@ -211,7 +211,8 @@ fn parse_httparse<'b>(
     for h in req.headers.iter() {
         field(&mut out, &mut framing, h.name.as_bytes(), h.value)?;
     }
-    finish(out, framing).map(Some)
+    finish(&mut out, framing)?;
+    Ok(Some(out))
 }
 
 /// The common head (see [`fast`]): `Some` only when it is complete and
@@ -243,7 +244,8 @@ fn parse_common<'b>(window: &'b [u8], limits: &Limits) -> Option<Request<'b>> {
             }
         }
     }
-    finish(out, framing).ok()
+    finish(&mut out, framing).ok()?;
+    Some(out)
 }
 
 /// What the framing rules need from the fields seen so far.
@@ -345,7 +347,7 @@ fn field<'b>(
 
 /// The rules that need every field: framing and Host.
 #[inline]
-fn finish(mut out: Request<'_>, framing: Framing) -> Result<Request<'_>, ParseError> {
+fn finish(out: &mut Request<'_>, framing: Framing) -> Result<(), ParseError> {
     // RFC 9112 §6.1: a message with both is a smuggling attempt until proven
     // otherwise; a chunked body alone is simply something we never accept.
     if framing.transfer_encoding {
@@ -360,7 +362,7 @@ fn finish(mut out: Request<'_>, framing: Framing) -> Result<Request<'_>, ParseEr
     if out.version == Version::Http11 && out.host.is_none() {
         return Err(ParseError::MissingHost);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// RFC 9112 §3.2 / RFC 3986 §3.2.2: `uri-host [ ":" port ]`, where
@@ -507,9 +509,42 @@ impl Field {
         // these names is one OR per byte.
         candidates
             .iter()
-            .find(|(n, _)| name.iter().zip(n.iter()).all(|(&a, &b)| a | 0x20 == b))
+            .find(|(n, _)| eq_lowered(name, n))
             .map_or(Field::Other, |&(_, f)| f)
     }
+}
+
+/// `name` ORed with 0x20 byte by byte equals `lower` (of the same length,
+/// at least 4), compared a word at a time: the OR carries nothing from one
+/// byte to the next, and the last word may overlap the one before it.
+#[inline]
+fn eq_lowered(name: &[u8], lower: &[u8]) -> bool {
+    fn word(s: &[u8], at: usize) -> u64 {
+        let mut w = [0; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_le_bytes(w)
+    }
+    fn half(s: &[u8], at: usize) -> u32 {
+        let mut w = [0; 4];
+        w.copy_from_slice(&s[at..at + 4]);
+        u32::from_le_bytes(w)
+    }
+    let n = name.len();
+    if n != lower.len() || n < 4 {
+        return false;
+    }
+    if n < 8 {
+        return half(name, 0) | 0x2020_2020 == half(lower, 0)
+            && half(name, n - 4) | 0x2020_2020 == half(lower, n - 4);
+    }
+    let mut at = 0;
+    while at + 8 < n {
+        if word(name, at) | 0x2020_2020_2020_2020 != word(lower, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(name, n - 8) | 0x2020_2020_2020_2020 == word(lower, n - 8)
 }
 
 /// Keep the first occurrence: later duplicates of these single-valued

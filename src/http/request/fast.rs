@@ -51,9 +51,14 @@ pub(super) fn request_line(buf: &[u8]) -> Option<RequestLine<'_>> {
     if end == start || buf.get(end) != Some(&b' ') {
         return None;
     }
-    let version = match buf.get(end + 1..end + 11)? {
-        b"HTTP/1.1\r\n" => Version::Http11,
-        b"HTTP/1.0\r\n" => Version::Http10,
+    // `HTTP/1.` and CRLF around one digit, compared as two words.
+    let tail = buf.get(end + 1..end + 11)?;
+    let (mut head, mut crlf) = ([0; 8], [0; 2]);
+    head.copy_from_slice(&tail[..8]);
+    crlf.copy_from_slice(&tail[8..]);
+    let version = match (u64::from_le_bytes(head), u16::from_le_bytes(crlf)) {
+        (HTTP_11, CRLF) => Version::Http11,
+        (HTTP_10, CRLF) => Version::Http10,
         _ => return None,
     };
     Some(RequestLine {
@@ -116,6 +121,10 @@ const NAME: [bool; 256] = {
     }
     t
 };
+
+const HTTP_11: u64 = u64::from_le_bytes(*b"HTTP/1.1");
+const HTTP_10: u64 = u64::from_le_bytes(*b"HTTP/1.0");
+const CRLF: u16 = u16::from_le_bytes(*b"\r\n");
 
 const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
 const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
