@@ -50,7 +50,8 @@ impl Conn {
             .expect("connection I/O state taken before use");
         let data = &io.rbuf[io.rstart..io.rend];
         let parsed = request::parse(data, &env.cfg.limits);
-        let req = match parsed {
+        // Borrowed, not moved: a `Request` is a few hundred bytes.
+        let req = match &parsed {
             Ok(None) => {
                 if self.reading == Reading::Idle {
                     self.reading = Reading::Head;
@@ -59,7 +60,7 @@ impl Conn {
                 return false;
             }
             Ok(Some(req)) => req,
-            Err(e) => {
+            &Err(e) => {
                 let (status, bytes) = respond::error_with(
                     &mut io.out,
                     &env.cfg.server_line,
@@ -70,7 +71,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(self.peer.get(), self.tls.as_deref(), None, status, bytes);
+                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
                 io.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -114,19 +115,13 @@ impl Conn {
         } else {
             let (status, bytes) = match env.cfg.redirect_https {
                 Some(port) if self.tls.is_none() => {
-                    respond::redirect_https(&req, &mut renv, persist, &mut io.out, port)
+                    respond::redirect_https(req, &mut renv, persist, &mut io.out, port)
                 }
-                _ => respond::respond(&req, &mut renv, persist, &mut io.out),
+                _ => respond::respond(req, &mut renv, persist, &mut io.out),
             };
             (status, bytes, persist, close_reason)
         };
-        env.record(
-            self.peer.get(),
-            self.tls.as_deref(),
-            Some(&req),
-            status,
-            bytes,
-        );
+        env.record(&self.peer, self.tls.as_deref(), Some(req), status, bytes);
         io.queued(env.now);
         io.rstart += head_len;
         if persist == Persist::Close {

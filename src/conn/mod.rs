@@ -163,7 +163,7 @@ impl ShardEnv<'_> {
     /// Count an answer and write its access-log line.
     fn record(
         &mut self,
-        peer: Option<SocketAddr>,
+        peer: &Peer,
         tls: Option<&TlsConn>,
         req: Option<&request::Request<'_>>,
         status: Status,
@@ -172,7 +172,7 @@ impl ShardEnv<'_> {
         self.counters.request(status, bytes);
         if let Some(log) = self.log.as_deref_mut() {
             let session = tls.and_then(TlsConn::session_info);
-            log.line(self.date.secs(), peer, session, req, status, bytes);
+            log.line(self.date.secs(), peer.get(), session, req, status, bytes);
         }
     }
 }
@@ -459,7 +459,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(self.peer.get(), self.tls.as_deref(), None, status, bytes);
+                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
                 // Best effort: the client has been silent, don't wait for it.
                 let _ = self.flush_out();
                 Step::Close(CloseReason::HeaderTimeout)
@@ -704,7 +704,7 @@ impl Conn {
                 // Answered in cleartext, bypassing the TLS session; the
                 // socket's buffer is empty, so the one write goes through.
                 let _ = (&self.stream).write(tls::PLAIN_HTTP_ANSWER);
-                env.record(self.peer.get(), None, None, Status::BadRequest, 0);
+                env.record(&self.peer, None, None, Status::BadRequest, 0);
                 self.tls = None;
                 io.rstart = 0;
                 io.rend = 1; // unread bytes: linger rather than reset
