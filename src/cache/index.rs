@@ -152,7 +152,7 @@ impl PathIndex {
     /// An index sized for the keys of `map`, holding them. A large map
     /// (a full build's) is spread over one thread per core, each filling
     /// its own shards.
-    pub fn from_map(map: Shard) -> PathIndex {
+    pub fn from_map(map: &Shard) -> PathIndex {
         let mut bits = 0;
         while bits < MAX_SHARD_BITS && (PATHS_PER_SHARD << bits) < map.len() {
             bits += 1;
@@ -490,7 +490,7 @@ mod tests {
         for i in 0..5000u32 {
             map.insert(format!("/d/{i}").into_bytes().into(), Resource::File(i));
         }
-        let index = PathIndex::from_map(map.clone());
+        let index = PathIndex::from_map(&map);
         assert!(index.shards.len() > 1);
         assert!(index == map);
         let mut next = index.clone();
@@ -514,7 +514,7 @@ mod tests {
             };
             map.insert(format!("/d{}/{i}", i % 97).into_bytes().into(), resource);
         }
-        let index = PathIndex::from_map(map.clone());
+        let index = PathIndex::from_map(&map);
         assert_eq!(index.shards.len(), 256, "512 paths a shard at most");
         assert!(index == map);
         assert_eq!(index.get(b"/d0/0"), Some(Resource::Forbidden));
@@ -528,7 +528,7 @@ mod tests {
         for i in 0..3000u32 {
             map.insert(format!("/d/{i}").into_bytes().into(), Resource::File(i));
         }
-        let index = PathIndex::from_map(map);
+        let index = PathIndex::from_map(&map);
         let live = |ix: &PathIndex| ix.iter().map(|(k, _)| k.len()).sum::<usize>();
         assert_eq!(index.key_bytes(), live(&index), "built exactly");
         let mut next = index.clone();

@@ -117,7 +117,6 @@ impl Store {
                 "compressed variants built before serving"
             );
         }
-        crate::sys::trim_heap();
         let limit = crate::sys::nofile_limit();
         tracing::info!(
             large_files = snapshot.stats.large_files,

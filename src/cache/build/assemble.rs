@@ -153,7 +153,9 @@ pub(super) fn lay_out(
 }
 
 /// Pass 3, second half: the final index, error pages, and the body
-/// segments (the load's `placed` one among them).
+/// segments (the load's `placed` one among them). Also returns the walk's
+/// per-file state, which the snapshot no longer needs, for the caller to
+/// free ([`Scratch`](super::Scratch)).
 pub(super) fn assemble(
     opts: &BuildOptions,
     walk: Walk<'_>,
@@ -161,7 +163,7 @@ pub(super) fn assemble(
     placed: Option<memmap2::MmapMut>,
     old: Option<&Snapshot>,
     generation: u64,
-) -> anyhow::Result<Snapshot> {
+) -> anyhow::Result<(Snapshot, super::Scratch)> {
     let Laid {
         mut stats,
         mut arena,
@@ -187,11 +189,11 @@ pub(super) fn assemble(
 
     let (segments, segment_live) = arena.finish(old, &mut entries, &mut stats)?;
     entries.shrink();
-    Ok(Snapshot {
+    let snapshot = Snapshot {
         generation,
         stats,
         compressed: opts.compress.is_some(),
-        index: PathIndex::from_map(index),
+        index: PathIndex::from_map(&index),
         entries,
         free: Vec::new(),
         segments,
@@ -204,7 +206,8 @@ pub(super) fn assemble(
         error_pages,
         spa_index,
         status_cache_control: opts.status_cache_control.clone(),
-    })
+    };
+    Ok((snapshot, (walk.files, index)))
 }
 
 /// The error pages (`error_pages`, else `/404.html`) and the SPA
