@@ -13,7 +13,7 @@ pub mod output;
 pub mod respond;
 pub mod tls;
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -648,7 +648,7 @@ impl Conn {
         if self.tls.is_some() && !lingering {
             return self.fill_tls(env);
         }
-        match (&self.stream).read(&mut io.rbuf[io.rend..]) {
+        match crate::sys::recv(&self.stream, &mut io.rbuf[io.rend..]) {
             Ok(0) => {
                 self.readable = false;
                 Ok(Fill::Eof)

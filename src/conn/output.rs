@@ -101,7 +101,7 @@ impl Sink for &TcpStream {
         if more {
             sys::sendmsg_more(*self, iov)
         } else {
-            Write::write_vectored(self, iov)
+            sys::writev(*self, iov)
         }
     }
 

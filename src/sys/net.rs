@@ -84,6 +84,41 @@ pub fn sendmsg_more(socket: &impl AsRawFd, bufs: &[IoSlice<'_>]) -> io::Result<u
     Ok(n as usize)
 }
 
+/// `recv` on a connected socket, as the raw `recvfrom` syscall: glibc's
+/// `recv` (which std calls) is a cancellation point and brackets the call
+/// with two atomic updates of the thread's cancel state, which a shard never
+/// needs (threads are never cancelled). The kernel sees the same call.
+#[inline]
+pub fn recv(socket: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for `buf.len()` bytes during the call; null
+    // address pointers ask for no peer address. Every argument is passed
+    // as a full `c_long`, as the variadic `syscall` reads them.
+    let n = syscall!(syscall(
+        libc::SYS_recvfrom,
+        socket.as_raw_fd() as libc::c_long,
+        buf.as_mut_ptr() as libc::c_long,
+        buf.len() as libc::c_long,
+        0 as libc::c_long,
+        0 as libc::c_long,
+        0 as libc::c_long
+    ))?;
+    Ok(n as usize)
+}
+
+/// `writev` as the raw syscall, for the reason given at [`recv`].
+#[inline]
+pub fn writev(socket: &impl AsRawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: IoSlice is ABI-compatible with iovec on Unix; the slices
+    // outlive the call and the kernel only reads them.
+    let n = syscall!(syscall(
+        libc::SYS_writev,
+        socket.as_raw_fd() as libc::c_long,
+        bufs.as_ptr() as libc::c_long,
+        bufs.len().min(libc::UIO_MAXIOV as usize) as libc::c_long
+    ))?;
+    Ok(n as usize)
+}
+
 /// `TCP_DEFER_ACCEPT`: `accept` returns a connection only once its first
 /// bytes have arrived (or after about `secs`), so the shard can answer the
 /// request straight after accepting, and sockets that never speak cost no
