@@ -120,7 +120,17 @@ if grep -q "building compressed variants" "$WORK/server.log"; then
     BUILT=$(grep "snapshot built" "$WORK/server.log" | tail -1)
     echo "compressed variants ready: $(field elapsed_ms) ms build, $(echo "$T2 - $T0" | bc) s after process start"
 fi
+# At rest: a full build frees its per-file scratch and trims the heap on a
+# thread of its own after the server starts listening (well under a second
+# at a million files), so wait until two samples 0.5 s apart agree.
 RSS=$(rss_kib "$PID")
+for _ in $(seq 1 20); do
+    sleep 0.5
+    NOW=$(rss_kib "$PID")
+    ((NOW - RSS < 1024 && RSS - NOW < 1024)) && break
+    RSS=$NOW
+done
+RSS=$NOW
 echo "snapshot bodies: identity $(field mem_bytes) B in memory, $(field file_bytes) B from fds, variants $(field encoded_bytes) B"
 echo "RSS: $((RSS / 1024)) MiB, minus a one-file server: $(((RSS - BASE_RSS) / 1024)) MiB"
 BODIES=$(($(field mem_bytes) + $(field encoded_bytes)))
