@@ -354,6 +354,12 @@ fn rebuild_in(
                 prefetch.help();
             });
         }
+        if prefetch.watches() {
+            scope.spawn(|| {
+                mode.enter_helper();
+                prefetch.watch_ahead();
+            });
+        }
         let _stop = prefetch.stopper();
         let mut url = Vec::new();
         walk.walk_children(children, &root, &mut url, &mut ancestors)

@@ -13,10 +13,13 @@
 //! past [`MAX_DEPTH`]); symlinked directories are left to the walk.
 //!
 //! With a [`DirHook`] (the first build, see `cache::watch`), every directory
-//! is handed to it just before it is listed: the inotify watch is then in
-//! place before the listing it protects.
+//! is handed to it before it is listed: the inotify watch is then in place
+//! before the listing it protects. Adding a watch is a round trip to the
+//! watcher's thread, so one more helper ([`Prefetch::watch_ahead`]) hands
+//! queued directories to the hook in the walk's order and only then makes
+//! them available to the listing helpers, which then never wait on it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -35,6 +38,10 @@ struct Job {
 }
 
 enum Slot {
+    /// [`Prefetch::watch_ahead`] is handing it to the hook.
+    Watching,
+    /// Handed to the hook: listing it needs no further hook call.
+    Watched,
     /// A helper is listing it.
     Listing,
     Done(io::Result<Vec<Child>>),
@@ -45,7 +52,12 @@ enum Slot {
 
 #[derive(Default)]
 struct State {
-    stack: Vec<Job>,
+    /// Directories to list, their watches (if any) in place, in the order
+    /// they were watched: roughly the walk's.
+    ready: VecDeque<Job>,
+    /// With a hook: directories waiting for their watch, popped last in
+    /// first out (the walk's depth-first order).
+    unwatched: Vec<Job>,
     slots: HashMap<PathBuf, Slot>,
     stop: bool,
 }
@@ -71,6 +83,11 @@ impl<'a> Prefetch<'a> {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether listing helpers need [`Prefetch::watch_ahead`] beside them.
+    pub(super) fn watches(&self) -> bool {
+        self.hook.is_some()
     }
 
     /// List `dir`, first handing it to the hook.
@@ -121,7 +138,13 @@ impl<'a> Prefetch<'a> {
         if jobs.is_empty() {
             return;
         }
-        self.lock().stack.extend(jobs);
+        let mut state = self.lock();
+        match self.hook {
+            Some(_) => state.unwatched.extend(jobs),
+            // `jobs` is reversed; `ready` is taken from the front.
+            None => state.ready.extend(jobs.into_iter().rev()),
+        }
+        drop(state);
         self.changed.notify_all();
     }
 
@@ -143,8 +166,13 @@ impl<'a> Prefetch<'a> {
                     };
                     return listed;
                 }
-                Some(Slot::Listing) => {
+                Some(Slot::Listing | Slot::Watching) => {
                     state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+                Some(slot @ Slot::Watched) => {
+                    *slot = Slot::Taken;
+                    drop(state);
+                    return self.list_here(dir, id, url, ancestors, false);
                 }
                 Some(Slot::Taken) => break,
                 None => {
@@ -156,7 +184,22 @@ impl<'a> Prefetch<'a> {
         drop(state);
         // Not started by any helper (or wanted twice): list it here, and let
         // the helpers go on below it.
-        let listed = self.list(dir);
+        self.list_here(dir, id, url, ancestors, true)
+    }
+
+    /// The walk lists `dir` itself (`hooked`: handing it to the hook first).
+    fn list_here(
+        &self,
+        dir: &Path,
+        id: DirId,
+        url: &[u8],
+        ancestors: &[DirId],
+        hooked: bool,
+    ) -> io::Result<Vec<Child>> {
+        let listed = match hooked {
+            true => self.list(dir),
+            false => read_dir_sorted(dir),
+        };
         if let Ok(children) = &listed {
             let mut ancestors = ancestors.to_vec();
             ancestors.push(id);
@@ -174,10 +217,55 @@ impl<'a> Prefetch<'a> {
                     if state.stop {
                         return;
                     }
-                    match state.stack.pop() {
+                    match state.ready.pop_front() {
+                        Some(job) => match state.slots.get_mut(&job.path) {
+                            // Watched by `watch_ahead` (or no hook at all).
+                            Some(slot @ Slot::Watched) => {
+                                *slot = Slot::Listing;
+                                break job;
+                            }
+                            None if self.hook.is_none() => {
+                                state.slots.insert(job.path.clone(), Slot::Listing);
+                                break job;
+                            }
+                            // The walk took it meanwhile.
+                            _ => {}
+                        },
+                        None => {
+                            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                        }
+                    }
+                }
+            };
+            let listed = read_dir_sorted(&job.path);
+            if let Ok(children) = &listed {
+                self.push_children(&job.path, &job.url, &job.ancestors, children);
+            }
+            self.lock().slots.insert(job.path, Slot::Done(listed));
+            self.changed.notify_all();
+        }
+    }
+
+    /// With a hook: hand each queued directory to it, in the walk's order,
+    /// then queue it for the listing helpers, until the walk is done. The
+    /// round trip each watch makes to the watcher's thread is then spent
+    /// here, not by a listing helper or the walk waiting on it.
+    pub(super) fn watch_ahead(&self) {
+        let Some(hook) = self.hook else {
+            return;
+        };
+        loop {
+            let job = {
+                let mut state = self.lock();
+                loop {
+                    if state.stop {
+                        return;
+                    }
+                    match state.unwatched.pop() {
+                        // The walk took it, and watched it itself.
                         Some(job) if state.slots.contains_key(&job.path) => {}
                         Some(job) => {
-                            state.slots.insert(job.path.clone(), Slot::Listing);
+                            state.slots.insert(job.path.clone(), Slot::Watching);
                             break job;
                         }
                         None => {
@@ -186,11 +274,11 @@ impl<'a> Prefetch<'a> {
                     }
                 }
             };
-            let listed = self.list(&job.path);
-            if let Ok(children) = &listed {
-                self.push_children(&job.path, &job.url, &job.ancestors, children);
-            }
-            self.lock().slots.insert(job.path, Slot::Done(listed));
+            hook(&job.path);
+            let mut state = self.lock();
+            state.slots.insert(job.path.clone(), Slot::Watched);
+            state.ready.push_back(job);
+            drop(state);
             self.changed.notify_all();
         }
     }
