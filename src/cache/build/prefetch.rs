@@ -208,35 +208,42 @@ impl<'a> Prefetch<'a> {
         listed
     }
 
-    /// A helper: list directories from the stack until the walk is done.
-    pub(super) fn help(&self) {
+    /// The next job `take` finds under the lock (skipping any it must),
+    /// waiting while it finds none; `None` once the walk is done.
+    fn next_job(&self, mut take: impl FnMut(&mut State) -> Option<Job>) -> Option<Job> {
+        let mut state = self.lock();
         loop {
-            let job = {
-                let mut state = self.lock();
-                loop {
-                    if state.stop {
-                        return;
+            if state.stop {
+                return None;
+            }
+            match take(&mut state) {
+                Some(job) => return Some(job),
+                None => state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner()),
+            }
+        }
+    }
+
+    /// A helper: list directories from the queue until the walk is done.
+    pub(super) fn help(&self) {
+        let take = |state: &mut State| {
+            while let Some(job) = state.ready.pop_front() {
+                match state.slots.get_mut(&job.path) {
+                    // Watched by `watch_ahead`.
+                    Some(slot @ Slot::Watched) => {
+                        *slot = Slot::Listing;
+                        return Some(job);
                     }
-                    match state.ready.pop_front() {
-                        Some(job) => match state.slots.get_mut(&job.path) {
-                            // Watched by `watch_ahead` (or no hook at all).
-                            Some(slot @ Slot::Watched) => {
-                                *slot = Slot::Listing;
-                                break job;
-                            }
-                            None if self.hook.is_none() => {
-                                state.slots.insert(job.path.clone(), Slot::Listing);
-                                break job;
-                            }
-                            // The walk took it meanwhile.
-                            _ => {}
-                        },
-                        None => {
-                            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
-                        }
+                    None if self.hook.is_none() => {
+                        state.slots.insert(job.path.clone(), Slot::Listing);
+                        return Some(job);
                     }
+                    // The walk took it meanwhile.
+                    _ => {}
                 }
-            };
+            }
+            None
+        };
+        while let Some(job) = self.next_job(take) {
             let listed = read_dir_sorted(&job.path);
             if let Ok(children) = &listed {
                 self.push_children(&job.path, &job.url, &job.ancestors, children);
@@ -254,26 +261,17 @@ impl<'a> Prefetch<'a> {
         let Some(hook) = self.hook else {
             return;
         };
-        loop {
-            let job = {
-                let mut state = self.lock();
-                loop {
-                    if state.stop {
-                        return;
-                    }
-                    match state.unwatched.pop() {
-                        // The walk took it, and watched it itself.
-                        Some(job) if state.slots.contains_key(&job.path) => {}
-                        Some(job) => {
-                            state.slots.insert(job.path.clone(), Slot::Watching);
-                            break job;
-                        }
-                        None => {
-                            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
-                        }
-                    }
+        let take = |state: &mut State| {
+            while let Some(job) = state.unwatched.pop() {
+                // Unless the walk took it, and watched it itself.
+                if !state.slots.contains_key(&job.path) {
+                    state.slots.insert(job.path.clone(), Slot::Watching);
+                    return Some(job);
                 }
-            };
+            }
+            None
+        };
+        while let Some(job) = self.next_job(take) {
             hook(&job.path);
             let mut state = self.lock();
             state.slots.insert(job.path.clone(), Slot::Watched);
