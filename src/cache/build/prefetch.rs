@@ -3,9 +3,8 @@
 //! do while the walk (one thread, in order, so its result is the same from
 //! build to build) consumes their listings.
 //!
-//! Helpers take directories from a stack, so they list roughly in the
-//! walk's own depth-first order, and push each listed directory's
-//! subdirectories. The walk takes a listing when it is ready, waits for one
+//! Helpers take directories in roughly the walk's own depth-first order,
+//! and push each listed directory's subdirectories. The walk takes a listing when it is ready, waits for one
 //! in progress, and lists a directory no helper has started itself. A
 //! listing is the one [`read_dir_sorted`] would make at that moment: the
 //! walk's result does not depend on who listed what, only (as ever) on the
@@ -52,8 +51,10 @@ enum Slot {
 
 #[derive(Default)]
 struct State {
-    /// Directories to list, their watches (if any) in place, in the order
-    /// they were watched: roughly the walk's.
+    /// Directories to list, taken from the front: with a hook, in the order
+    /// [`Prefetch::watch_ahead`] watched them (the walk's, roughly);
+    /// without one, a stack of what was pushed, so that helpers list in the
+    /// walk's depth-first order.
     ready: VecDeque<Job>,
     /// With a hook: directories waiting for their watch, popped last in
     /// first out (the walk's depth-first order).
@@ -141,8 +142,9 @@ impl<'a> Prefetch<'a> {
         let mut state = self.lock();
         match self.hook {
             Some(_) => state.unwatched.extend(jobs),
-            // `jobs` is reversed; `ready` is taken from the front.
-            None => state.ready.extend(jobs.into_iter().rev()),
+            // Without a hook `ready` is the stack, its top at the front:
+            // `jobs` is reversed, so the first child ends up on top.
+            None => jobs.into_iter().for_each(|job| state.ready.push_front(job)),
         }
         drop(state);
         self.changed.notify_all();
