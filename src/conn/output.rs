@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
 use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -107,7 +107,7 @@ impl Sink for &TcpStream {
 
     #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        Write::write(self, buf)
+        sys::write(*self, buf)
     }
 
     #[inline]
@@ -280,9 +280,9 @@ impl Output {
     /// Returns false on WouldBlock.
     fn write_gathered<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {
         if self.chunks.is_empty() {
-            // Only owned bytes, as for every small response: a one-slice
-            // `writev`, without filling the whole iovec array first.
-            let res = stream.write_vectored(&[IoSlice::new(&self.buf[self.sent..])], false);
+            // Only owned bytes, as for every small response: one `write`
+            // (`sys::write` says why not a one-slice `writev`).
+            let res = stream.write(&self.buf[self.sent..]);
             return self.wrote(res);
         }
         let mut iov: [IoSlice<'_>; MAX_IOVECS] = [IoSlice::new(&[]); MAX_IOVECS];

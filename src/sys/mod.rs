@@ -18,7 +18,7 @@ pub use fs::{nofile_limit, open_beneath};
 pub use handover::{inherit_fds, pipe, take_inherited, wait_readable};
 pub use net::{
     accept4, attach_reuseport_cbpf, peer_pid, recv, sendfile, sendmsg_more, set_defer_accept,
-    set_incoming_cpu, writev,
+    set_incoming_cpu, write, writev,
 };
 pub use thread::{fix_mmap_threshold, lower_thread_priority, trim_heap};
 
