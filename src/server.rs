@@ -394,16 +394,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .context("a shard thread exited during start-up")?
             .context("starting a shard")?;
     }
-    for addr in &addrs[..plain] {
-        tracing::info!(shards = threads.len(), "listening addr={addr}");
-    }
-    for addr in &addrs[plain..] {
-        tracing::info!(shards = threads.len(), "listening tls_addr={addr}");
-    }
     // SIGHUP's work (certificate reload, snapshot rebuild) runs on its own
     // thread: the signal thread must stay free for SIGTERM, which a long
     // rebuild would otherwise hold up past the service manager's patience.
-    // One queued request coalesces a burst.
+    // One queued request coalesces a burst. Spawned before "listening" is
+    // logged, so the process has all its standing threads by then.
     let (rebuild_tx, rebuild_rx) = std::sync::mpsc::sync_channel::<()>(1);
     {
         let store = Arc::clone(&store);
@@ -419,6 +414,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 }
             })
             .context("spawning the rebuild thread")?;
+    }
+    for addr in &addrs[..plain] {
+        tracing::info!(shards = threads.len(), "listening addr={addr}");
+    }
+    for addr in &addrs[plain..] {
+        tracing::info!(shards = threads.len(), "listening tls_addr={addr}");
     }
 
     // Serving: tell systemd (a new process of an upgrade also names itself

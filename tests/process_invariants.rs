@@ -102,9 +102,12 @@ fn snapshot_builders_run_below_the_shards_priority() {
         site.write(&format!("many/{:02}/{n}.txt", n % 50), &page);
     }
     server.signal("HUP");
-    // New threads during the rebuild: tid → (comm, highest nice seen). A
-    // builder lowers itself first thing, so a glimpse of it before that is
-    // superseded by the next look.
+    // New threads during the rebuild: tid → (comm, lowest nice seen). A
+    // builder lowers itself the moment it starts running, but a new thread
+    // may wait on a busy run queue before it runs at all, and a short-lived
+    // one can end before the next look. So a glimpse at the base nice counts
+    // only once the thread has run for a millisecond: by then it has had
+    // every chance to lower itself.
     let mut builders: std::collections::BTreeMap<u32, (String, i64)> = Default::default();
     let mut others_lowered = Vec::new();
     let swapped = poll_until(Duration::from_secs(120), || {
@@ -114,8 +117,11 @@ fn snapshot_builders_run_below_the_shards_priority() {
                     others_lowered.push((tid, comm, nice));
                 }
             } else if comm != "admin-client" {
-                let seen = builders.entry(tid).or_insert((comm, nice));
-                seen.1 = seen.1.max(nice);
+                let ran = procfs::task_runtime_ns(pid, tid).unwrap_or(0);
+                if nice != base || ran >= 1_000_000 {
+                    let seen = builders.entry(tid).or_insert((comm, nice));
+                    seen.1 = seen.1.min(nice);
+                }
             }
         }
         generation(admin) == 2

@@ -38,6 +38,17 @@ pub fn task_nice(pid: u32, tid: u32) -> Option<i64> {
     task_stat(pid, tid).and_then(|f| f.get(18)?.parse().ok())
 }
 
+/// How long a thread has run on a CPU, in ns (the first field of
+/// `/proc/<pid>/task/<tid>/schedstat`); `None` once the thread is gone.
+pub fn task_runtime_ns(pid: u32, tid: u32) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Every thread of `pid`: (tid, comm, nice).
 pub fn tasks(pid: u32) -> Vec<(u32, String, i64)> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {

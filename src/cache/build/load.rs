@@ -134,7 +134,7 @@ pub(super) fn load_with<R>(
     let span = tracing::Span::current();
     let consumed = std::thread::scope(|scope| {
         for _ in 0..threads {
-            scope.spawn(|| {
+            super::spawn_helper(scope, "build-load", || {
                 let _span = span.enter();
                 let _leaving = Leaving(&delivery);
                 // Builders share CPUs with the shards: the request path

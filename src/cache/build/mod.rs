@@ -74,10 +74,34 @@ impl Mode<'_> {
     /// Lower the calling helper thread's priority unless this is the first
     /// build.
     pub(super) fn enter_helper(self) {
-        if let Mode::Background { .. } = self {
-            crate::sys::lower_thread_priority();
-        }
+        enter_helper(self.background());
     }
+
+    fn background(self) -> bool {
+        matches!(self, Mode::Background { .. })
+    }
+}
+
+/// [`Mode::enter_helper`] for a thread that cannot borrow the mode.
+fn enter_helper(background: bool) {
+    if background {
+        crate::sys::lower_thread_priority();
+    }
+}
+
+/// Start a build helper thread named `name` in `scope`, so that `top -H`
+/// and profiles tell the helpers apart (unnamed, each would carry the name
+/// of the thread that builds). Panics when no thread can be had, as
+/// `Scope::spawn` does.
+pub(super) fn spawn_helper<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    name: &str,
+    f: impl FnOnce() + Send + 'scope,
+) {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn_scoped(scope, f)
+        .expect("spawning a snapshot build helper");
 }
 
 /// Threads for a build's parallel stages: one per available core.
@@ -301,11 +325,14 @@ type Scratch = (Vec<walk::FileJob>, crate::cache::index::Shard);
 /// Free a full build's [`Scratch`] on a thread of its own, then hand the
 /// freed heap back to the kernel, so that the new snapshot is served
 /// without waiting for either: at a million files, about 0.2 s of `free`
-/// and 0.4 s of `malloc_trim`. Inline when no thread can be had.
-fn free_aside(scratch: Scratch) {
+/// and 0.4 s of `malloc_trim`. Inline when no thread can be had. The
+/// thread is a helper like the others: below the shards in a rebuild.
+fn free_aside(scratch: Scratch, mode: Mode<'_>) {
+    let background = mode.background();
     let freeing = std::thread::Builder::new()
         .name("build-free".into())
         .spawn(move || {
+            enter_helper(background);
             drop(scratch);
             crate::sys::trim_heap();
         });
@@ -349,13 +376,13 @@ fn rebuild_in(
     walk.prefetch = Some(&prefetch);
     let walked = std::thread::scope(|scope| {
         for _ in 0..helper_threads() {
-            scope.spawn(|| {
+            spawn_helper(scope, "build-list", || {
                 mode.enter_helper();
                 prefetch.help();
             });
         }
         if prefetch.watches() {
-            scope.spawn(|| {
+            spawn_helper(scope, "build-watch", || {
                 mode.enter_helper();
                 prefetch.watch_ahead();
             });
@@ -394,7 +421,7 @@ fn rebuild_in(
     let load_done = started.elapsed();
     let examined = walk.examined + 1;
     let (mut snapshot, scratch) = assemble(opts, walk, laid, placed, old, generation)?;
-    free_aside(scratch);
+    free_aside(scratch, mode);
     snapshot.stats.paths_examined = examined;
     tracing::info!(
         generation,
