@@ -6,7 +6,8 @@
 //! common case: a read that returns less than the buffer's free space is
 //! taken as having drained the socket (edge-triggered epoll raises a new
 //! edge for data that arrives later, which is what nginx relies on too), and
-//! all responses to pipelined requests go out in one `writev`.
+//! all responses to pipelined requests go out in one `write` (a `writev`
+//! when large bodies are referenced in place).
 
 mod answer;
 pub mod output;

@@ -1,5 +1,6 @@
-//! A connection's queue of response bytes, written with one `writev` (or
-//! `sendfile` for bodies served from their file) per readiness event.
+//! A connection's queue of response bytes, written with one `write` (one
+//! `writev` once large bodies are referenced, `sendfile` for bodies served
+//! from their file) per readiness event.
 //!
 //! Heads and small bodies are copied into one owned buffer, so a batch of
 //! pipelined responses leaves in one syscall. Large bodies are referenced
