@@ -4,8 +4,9 @@
 //! build to build) consumes their listings.
 //!
 //! Helpers take directories in roughly the walk's own depth-first order,
-//! and push each listed directory's subdirectories. The walk takes a listing when it is ready, waits for one
-//! in progress, and lists a directory no helper has started itself. A
+//! and push each listed directory's subdirectories. The walk takes a
+//! listing when it is ready, waits for one in progress, and lists a
+//! directory no helper has started itself. A
 //! listing is the one [`read_dir_sorted`] would make at that moment: the
 //! walk's result does not depend on who listed what, only (as ever) on the
 //! tree. Helpers skip what the walk would skip (disallowed dotfiles, loops,
