@@ -175,7 +175,10 @@ impl TlsConn {
             match self.conn.reader().read(out) {
                 Ok(0) if !out.is_empty() => return Ok(TlsRead::Eof),
                 Ok(n) if n > 0 => {
-                    let more = !socket_drained || self.cstart < self.cend;
+                    // A full `out` may have left plaintext inside rustls:
+                    // no readiness edge will announce it, so say there is
+                    // more and the caller comes back for it.
+                    let more = n == out.len() || !socket_drained || self.cstart < self.cend;
                     return Ok(TlsRead::Data { n, more });
                 }
                 Ok(_) => {}
@@ -293,5 +296,93 @@ impl TlsConn {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    use rustls::{ClientConfig, ClientConnection, RootCertStore};
+    use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+
+    /// A server session and a client session over loopback, handshaken.
+    fn pair() -> (TlsConn, TcpStream, ClientConnection, TcpStream) {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let provider = Arc::new(crate::tls::provider());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
+        let server_cfg = ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(cert.cert.der().clone()).unwrap();
+        let client_cfg = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client_sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_sock, _) = listener.accept().unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut client = ClientConnection::new(Arc::new(client_cfg), name).unwrap();
+        let mut server = TlsConn::new(&Arc::new(server_cfg), Instant::now()).unwrap();
+        let shake = std::thread::spawn(move || {
+            while client.is_handshaking() {
+                client.complete_io(&mut client_sock).unwrap();
+            }
+            (client, client_sock)
+        });
+        while server.conn.is_handshaking() {
+            server.conn.complete_io(&mut &server_sock).unwrap();
+        }
+        server.established = true;
+        server.fresh = false;
+        let (client, client_sock) = shake.join().unwrap();
+        server_sock.set_nonblocking(true).unwrap();
+        (server, server_sock, client, client_sock)
+    }
+
+    /// One record read whole from the socket, into a buffer with less room
+    /// than its plaintext: the rest stays inside rustls, and `more` must say
+    /// so, or the requests in it wait for a readiness edge that never comes
+    /// (pipelined answers over TLS stalled after a read buffer's worth).
+    #[test]
+    fn plaintext_left_in_rustls_reads_as_more() {
+        let (mut server, sock, mut client, mut client_sock) = pair();
+        let sent: Vec<u8> = (0..12_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        client.writer().write_all(&sent).unwrap();
+        while client.wants_write() {
+            client.write_tls(&mut client_sock).unwrap();
+        }
+        // The whole record is in the socket before the first read.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut peek = [0u8; CIPHER_BUF];
+        while sock.peek(&mut peek).map_or(0, |n| n) <= sent.len() {
+            assert!(Instant::now() < deadline, "the record never arrived");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut got = Vec::new();
+        let mut out = [0u8; 4096];
+        let mut done = None;
+        loop {
+            match server.read(&sock, &mut out, &mut done).unwrap() {
+                TlsRead::Data { n, more } => {
+                    got.extend_from_slice(&out[..n]);
+                    if !more {
+                        break;
+                    }
+                }
+                TlsRead::Drained => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(got.len(), sent.len(), "plaintext left behind in rustls");
+        assert!(got == sent);
     }
 }
