@@ -1,6 +1,7 @@
-//! Races between a build and the filesystem: a directory swapped for a
-//! symlink between the walk and the opens, and a build that runs out of file
-//! descriptors. The swap is made deterministic by the build's test hook
+//! Races between a build and the filesystem: a directory or (in the first
+//! build) a file swapped for a symlink between the walk and the opens, and
+//! a build that runs out of file descriptors. The swap is made
+//! deterministic by the build's test hook
 //! (`SHARDHTTPD_TEST_PAUSE_BEFORE_OPEN`), which holds a build after its walk
 //! while a flag file exists next to the root.
 
@@ -102,6 +103,47 @@ fn directory_swapped_for_a_symlink_inside_the_root_mid_build_is_followed() {
         swap_dir_for_symlink(&site.root, Path::new("../other"))
     });
     await_passwd(&server, (200, Some("other\n")), Duration::from_secs(5));
+}
+
+/// The first build's walk does not stat regular files (the load takes
+/// their stamps from the open file, see `Walk::lazy`): a file swapped for a
+/// symlink out of the root between that walk and the opens must still never
+/// be served, and the server starts with the path left out.
+#[test]
+fn file_swapped_for_a_symlink_out_of_the_root_in_the_first_build_is_not_followed() {
+    arm_hook();
+    let site = Site::new("race-first");
+    site.write("z/sub/passwd", b"inside\n");
+    let outside: PathBuf = site.base().join("outside");
+    write_file(&outside, "passwd", SECRET.as_bytes());
+    let flag = site.base().join(PAUSE_FLAG);
+    let reached = site.base().join(format!("{PAUSE_FLAG}.reached"));
+    fs::write(&flag, b"").unwrap();
+    let passwd = site.root.join("z/sub/passwd");
+    let swapper = std::thread::spawn(move || {
+        let held = poll_until(Duration::from_secs(10), || reached.exists());
+        if held {
+            fs::remove_file(&passwd).unwrap();
+            symlink(outside.join("passwd"), &passwd).unwrap();
+        }
+        fs::remove_file(&flag).unwrap();
+        held
+    });
+    let server = Server::start(&site.root, &["--cores", "1", "--compress", "false"]);
+    assert!(
+        swapper.join().unwrap(),
+        "the first build never reached the hook"
+    );
+    // The held build saw the swap as a change of the tree, and the one
+    // after it left the symlink out.
+    assert!(
+        server
+            .log_text()
+            .contains("root changed during the initial build; retrying"),
+        "{}",
+        server.log_text()
+    );
+    await_passwd(&server, (404, None), Duration::from_secs(5));
 }
 
 /// Sets the soft fd limit of `pid` (the hard one stays, so it can be

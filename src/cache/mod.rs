@@ -559,6 +559,19 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
+    /// Not stated yet (see `Walk::lazy`): no real file has inode 0.
+    pub const UNKNOWN: FileStamp = FileStamp {
+        dev: 0,
+        ino: 0,
+        size: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+    };
+
+    pub fn is_known(&self) -> bool {
+        *self != FileStamp::UNKNOWN
+    }
+
     pub fn of(meta: &std::fs::Metadata) -> Self {
         use std::os::unix::fs::MetadataExt;
         FileStamp {

@@ -34,8 +34,19 @@ static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 /// all: the walk hands over canonical paths, so a symlink met here was
 /// swapped in since).
 pub fn open_beneath(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<File> {
+    open_resolving(dir, rel, 0)
+}
+
+/// [`open_beneath`] following no symlink at all (`ELOOP` on one): for a
+/// path the caller knows to be canonical but has not stated, so a symlink
+/// swapped in cannot stand for it.
+pub fn open_beneath_no_symlinks(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<File> {
+    open_resolving(dir, rel, libc::RESOLVE_NO_SYMLINKS)
+}
+
+fn open_resolving(dir: BorrowedFd<'_>, rel: &Path, resolve: u64) -> io::Result<File> {
     if !NO_OPENAT2.load(Ordering::Relaxed) {
-        match openat2_beneath(dir, rel) {
+        match openat2_beneath(dir, rel, resolve) {
             Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => {
                 NO_OPENAT2.store(true, Ordering::Relaxed);
             }
@@ -49,14 +60,14 @@ fn cstring(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn openat2_beneath(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<File> {
+fn openat2_beneath(dir: BorrowedFd<'_>, rel: &Path, resolve: u64) -> io::Result<File> {
     let path = cstring(rel.as_os_str().as_bytes())?;
     // `open_how` is non-exhaustive in libc; zeroed is its documented
     // "no options" value, then the fields are set.
     // SAFETY: open_how is a plain struct of three u64s; all-zero is valid.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = READ_FLAGS as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | resolve;
     let mut tries = 0;
     loop {
         let res = syscall!(syscall(
@@ -133,6 +144,17 @@ pub fn nofile_limit() -> Option<u64> {
     // SAFETY: getrlimit writes one rlimit into the struct we pass.
     syscall!(getrlimit(libc::RLIMIT_NOFILE, &mut lim)).ok()?;
     Some(lim.rlim_cur)
+}
+
+/// Shrink an anonymous mapping to its first `len` bytes, in place (the
+/// rest is unmapped); `len` must be non-zero and at most its length.
+pub fn shrink_anon(map: &mut memmap2::MmapMut, len: usize) -> io::Result<()> {
+    debug_assert!(len > 0 && len <= map.len());
+    // SAFETY: the mapping is anonymous (no file whose end could be passed),
+    // it only shrinks, and without `may_move` it stays where it is, so
+    // the first `len` bytes, which every reference into it lies within
+    // (the caller handed out no more), keep their address and contents.
+    unsafe { map.remap(len, memmap2::RemapOptions::new()) }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! the final path index, error pages, and a fresh arena holding every
 //! in-memory body (reused bodies copied from the old one).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -118,6 +119,11 @@ pub(super) fn lay_out(
                 }),
             ) => {
                 stats.loaded += 1;
+                if walk.lazy && matches!(file.body, LoadedBody::File(_)) {
+                    // The plan could not tell: the load found it past the
+                    // budget (or at the threshold).
+                    budget_spent |= file.len < opts.sendfile_threshold;
+                }
                 loaded_parts(opts, walk, job, file, variants, sidecars, &mut arena)
             }
             (Step::Load { .. }, Some(Loaded::Forbidden)) => {
@@ -129,6 +135,13 @@ pub(super) fn lay_out(
         };
         u32::try_from(entries.len()).context("more than u32::MAX files")?;
         heads.bytes.clear();
+        if walk.lazy {
+            // Identity bodies took their bytes from the walk's budget as
+            // they loaded (the plan knew no sizes): variants get what is
+            // left now, and take it from there too.
+            variant_budget = walk.lazy_budget.load(Ordering::Relaxed);
+        }
+        let before = variant_budget;
         let (entry, dropped) = finish_entry(
             opts,
             job,
@@ -139,6 +152,14 @@ pub(super) fn lay_out(
             &mut heads,
         );
         budget_spent |= dropped;
+        if walk.lazy && variant_budget < before {
+            let used = before - variant_budget;
+            let _ = walk
+                .lazy_budget
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                    Some(left.saturating_sub(used))
+                });
+        }
         let idx = entries.push(entry, &heads.bytes);
         remap[i] = Some(Resource::File(idx));
     }
@@ -489,8 +510,18 @@ impl ArenaPlan {
             .collect();
         // Too many: compact the smallest shared ones.
         let placed = self.placed.filter(|_| self.placed_live > 0);
-        let reserved = usize::from(self.len > 0 || self.live.iter().any(|&l| l > 0))
-            + usize::from(placed.is_some());
+        // A placed segment mostly unused (a small root's reserve, taken a
+        // chunk per loader) is compacted like an old one: kept, it would
+        // fail the half-served rule above in the next build and be copied
+        // then.
+        let (placed, loose) = match placed {
+            Some(p) if self.placed_live * 2 < p.len() => (None, Some(p)),
+            p => (p, None),
+        };
+        let loose_len = loose.as_ref().map_or(0, |_| self.placed_live);
+        let reserved =
+            usize::from(self.len > 0 || loose.is_some() || self.live.iter().any(|&l| l > 0))
+                + usize::from(placed.is_some());
         let mut shared: Vec<usize> = (0..share.len()).filter(|&s| share[s]).collect();
         if shared.len() + reserved > MAX_SEGMENTS {
             shared.sort_by_key(|&s| seg_len(s));
@@ -502,7 +533,7 @@ impl ArenaPlan {
             .filter(|&s| !share[s])
             .map(|s| self.live.get(s).copied().unwrap_or(0))
             .sum();
-        let total = self.len + compacted;
+        let total = self.len + compacted + loose_len;
 
         let mut map = anon_segment(total)?;
         let mut at = 0;
@@ -552,7 +583,15 @@ impl ArenaPlan {
                     if segment == NEW_SEGMENT {
                         *off = pack_off(new_index, within);
                     } else if segment == PLACED_SEGMENT {
-                        *off = pack_off(placed_index, within);
+                        match &loose {
+                            None => *off = pack_off(placed_index, within),
+                            Some(src) => {
+                                let map = map.as_mut().expect("compacted bytes have room");
+                                map[at..at + *len].copy_from_slice(&src[within..within + *len]);
+                                *off = pack_off(new_index, at);
+                                at += *len;
+                            }
+                        }
                     } else if share.get(segment).copied().unwrap_or(false) {
                         *off = pack_off(index_of[segment], within);
                     } else if *len == 0 {

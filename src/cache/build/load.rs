@@ -6,7 +6,9 @@
 //! Per file in memory, in the common case: `openat2` beneath the root,
 //! `pread`, one `fstat` (the very file the walk stated, its stamp unchanged
 //! since the walk), `close`. A full build's `pread` goes straight into the
-//! body's slot of the new segment ([`LoadedBody::Placed`]).
+//! body's slot of the new segment ([`LoadedBody::Placed`]); in the first
+//! build, whose walk stated no regular file, into the loader's chunk of the
+//! segment's reserve ([`load_unstated`]), the same four syscalls.
 
 use std::fs::{File, Metadata};
 use std::io;
@@ -18,6 +20,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use anyhow::Context;
 use memmap2::MmapMut;
 use xxhash_rust::xxh3::xxh3_128;
 
@@ -98,10 +101,17 @@ pub(super) fn load_with<R>(
         Step::Load { in_mem: true } => walk.files[i].stamp.size as usize,
         _ => 0,
     };
-    let mut placed = match place && opts.compress.is_none() {
-        true => anon_segment(todo.iter().map(|&i| placed_size(i)).sum())?,
+    let placing = place && opts.compress.is_none();
+    let stated_len: usize = todo.iter().map(|&i| placed_size(i)).sum();
+    let reserved = match placing && walk.lazy {
+        true => reserve_len(opts, threads),
+        false => 0,
+    };
+    let mut placed = match placing {
+        true => placed_segment(stated_len, reserved)?,
         false => None,
     };
+    let reserved = placed.as_ref().map_or(0, |m| m.len() - stated_len);
     // Each batch's share of the segment, in todo order: disjoint slices
     // the workers take whole.
     let mut rest: &mut [u8] = placed.as_deref_mut().unwrap_or_default();
@@ -120,6 +130,9 @@ pub(super) fn load_with<R>(
             Mutex::new(Share { off: at - len, buf })
         })
         .collect();
+    let reserve = Reserve {
+        tail: Mutex::new(Share { off: at, buf: rest }),
+    };
     let cursor = AtomicUsize::new(0);
     let delivery = Delivery {
         state: Mutex::new(Delivered {
@@ -141,6 +154,10 @@ pub(super) fn load_with<R>(
                 // wins whenever both want a core (not in the first build:
                 // nothing is served yet).
                 mode.enter_helper();
+                let mut placer = Placer {
+                    reserve: &reserve,
+                    chunk: Share::default(),
+                };
                 loop {
                     let n = cursor.fetch_add(batch, Ordering::Relaxed);
                     let Some(chunk) = todo
@@ -158,7 +175,8 @@ pub(super) fn load_with<R>(
                             let Step::Load { in_mem } = plan.steps[i] else {
                                 unreachable!()
                             };
-                            load_one(opts, walk, i, in_mem, share.take(placed_size(i)))
+                            let dest = share.take(placed_size(i));
+                            load_one(opts, walk, i, in_mem, dest, &mut placer)
                         })
                         .collect();
                     let failed = loaded.is_err();
@@ -185,7 +203,100 @@ pub(super) fn load_with<R>(
         consumed
     });
     drop(shares);
+    let used = reserve
+        .tail
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .off;
+    if reserved > 0 {
+        // Give back the part of the reservation no body took.
+        match (used, &mut placed) {
+            (0, _) => placed = None,
+            (used, Some(map)) => {
+                crate::sys::shrink_anon(map, used).context("shrinking the snapshot body segment")?
+            }
+            (_, None) => {}
+        }
+    }
     Ok((consumed?, placed))
+}
+
+/// Bytes reserved beyond the stated bodies for those of files the walk did
+/// not state: the memory budget, plus room for the ends of chunks
+/// ([`Placer`]) left unused. Pages never written cost nothing, and what no
+/// body took is unmapped after the load.
+fn reserve_len(opts: &BuildOptions, threads: usize) -> usize {
+    let budget = usize::try_from(opts.cache_max_bytes).unwrap_or(usize::MAX);
+    budget
+        .saturating_add(budget / 16)
+        .saturating_add(threads.saturating_mul(RESERVE_CHUNK))
+        .min(1 << crate::cache::SEGMENT_SHIFT)
+}
+
+/// The placed segment: `stated` bytes laid out by the walk's sizes, then
+/// `reserved` handed out as files are read. A reservation the kernel refuses
+/// (overcommit) is done without: those bodies are copied at assembly.
+fn placed_segment(stated: usize, reserved: usize) -> anyhow::Result<Option<MmapMut>> {
+    if reserved > 0 {
+        let map = memmap2::MmapOptions::new()
+            .len(stated + reserved)
+            .no_reserve_swap()
+            .map_anon();
+        match map {
+            Ok(map) => return Ok(Some(map)),
+            Err(err) => tracing::debug!(%err, reserved, "no reservation for unstated bodies"),
+        }
+    }
+    anon_segment(stated)
+}
+
+/// Bytes a loader takes from the [`Reserve`] at a time.
+const RESERVE_CHUNK: usize = 1024 * 1024;
+
+/// Bodies larger than this are not placed from the reserve (they would
+/// waste up to their size at a chunk's end): assembly copies them.
+const RESERVE_MAX_BODY: usize = RESERVE_CHUNK / 16;
+
+/// The placed segment's part for files the walk did not state, whose sizes
+/// are known only once they are read.
+struct Reserve<'a> {
+    tail: Mutex<Share<'a>>,
+}
+
+/// One loader's chunk of the [`Reserve`].
+struct Placer<'r, 'a> {
+    reserve: &'r Reserve<'a>,
+    chunk: Share<'a>,
+}
+
+impl<'a> Placer<'_, 'a> {
+    /// Where a body of unknown size is read: the rest of this loader's
+    /// chunk, at most [`RESERVE_MAX_BODY`] bytes. A new chunk is taken
+    /// when the rest is empty, or with `fresh` when it is not a whole
+    /// `RESERVE_MAX_BODY` (the body did not fit). None once the reserve is
+    /// spent.
+    fn room(&mut self, fresh: bool) -> Option<&mut [u8]> {
+        let short = self.chunk.buf.len() < RESERVE_MAX_BODY;
+        if self.chunk.buf.is_empty() || (fresh && short) {
+            let mut tail = self.reserve.tail.lock().unwrap_or_else(|e| e.into_inner());
+            let want = RESERVE_CHUNK.min(tail.buf.len());
+            if want == 0 || want <= self.chunk.buf.len() {
+                return None;
+            }
+            let (buf, rest) = std::mem::take(&mut tail.buf).split_at_mut(want);
+            self.chunk = Share { off: tail.off, buf };
+            tail.buf = rest;
+            tail.off += want;
+        }
+        let len = self.chunk.buf.len().min(RESERVE_MAX_BODY);
+        Some(&mut self.chunk.buf[..len])
+    }
+
+    /// Keep the first `len` bytes of the [`room`](Self::room) just read
+    /// into as a body.
+    fn commit(&mut self, len: usize) -> Option<Dest<'a>> {
+        self.chunk.take(len)
+    }
 }
 
 /// [`load_with`] without placing, every result by walk index (`None` for
@@ -327,20 +438,26 @@ pub(super) struct Dest<'a> {
 }
 
 /// Read, hash and compress one file; use its sidecars where present.
-pub(super) fn load_one(
+fn load_one(
     opts: &BuildOptions,
     walk: &Walk<'_>,
     i: usize,
     in_mem: bool,
     dest: Option<Dest<'_>>,
+    placer: &mut Placer<'_, '_>,
 ) -> anyhow::Result<Loaded> {
     let job = &walk.files[i];
     let policy = MemPolicy {
         below: opts.sendfile_threshold,
         budget: if in_mem { job.stamp.size } else { 0 },
     };
-    let opened = open_beneath_root(walk, &job.path);
-    let file = match opened.and_then(|f| load_file(&job.path, f, &job.stamp, policy, dest)) {
+    let stated = job.stamp.is_known();
+    let opened = open_beneath_root(walk, &job.path, stated);
+    let loaded = match stated {
+        true => opened.and_then(|f| load_file(&job.path, f, &job.stamp, policy, dest)),
+        false => opened.and_then(|f| load_unstated(walk, &job.path, f, placer)),
+    };
+    let file = match loaded {
         Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
         Ok(Some(file)) => file,
         Ok(None) => {
@@ -508,9 +625,13 @@ pub(super) fn open_regular(
     path: &Path,
     seen: &FileStamp,
 ) -> io::Result<(File, Metadata)> {
-    let file = open_beneath_root(walk, path)?;
+    let file = open_beneath_root(walk, path, seen.is_known())?;
     let meta = file.metadata()?;
-    same_file(&meta, seen)?;
+    if seen.is_known() {
+        same_file(&meta, seen)?;
+    } else if !meta.is_file() {
+        return Err(io::Error::other(Swapped));
+    }
     Ok((file, meta))
 }
 
@@ -523,8 +644,10 @@ fn same_file(meta: &Metadata, seen: &FileStamp) -> io::Result<()> {
 }
 
 /// Open the walked file at `path` beneath the root's fd; the caller checks
-/// it is the file the walk stated.
-fn open_beneath_root(walk: &Walk<'_>, path: &Path) -> io::Result<File> {
+/// it is the file the walk stated. One the walk did not state (`stated`
+/// false) is opened following no symlink: its canonical path then leads to
+/// whatever file is there now, never elsewhere.
+fn open_beneath_root(walk: &Walk<'_>, path: &Path, stated: bool) -> io::Result<File> {
     // Walked paths are the canonical root joined with names: a byte prefix,
     // cheaper than `Path::strip_prefix`'s component by component compare.
     let rel = path
@@ -536,11 +659,15 @@ fn open_beneath_root(walk: &Walk<'_>, path: &Path) -> io::Result<File> {
         .map(|rest| Path::new(std::ffi::OsStr::from_bytes(rest)))
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EXDEV))?;
     let dir = walk.root_dir.dir.as_fd();
-    let file = match crate::sys::open_beneath(dir, rel) {
+    let open = match stated {
+        true => crate::sys::open_beneath,
+        false => crate::sys::open_beneath_no_symlinks,
+    };
+    let file = match open(dir, rel) {
         // The cache of large-file fds is the one holder that can give some
         // back; only if that is not enough does the build fail.
         Err(err) if err.raw_os_error() == Some(libc::EMFILE) && walk.opts.open_files.shed() > 0 => {
-            crate::sys::open_beneath(dir, rel)?
+            open(dir, rel)?
         }
         other => other?,
     };
@@ -561,10 +688,11 @@ impl std::error::Error for Swapped {}
 
 /// Whether an open or read error means the tree changed under the build:
 /// the path vanished, now leads outside the root (EXDEV from
-/// `RESOLVE_BENEATH`), or names another file.
+/// `RESOLVE_BENEATH`), passes a symlink swapped in for a walked (canonical)
+/// component (ELOOP), or names another file.
 fn tree_changed(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::NotFound
-        || err.raw_os_error() == Some(libc::EXDEV)
+        || matches!(err.raw_os_error(), Some(libc::EXDEV | libc::ELOOP))
         || err.get_ref().is_some_and(|e| e.is::<Swapped>())
 }
 
@@ -705,6 +833,100 @@ pub(super) fn load_file(
         }
         attempt += 1;
     }
+}
+
+/// [`load_file`] for a file the walk did not state (see
+/// [`Walk::lazy`]): read first, then `fstat`. The read holds the file's
+/// bytes as of one moment when the stamp after it is settled already as of
+/// the read's start: a write that overlapped the read would have set a
+/// newer ctime. So the common case costs one `pread` and one `fstat`, as
+/// with a stated file. A file that is larger than the read, still fresh, or
+/// changed size goes through [`load_file`] with that stamp as the walk's.
+/// Memory comes from the walk's shared budget, in the order files load. The
+/// first read goes straight into the placed segment's reserve
+/// ([`Placer::room`]); a body larger than that is read again into a buffer
+/// of its own.
+fn load_unstated(
+    walk: &Walk<'_>,
+    path: &Path,
+    file: File,
+    placer: &mut Placer<'_, '_>,
+) -> io::Result<Option<LoadedFile>> {
+    let below = walk.opts.sendfile_threshold;
+    let take = |size: u64| {
+        size < below
+            && walk
+                .lazy_budget
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                    left.checked_sub(size)
+                })
+                .is_ok()
+    };
+    let mut fresh = false;
+    let first = loop {
+        let started = SystemTime::now();
+        let Some(room) = placer.room(fresh) else {
+            // The reserve is spent: read at its size below.
+            break Err(FileStamp::of(&file.metadata()?));
+        };
+        let want = room.len();
+        // One `pread`: short of `want` means it met the end, which the size
+        // in the `fstat` below confirms (anything else takes the slow path).
+        let read = file.read_at(room, 0);
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            // A directory or FIFO swapped in since the listing.
+            return Err(io::Error::other(Swapped));
+        }
+        let stamp = FileStamp::of(&meta);
+        match read {
+            Ok(n) if n == want && !fresh && want < RESERVE_MAX_BODY => {
+                // The chunk's end was too short for it: once more in a new
+                // chunk.
+                fresh = true;
+            }
+            Ok(n)
+                if n < want
+                    && n as u64 == stamp.size
+                    && unsettled(&stamp, started).is_none()
+                    && take(stamp.size) =>
+            {
+                let (hash, body) = match placer.commit(n) {
+                    Some(dest) => (xxh3_128(dest.buf), LoadedBody::Placed { off: dest.off }),
+                    None => (xxh3_128(&[]), LoadedBody::Mem(Vec::new())),
+                };
+                break Ok(LoadedFile {
+                    stamp,
+                    len: n as u64,
+                    hash,
+                    body,
+                    settled: true,
+                });
+            }
+            _ => break Err(stamp),
+        }
+    };
+    let stamp = match first {
+        Ok(file) => return Ok(Some(file)),
+        Err(stamp) => stamp,
+    };
+    // Larger than the first read, written meanwhile, or past the budget.
+    let policy = MemPolicy {
+        below,
+        budget: if take(stamp.size) { stamp.size } else { 0 },
+    };
+    let loaded = load_file(path, file, &stamp, policy, None)?;
+    let in_mem = matches!(
+        &loaded,
+        Some(LoadedFile {
+            body: LoadedBody::Mem(_),
+            ..
+        })
+    );
+    if policy.budget > 0 && !in_mem {
+        walk.lazy_budget.fetch_add(policy.budget, Ordering::Relaxed);
+    }
+    Ok(loaded)
 }
 
 /// How long until `stamp`'s ctime is [`STAMP_SETTLE`] old, if it is not yet.

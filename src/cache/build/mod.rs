@@ -363,7 +363,10 @@ fn rebuild_in(
     }
     let (root, root_meta) = canonical_root(opts)?;
     let (Mode::First { hook } | Mode::Background { hook }) = mode;
-    let prefetch = Prefetch::new(opts, hook);
+    // Nothing to compare stamps with and no compression levels to choose:
+    // the walk need not stat regular files (see `Walk::lazy`).
+    let lazy = matches!(mode, Mode::First { .. }) && old.is_none() && opts.compress.is_none();
+    let prefetch = Prefetch::new(opts, hook, lazy);
     // Read the root up front so that an unreadable root fails the build instead
     // of producing an empty snapshot that 404s everything.
     let children = prefetch
@@ -371,6 +374,7 @@ fn rebuild_in(
         .with_context(|| format!("reading document root {}", root.display()))?;
     let root_dir = open_root(&root, &root_meta)?;
     let mut walk = Walk::new(opts, root.clone(), root_dir);
+    walk.lazy = lazy;
     let mut ancestors = vec![(root_meta.dev(), root_meta.ino())];
     prefetch.push_children(&root, b"", &ancestors, &children);
     walk.prefetch = Some(&prefetch);

@@ -68,16 +68,19 @@ struct State {
 pub(super) struct Prefetch<'a> {
     opts: &'a BuildOptions,
     hook: Option<&'a DirHook>,
+    /// Regular files are listed without a stat (see [`Walk::lazy`](super::walk::Walk::lazy)).
+    lazy: bool,
     state: Mutex<State>,
     /// A listing finished, work was pushed, or the walk is done.
     changed: Condvar,
 }
 
 impl<'a> Prefetch<'a> {
-    pub(super) fn new(opts: &'a BuildOptions, hook: Option<&'a DirHook>) -> Self {
+    pub(super) fn new(opts: &'a BuildOptions, hook: Option<&'a DirHook>, lazy: bool) -> Self {
         Prefetch {
             opts,
             hook,
+            lazy,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
         }
@@ -97,7 +100,7 @@ impl<'a> Prefetch<'a> {
         if let Some(hook) = self.hook {
             hook(dir);
         }
-        read_dir_sorted(dir)
+        read_dir_sorted(dir, self.lazy)
     }
 
     /// Queue the subdirectories of `dir` (listed as `children`, at `url`,
@@ -201,7 +204,7 @@ impl<'a> Prefetch<'a> {
     ) -> io::Result<Vec<Child>> {
         let listed = match hooked {
             true => self.list(dir),
-            false => read_dir_sorted(dir),
+            false => read_dir_sorted(dir, self.lazy),
         };
         if let Ok(children) = &listed {
             let mut ancestors = ancestors.to_vec();
@@ -247,7 +250,7 @@ impl<'a> Prefetch<'a> {
             None
         };
         while let Some(job) = self.next_job(take) {
-            let listed = read_dir_sorted(&job.path);
+            let listed = read_dir_sorted(&job.path, self.lazy);
             if let Ok(children) = &listed {
                 self.push_children(&job.path, &job.url, &job.ancestors, children);
             }

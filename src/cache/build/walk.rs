@@ -1,6 +1,7 @@
 //! Pass 1, the **walk**: list the root, decide once per build what every
 //! path means (file, directory needing a slash, forbidden) and stat every
-//! file, following symlinks only to targets inside the canonical root.
+//! file (but regular files in the first build: [`Walk::lazy`]), following
+//! symlinks only to targets inside the canonical root.
 //!
 //! The walk itself runs on one thread, in sorted depth-first order, so its
 //! result (file order, index) is the same from build to build. A full walk
@@ -97,6 +98,16 @@ pub(super) struct Walk<'a> {
     pub(super) dirs: Vec<Box<[u8]>>,
     /// Helpers listing directories ahead of the walk (a full walk only).
     pub(super) prefetch: Option<&'a Prefetch<'a>>,
+    /// Regular files are not stated by the walk: their stamps are
+    /// [`FileStamp::UNKNOWN`] and the load takes them from the open file.
+    /// Only for a build with nothing to compare stamps with (the first one)
+    /// and no compression (whose levels depend on the bytes in memory, known
+    /// before the load). At a million files this saves a million `statx`
+    /// by name, the walk's main cost.
+    pub(super) lazy: bool,
+    /// In a lazy walk, the bytes of `cache_max_bytes` the load has not yet
+    /// taken for bodies in memory.
+    pub(super) lazy_budget: std::sync::atomic::AtomicU64,
 }
 
 impl<'a> Walk<'a> {
@@ -112,6 +123,8 @@ impl<'a> Walk<'a> {
             examined: 0,
             dirs: Vec::new(),
             prefetch: None,
+            lazy: false,
+            lazy_budget: std::sync::atomic::AtomicU64::new(opts.cache_max_bytes),
         }
     }
 
@@ -250,7 +263,7 @@ impl<'a> Walk<'a> {
         }
         let listed = match self.prefetch {
             Some(prefetch) => prefetch.take(path, id, url, ancestors),
-            None => read_dir_sorted(path),
+            None => read_dir_sorted(path, self.lazy),
         };
         let children = match listed {
             Ok(children) => children,
@@ -302,7 +315,8 @@ impl<'a> Walk<'a> {
 }
 
 /// One directory entry as listed: its name, type, and (except for
-/// symlinks) its `lstat`, when that succeeded.
+/// symlinks) its `lstat`, when that succeeded; in a lazy listing, a regular
+/// file's stamp is [`FileStamp::UNKNOWN`].
 pub(super) struct Child {
     pub(super) name: OsString,
     pub(super) file_type: fs::FileType,
@@ -310,14 +324,25 @@ pub(super) struct Child {
 }
 
 /// A directory's entries, sorted by name so entry indices and arena layout are
-/// the same from build to build.
-pub(super) fn read_dir_sorted(dir: &Path) -> io::Result<Vec<Child>> {
+/// the same from build to build. `lazy`: regular files (by the type the
+/// directory itself records) are not stated; the load stamps them.
+pub(super) fn read_dir_sorted(dir: &Path, lazy: bool) -> io::Result<Vec<Child>> {
     let mut children = Vec::new();
     for entry in fs::read_dir(dir)? {
         // An entry that fails here vanished or is unreadable mid-listing; the
         // rest of the directory is still worth serving.
         match entry.and_then(|e| {
             let file_type = e.file_type()?;
+            if lazy && file_type.is_file() {
+                return Ok(Child {
+                    name: e.file_name(),
+                    file_type,
+                    meta: Some(Stat {
+                        kind: Kind::File,
+                        stamp: FileStamp::UNKNOWN,
+                    }),
+                });
+            }
             // `fstatat` relative to the directory being listed: no path
             // lookup from the root per file. An error is classified again
             // by the walk's own `lstat`.

@@ -18,6 +18,7 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod delta;
+mod lazy;
 
 /// A scratch directory removed on drop.
 struct TempDir(PathBuf);

@@ -1,0 +1,128 @@
+//! The first build's lazy walk (regular files are not stated; the load
+//! takes their stamps from the open file): the snapshot a stated build
+//! makes, bodies placed in the reserve, and the memory budget kept.
+
+use super::*;
+
+/// Distinct bytes for `name`, `len` long.
+fn content(name: &str, len: usize) -> Vec<u8> {
+    let seed = xxh3_128(name.as_bytes()) as u8;
+    (0..len)
+        .map(|i| seed.wrapping_add((i % 251) as u8))
+        .collect()
+}
+
+/// The body `snap` serves for `path` from memory.
+fn mem_body(snap: &Snapshot, path: &[u8]) -> Vec<u8> {
+    let entry = snap.entry(file_idx(snap, path));
+    let Body::Mem { off } = entry.identity.body else {
+        panic!("{}: expected Mem", String::from_utf8_lossy(path))
+    };
+    snap.mem(off, entry.identity.len as usize).to_vec()
+}
+
+#[test]
+fn a_lazy_first_build_serves_what_a_stated_build_does() {
+    let dir = TempDir::new("lazy-same");
+    // Around every limit of the lazy load: empty, small, the largest body
+    // placed from the reserve and one past it, larger than the first read,
+    // the fd threshold; in a subdirectory and through a symlink.
+    let files = [
+        ("empty.txt", 0),
+        ("a.txt", 1),
+        ("b.html", 1000),
+        ("sub/c.css", 4096),
+        ("sub/d.bin", 64 * 1024),
+        ("sub/e.bin", 64 * 1024 + 1),
+        ("f.bin", 200_000),
+        ("g.bin", 256 * 1024),
+    ];
+    for (name, len) in files {
+        dir.write(name, &content(name, len));
+    }
+    symlink("sub/c.css", dir.0.join("link.css")).unwrap();
+    let mut o = opts(&dir.0);
+    o.sendfile_threshold = 256 * 1024;
+    let lazy = build_first(&o, None).unwrap();
+    let stated = build(&o, 1).unwrap();
+    for (name, len) in files.iter().copied().chain([("link.css", 4096)]) {
+        let url = format!("/{name}");
+        let url = url.as_bytes();
+        let (l, s) = (
+            lazy.entry(file_idx(&lazy, url)),
+            stated.entry(file_idx(&stated, url)),
+        );
+        assert_eq!(is_mem(&lazy, url), is_mem(&stated, url), "{name}");
+        assert_eq!(is_mem(&lazy, url), len < 256 * 1024, "{name}");
+        assert_eq!(etag(&lazy, url), etag(&stated, url), "{name}");
+        assert_eq!(l.identity.len, len as u64, "{name}");
+        assert_eq!(l.source, s.source, "{name}: the stamps the load took");
+        assert_eq!(l.identity().head_200_vec(), s.identity().head_200_vec());
+        if is_mem(&lazy, url) {
+            let real = if name == "link.css" {
+                "sub/c.css"
+            } else {
+                name
+            };
+            assert!(mem_body(&lazy, url) == content(real, len), "{name}");
+        }
+    }
+    assert_eq!(lazy.stats.mem_bytes, stated.stats.mem_bytes);
+    assert_eq!(lazy.stats.file_bytes, stated.stats.file_bytes);
+    assert!(!lazy.walked.budget_spent);
+}
+
+#[test]
+fn a_lazy_first_build_keeps_the_memory_budget() {
+    let dir = TempDir::new("lazy-budget");
+    for i in 0..40 {
+        let name = format!("f{i:02}.txt");
+        dir.write(&name, &content(&name, 1000));
+    }
+    let mut o = opts(&dir.0);
+    o.cache_max_bytes = 10_500;
+    let snap = build_first(&o, None).unwrap();
+    // Which files fit depends on the order the loaders reach them; how
+    // many does not.
+    assert_eq!(snap.stats.mem_bytes, 10_000);
+    assert_eq!(snap.stats.file_bytes, 30_000);
+    let in_mem = (0..40)
+        .filter(|i| is_mem(&snap, format!("/f{i:02}.txt").as_bytes()))
+        .count();
+    assert_eq!(in_mem, 10);
+    assert!(snap.walked.budget_spent);
+    for i in 0..40 {
+        let name = format!("f{i:02}.txt");
+        let url = format!("/{name}");
+        if is_mem(&snap, url.as_bytes()) {
+            assert!(mem_body(&snap, url.as_bytes()) == content(&name, 1000));
+        }
+    }
+}
+
+#[test]
+fn the_reserve_is_given_back_after_the_load() {
+    let dir = TempDir::new("lazy-reserve");
+    for i in 0..300 {
+        let name = format!("d{}/f{i:03}.txt", i % 7);
+        dir.write(&name, &content(&name, 3000));
+    }
+    let mut o = opts(&dir.0);
+    o.cache_max_bytes = 1 << 30;
+    let snap = build_first(&o, None).unwrap();
+    assert_eq!(snap.stats.mem_bytes, 900_000);
+    // One segment, at least half of it bodies (so that the next build
+    // shares it): not the reservation of a whole budget, nor the loaders'
+    // chunks mostly unused.
+    assert_eq!(snap.segments.len(), 1);
+    let len = snap.segments[0].as_ref().unwrap().len();
+    assert!(
+        (900_000..=1_800_000).contains(&len),
+        "segment of {len} B for 900 000 B of bodies"
+    );
+    for i in (0..300).step_by(37) {
+        let name = format!("d{}/f{i:03}.txt", i % 7);
+        let url = format!("/{name}");
+        assert!(mem_body(&snap, url.as_bytes()) == content(&name, 3000));
+    }
+}
