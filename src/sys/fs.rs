@@ -157,6 +157,34 @@ pub fn shrink_anon(map: &mut memmap2::MmapMut, len: usize) -> io::Result<()> {
     unsafe { map.remap(len, memmap2::RemapOptions::new()) }
 }
 
+/// Fault in the anonymous memory of `buf` for writing, in one call rather
+/// than a fault per page as it is filled (`MADV_POPULATE_WRITE`, Linux
+/// 5.14). Best effort: an older kernel's EINVAL leaves the faults to come.
+pub fn populate_write(buf: &mut [u8]) {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf reads a constant of the system; no preconditions.
+    let page = *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    });
+    let start = buf.as_mut_ptr() as usize;
+    let aligned = start.next_multiple_of(page);
+    let end = (start + buf.len()) / page * page;
+    if end <= aligned {
+        return;
+    }
+    // SAFETY: the range lies within `buf`, memory this caller borrows
+    // mutably; populating anonymous memory maps zero pages where none were
+    // and changes no byte already written.
+    unsafe {
+        libc::madvise(
+            aligned as *mut libc::c_void,
+            end - aligned,
+            libc::MADV_POPULATE_WRITE,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -169,6 +169,7 @@ pub(super) fn load_with<R>(
                     let mut share = std::mem::take(
                         &mut *shares[n / batch].lock().unwrap_or_else(|e| e.into_inner()),
                     );
+                    crate::sys::populate_write(share.buf);
                     let loaded: anyhow::Result<Vec<Loaded>> = chunk
                         .iter()
                         .map(|&i| {
@@ -287,6 +288,8 @@ impl<'a> Placer<'_, 'a> {
             self.chunk = Share { off: tail.off, buf };
             tail.buf = rest;
             tail.off += want;
+            drop(tail);
+            crate::sys::populate_write(self.chunk.buf);
         }
         let len = self.chunk.buf.len().min(RESERVE_MAX_BODY);
         Some(&mut self.chunk.buf[..len])
