@@ -8,7 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::load::{Arrivals, Loaded, LoadedBody, LoadedFile};
+use super::arrivals::Arrivals;
+use super::load::{Loaded, LoadedBody, LoadedFile};
 use super::plan::{add_dir_slashes, Plan, Step};
 use super::render::{render_entry, Heads};
 use super::walk::{FileJob, Walk};

@@ -17,14 +17,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use memmap2::MmapMut;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::assemble::anon_segment;
+use super::arrivals::{Arrivals, Delivered, Delivery, Leaving};
+use super::place::{placed_segment, reserve_len, Dest, Placer, Reserve, Share, RESERVE_MAX_BODY};
 use super::plan::{Plan, Step};
 use super::render::content_type;
 use super::walk::{is_forbidden, FileJob, Walk};
@@ -222,86 +223,6 @@ pub(super) fn load_with<R>(
     Ok((consumed?, placed))
 }
 
-/// Bytes reserved beyond the stated bodies for those of files the walk did
-/// not state: the memory budget, plus room for the ends of chunks
-/// ([`Placer`]) left unused. Pages never written cost nothing, and what no
-/// body took is unmapped after the load.
-fn reserve_len(opts: &BuildOptions, threads: usize) -> usize {
-    let budget = usize::try_from(opts.cache_max_bytes).unwrap_or(usize::MAX);
-    budget
-        .saturating_add(budget / 16)
-        .saturating_add(threads.saturating_mul(RESERVE_CHUNK))
-        .min(1 << crate::cache::SEGMENT_SHIFT)
-}
-
-/// The placed segment: `stated` bytes laid out by the walk's sizes, then
-/// `reserved` handed out as files are read. A reservation the kernel refuses
-/// (overcommit) is done without: those bodies are copied at assembly.
-fn placed_segment(stated: usize, reserved: usize) -> anyhow::Result<Option<MmapMut>> {
-    if reserved > 0 {
-        let map = memmap2::MmapOptions::new()
-            .len(stated + reserved)
-            .no_reserve_swap()
-            .map_anon();
-        match map {
-            Ok(map) => return Ok(Some(map)),
-            Err(err) => tracing::debug!(%err, reserved, "no reservation for unstated bodies"),
-        }
-    }
-    anon_segment(stated)
-}
-
-/// Bytes a loader takes from the [`Reserve`] at a time.
-const RESERVE_CHUNK: usize = 1024 * 1024;
-
-/// Bodies larger than this are not placed from the reserve (they would
-/// waste up to their size at a chunk's end): assembly copies them.
-const RESERVE_MAX_BODY: usize = RESERVE_CHUNK / 16;
-
-/// The placed segment's part for files the walk did not state, whose sizes
-/// are known only once they are read.
-struct Reserve<'a> {
-    tail: Mutex<Share<'a>>,
-}
-
-/// One loader's chunk of the [`Reserve`].
-struct Placer<'r, 'a> {
-    reserve: &'r Reserve<'a>,
-    chunk: Share<'a>,
-}
-
-impl<'a> Placer<'_, 'a> {
-    /// Where a body of unknown size is read: the rest of this loader's
-    /// chunk, at most [`RESERVE_MAX_BODY`] bytes. A new chunk is taken
-    /// when the rest is empty, or with `fresh` when it is not a whole
-    /// `RESERVE_MAX_BODY` (the body did not fit). None once the reserve is
-    /// spent.
-    fn room(&mut self, fresh: bool) -> Option<&mut [u8]> {
-        let short = self.chunk.buf.len() < RESERVE_MAX_BODY;
-        if self.chunk.buf.is_empty() || (fresh && short) {
-            let mut tail = self.reserve.tail.lock().unwrap_or_else(|e| e.into_inner());
-            let want = RESERVE_CHUNK.min(tail.buf.len());
-            if want == 0 || want <= self.chunk.buf.len() {
-                return None;
-            }
-            let (buf, rest) = std::mem::take(&mut tail.buf).split_at_mut(want);
-            self.chunk = Share { off: tail.off, buf };
-            tail.buf = rest;
-            tail.off += want;
-            drop(tail);
-            crate::sys::populate_write(self.chunk.buf);
-        }
-        let len = self.chunk.buf.len().min(RESERVE_MAX_BODY);
-        Some(&mut self.chunk.buf[..len])
-    }
-
-    /// Keep the first `len` bytes of the [`room`](Self::room) just read
-    /// into as a body.
-    fn commit(&mut self, len: usize) -> Option<Dest<'a>> {
-        self.chunk.take(len)
-    }
-}
-
 /// [`load_with`] without placing, every result by walk index (`None` for
 /// files not loaded).
 pub(super) fn load_all(
@@ -321,123 +242,6 @@ pub(super) fn load_all(
         Ok(results)
     })?;
     Ok(results)
-}
-
-/// Batches of loaded files handed from the workers to the consumer.
-struct Delivery {
-    state: Mutex<Delivered>,
-    arrived: Condvar,
-}
-
-struct Delivered {
-    /// By batch number, until the consumer takes them.
-    batches: Vec<Option<Vec<Loaded>>>,
-    /// The first error, which fails the build.
-    failed: Option<anyhow::Error>,
-    /// Workers still running: none left and a batch missing means one
-    /// panicked (the scope re-raises its panic).
-    workers: usize,
-}
-
-impl Delivery {
-    fn lock(&self) -> MutexGuard<'_, Delivered> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn deliver(&self, batch: usize, loaded: anyhow::Result<Vec<Loaded>>) {
-        let mut state = self.lock();
-        match loaded {
-            Ok(files) => state.batches[batch] = Some(files),
-            Err(err) => {
-                state.failed.get_or_insert(err);
-            }
-        }
-        drop(state);
-        self.arrived.notify_all();
-    }
-}
-
-/// Counts a worker out however it ends, panics included.
-struct Leaving<'a>(&'a Delivery);
-
-impl Drop for Leaving<'_> {
-    fn drop(&mut self) {
-        self.0.lock().workers -= 1;
-        self.0.arrived.notify_all();
-    }
-}
-
-/// The loaded files, in walk order, as their batches finish.
-pub(super) struct Arrivals<'a> {
-    delivery: &'a Delivery,
-    next_batch: usize,
-    current: std::vec::IntoIter<Loaded>,
-}
-
-impl Arrivals<'_> {
-    /// The result of the next file loaded, in walk order; waits for its
-    /// batch. Fails with the build's error once a load has failed.
-    pub(super) fn next_load(&mut self) -> anyhow::Result<Loaded> {
-        loop {
-            if let Some(loaded) = self.current.next() {
-                return Ok(loaded);
-            }
-            let mut state = self.delivery.lock();
-            loop {
-                if let Some(err) = state.failed.take() {
-                    return Err(err);
-                }
-                let next = state.batches.get_mut(self.next_batch);
-                let Some(slot) = next else {
-                    anyhow::bail!("more files asked for than were loaded");
-                };
-                if let Some(files) = slot.take() {
-                    self.current = files.into_iter();
-                    self.next_batch += 1;
-                    break;
-                }
-                if state.workers == 0 {
-                    anyhow::bail!("a loader stopped before its files were loaded");
-                }
-                state = self
-                    .delivery
-                    .arrived
-                    .wait(state)
-                    .unwrap_or_else(|e| e.into_inner());
-            }
-        }
-    }
-}
-
-/// A batch's part of the placed segment, from offset `off`.
-#[derive(Default)]
-struct Share<'a> {
-    off: usize,
-    buf: &'a mut [u8],
-}
-
-impl<'a> Share<'a> {
-    /// The next `len` bytes, for the next file placed (none for an empty
-    /// file or when nothing is placed).
-    fn take(&mut self, len: usize) -> Option<Dest<'a>> {
-        if len == 0 || self.buf.len() < len {
-            return None;
-        }
-        let (buf, rest) = std::mem::take(&mut self.buf).split_at_mut(len);
-        self.buf = rest;
-        self.off += len;
-        Some(Dest {
-            off: self.off - len,
-            buf,
-        })
-    }
-}
-
-/// Where a placed body goes: `buf`, at `off` in the placed segment, exactly
-/// as long as the walk said the file is.
-pub(super) struct Dest<'a> {
-    pub(super) off: usize,
-    pub(super) buf: &'a mut [u8],
 }
 
 /// Read, hash and compress one file; use its sidecars where present.

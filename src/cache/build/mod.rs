@@ -21,9 +21,11 @@
 //! except in the first build ([`Mode::First`]): nothing is served yet, and
 //! lowering it would only let unrelated processes delay the start.
 
+mod arrivals;
 mod assemble;
 mod delta;
 mod load;
+mod place;
 mod plan;
 mod prefetch;
 mod render;

@@ -5,7 +5,8 @@
 //! walk saw it, into a buffer of its own otherwise.
 
 use super::*;
-use crate::cache::build::load::{load_file, Dest, LoadedBody, MemPolicy, Swapped};
+use crate::cache::build::load::{load_file, LoadedBody, MemPolicy, Swapped};
+use crate::cache::build::place::Dest;
 
 fn stamp_of(path: &Path) -> FileStamp {
     FileStamp::of(&fs::metadata(path).unwrap())
