@@ -16,7 +16,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,7 +28,8 @@ use super::arrivals::{Arrivals, Delivered, Delivery, Leaving};
 use super::place::{placed_segment, reserve_len, Dest, Placer, Reserve, Share, RESERVE_MAX_BODY};
 use super::plan::{Plan, Step};
 use super::render::content_type;
-use super::walk::{is_forbidden, FileJob, Walk};
+use super::sidecar::{read_sidecar, reject_sidecar, sidecar_verdict};
+use super::walk::{is_forbidden, Walk};
 use super::{exhausted, helper_threads, is_exhausted, Mode, TreeChanged};
 use crate::cache::{compress, BuildOptions, FileStamp, SIDECARS};
 use crate::http::accept::Coding;
@@ -337,89 +338,6 @@ fn load_one(
         variants,
         sidecars: used,
     })
-}
-
-/// Why a sidecar is not used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Rejected {
-    /// Modified before its source: written for an older version of it.
-    Older,
-    /// Does not decode to the source's bytes.
-    Mismatch,
-}
-
-impl Rejected {
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Rejected::Older => "older",
-            Rejected::Mismatch => "mismatch",
-        }
-    }
-}
-
-/// Sidecars rejected by builds since start, by [`Rejected`] (older,
-/// mismatch); exported as `shardhttpd_sidecar_rejected_total`. A rejected
-/// sidecar is recorded in its entry's [`Source`](crate::cache::Source), so
-/// a rebuild that changes neither file reuses the entry and counts it once.
-pub(crate) static SIDECARS_REJECTED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-
-/// Whether a sidecar may stand in for its source: not older than it (by
-/// mtime), and decoding to exactly its bytes (same length and xxh3-128;
-/// the build has both at hand, and decoding streams).
-fn sidecar_verdict(
-    coding: Coding,
-    bytes: &[u8],
-    stamp: &FileStamp,
-    source: &LoadedFile,
-) -> Option<Rejected> {
-    if stamp.mtime_ns < source.stamp.mtime_ns {
-        Some(Rejected::Older)
-    } else if !compress::decodes_to(coding, bytes, source.len, source.hash) {
-        Some(Rejected::Mismatch)
-    } else {
-        None
-    }
-}
-
-fn reject_sidecar(sidecar: &Path, source: &Path, reason: Rejected) {
-    SIDECARS_REJECTED[reason as usize].fetch_add(1, Ordering::Relaxed);
-    let why = match reason {
-        Rejected::Older => "is older than its source",
-        Rejected::Mismatch => "does not decode to its source's bytes",
-    };
-    tracing::warn!(
-        sidecar = %sidecar.display(),
-        source = %source.display(),
-        reason = reason.label(),
-        "precompressed sidecar {why}; not used (the variant is compressed from the source instead, when compression is on)"
-    );
-}
-
-/// A sidecar's bytes and stamp; `None` when it is too large to hold in memory
-/// (variants are never sent from a file).
-pub(super) fn read_sidecar(
-    walk: &Walk<'_>,
-    side: &FileJob,
-    below: u64,
-) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
-    let (file, mut meta) = open_regular(walk, &side.path, &side.stamp)?;
-    for _ in 0..MAX_READ_ATTEMPTS {
-        let before = FileStamp::of(&meta);
-        if before.size >= below {
-            return Ok(None);
-        }
-        if let Some(wait) = unsettled(&before, SystemTime::now()) {
-            std::thread::sleep(wait);
-            meta = file.metadata()?;
-            continue;
-        }
-        let bytes = read_prefix(&file, before.size)?;
-        meta = file.metadata()?;
-        if FileStamp::of(&meta) == before {
-            return Ok(Some((bytes, before)));
-        }
-    }
-    Err(io::Error::other("sidecar kept changing while read"))
 }
 
 /// Open a file the walk saw as regular, beneath the root's fd (no lookup

@@ -29,6 +29,7 @@ mod place;
 mod plan;
 mod prefetch;
 mod render;
+mod sidecar;
 mod walk;
 
 #[cfg(test)]
@@ -114,12 +115,12 @@ pub(super) fn helper_threads() -> usize {
 /// Sidecars rejected by builds since start (stale or not matching their
 /// source), by reason label.
 pub fn sidecars_rejected() -> [(&'static str, u64); 2] {
-    use load::Rejected;
+    use sidecar::Rejected;
     use std::sync::atomic::Ordering;
     [Rejected::Older, Rejected::Mismatch].map(|r| {
         (
             r.label(),
-            load::SIDECARS_REJECTED[r as usize].load(Ordering::Relaxed),
+            sidecar::SIDECARS_REJECTED[r as usize].load(Ordering::Relaxed),
         )
     })
 }

@@ -192,7 +192,7 @@ fn set_mtime(path: &Path, secs_ago: u64) {
 
 #[test]
 fn stale_or_mismatching_sidecars_are_not_used() {
-    use super::load::{Rejected, SIDECARS_REJECTED};
+    use super::sidecar::{Rejected, SIDECARS_REJECTED};
     let rejected = |r: Rejected| SIDECARS_REJECTED[r as usize].load(Ordering::Relaxed);
     let dir = TempDir::new("stale-sidecar");
     let old = page(40);
