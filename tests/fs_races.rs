@@ -67,13 +67,20 @@ fn await_passwd(server: &Server, want: (u16, Option<&str>), deadline: Duration) 
     assert!(ok, "wanted {want:?}; last {last:?}\n{}", server.log_text());
 }
 
+/// A site serving `/z/sub/passwd`, with a secret `passwd` in a directory
+/// beside (outside) its root; the hook armed.
+fn site_with_an_outside_secret(tag: &str) -> (Site, PathBuf) {
+    arm_hook();
+    let site = Site::new(tag);
+    site.write("z/sub/passwd", b"inside\n");
+    let outside = site.base().join("outside");
+    write_file(&outside, "passwd", SECRET.as_bytes());
+    (site, outside)
+}
+
 #[test]
 fn directory_swapped_for_a_symlink_out_of_the_root_mid_build_is_not_followed() {
-    arm_hook();
-    let site = Site::new("race-out");
-    site.write("z/sub/passwd", b"inside\n");
-    let outside: PathBuf = site.base().join("outside");
-    write_file(&outside, "passwd", SECRET.as_bytes());
+    let (site, outside) = site_with_an_outside_secret("race-out");
     let server = Server::start(&site.root, &["--cores", "1", "--compress", "false"]);
     await_passwd(&server, (200, Some("inside\n")), Duration::from_secs(2));
 
@@ -111,11 +118,7 @@ fn directory_swapped_for_a_symlink_inside_the_root_mid_build_is_followed() {
 /// be served, and the server starts with the path left out.
 #[test]
 fn file_swapped_for_a_symlink_out_of_the_root_in_the_first_build_is_not_followed() {
-    arm_hook();
-    let site = Site::new("race-first");
-    site.write("z/sub/passwd", b"inside\n");
-    let outside: PathBuf = site.base().join("outside");
-    write_file(&outside, "passwd", SECRET.as_bytes());
+    let (site, outside) = site_with_an_outside_secret("race-first");
     let flag = site.base().join(PAUSE_FLAG);
     let reached = site.base().join(format!("{PAUSE_FLAG}.reached"));
     fs::write(&flag, b"").unwrap();
