@@ -178,7 +178,21 @@ fn json_string(line: &str, key: &str) -> Option<String> {
 
 /// A free loopback port (bound then released: a small race, on loopback).
 pub fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(free_ports::<1>()?[0])
+}
+
+/// `N` distinct free loopback ports: all are held while the next is bound,
+/// since a port released can be handed out again at once (a server given
+/// the same port twice, as listen and admin address, refuses to start).
+pub fn free_ports<const N: usize>() -> io::Result<[u16; N]> {
+    let held = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&held) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// What a plain HTTP/1.1 GET (or HEAD) got back.
@@ -314,9 +328,8 @@ pub fn start_shardhttpd(
     name: &str,
     tls: Option<&Tls>,
 ) -> io::Result<(Server, u16)> {
-    let port = free_port()?;
-    let admin = free_port()?;
-    let tls_port = tls.map(|_| free_port()).transpose()?;
+    let [port, admin, tls_port] = free_ports()?;
+    let tls_port = tls.map(|_| tls_port);
     let cpus = &setup.cpus[..shards.min(setup.cpus.len())];
     // A single CPU `c` is written `c-c`: a bare number is a shard count.
     let cores = match cpus {
@@ -389,10 +402,10 @@ pub fn installed(program: &str) -> Option<PathBuf> {
 
 /// Start peer `name` (one of [`PEERS`]) with its fair config.
 pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Result<Server> {
-    let port = free_port()?;
+    let [port, tls_port] = free_ports()?;
     // lighttpd's TLS is a separate module (lighttpd-mod-openssl): only with it.
     let tls = tls.filter(|_| name != "lighttpd" || lighttpd_has_tls());
-    let tls_port = tls.map(|_| free_port()).transpose()?;
+    let tls_port = tls.map(|_| tls_port);
     let work = setup.work;
     let root = setup.root.display().to_string();
     let w = work.display().to_string();
