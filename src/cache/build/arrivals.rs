@@ -8,21 +8,33 @@ use super::load::Loaded;
 
 /// Batches of loaded files handed from the workers to the consumer.
 pub(super) struct Delivery {
-    pub(super) state: Mutex<Delivered>,
-    pub(super) arrived: Condvar,
+    state: Mutex<Delivered>,
+    arrived: Condvar,
 }
 
-pub(super) struct Delivered {
+struct Delivered {
     /// By batch number, until the consumer takes them.
-    pub(super) batches: Vec<Option<Vec<Loaded>>>,
+    batches: Vec<Option<Vec<Loaded>>>,
     /// The first error, which fails the build.
-    pub(super) failed: Option<anyhow::Error>,
+    failed: Option<anyhow::Error>,
     /// Workers still running: none left and a batch missing means one
     /// panicked (the scope re-raises its panic).
-    pub(super) workers: usize,
+    workers: usize,
 }
 
 impl Delivery {
+    /// `batches` to come from `workers` loaders.
+    pub(super) fn new(batches: usize, workers: usize) -> Self {
+        Delivery {
+            state: Mutex::new(Delivered {
+                batches: (0..batches).map(|_| None).collect(),
+                failed: None,
+                workers,
+            }),
+            arrived: Condvar::new(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Delivered> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -52,9 +64,19 @@ impl Drop for Leaving<'_> {
 
 /// The loaded files, in walk order, as their batches finish.
 pub(super) struct Arrivals<'a> {
-    pub(super) delivery: &'a Delivery,
-    pub(super) next_batch: usize,
-    pub(super) current: std::vec::IntoIter<Loaded>,
+    delivery: &'a Delivery,
+    next_batch: usize,
+    current: std::vec::IntoIter<Loaded>,
+}
+
+impl<'a> Arrivals<'a> {
+    pub(super) fn new(delivery: &'a Delivery) -> Self {
+        Arrivals {
+            delivery,
+            next_batch: 0,
+            current: Vec::new().into_iter(),
+        }
+    }
 }
 
 impl Arrivals<'_> {

@@ -2,7 +2,6 @@
 //! the final path index, error pages, and a fresh arena holding every
 //! in-memory body (reused bodies copied from the old one).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -140,7 +139,7 @@ pub(super) fn lay_out(
             // Identity bodies took their bytes from the walk's budget as
             // they loaded (the plan knew no sizes): variants get what is
             // left now, and take it from there too.
-            variant_budget = walk.lazy_budget.load(Ordering::Relaxed);
+            variant_budget = walk.lazy_budget.left();
         }
         let before = variant_budget;
         let (entry, dropped) = finish_entry(
@@ -153,13 +152,8 @@ pub(super) fn lay_out(
             &mut heads,
         );
         budget_spent |= dropped;
-        if walk.lazy && variant_budget < before {
-            let used = before - variant_budget;
-            let _ = walk
-                .lazy_budget
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
-                    Some(left.saturating_sub(used))
-                });
+        if walk.lazy {
+            walk.lazy_budget.spend(before - variant_budget);
         }
         let idx = entries.push(entry, &heads.bytes);
         remap[i] = Some(Resource::File(idx));

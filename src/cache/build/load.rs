@@ -17,14 +17,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use memmap2::MmapMut;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::arrivals::{Arrivals, Delivered, Delivery, Leaving};
+use super::arrivals::{Arrivals, Delivery, Leaving};
 use super::place::{placed_segment, reserve_len, Dest, Placer, Reserve, Share, RESERVE_MAX_BODY};
 use super::plan::{Plan, Step};
 use super::render::content_type;
@@ -113,7 +113,7 @@ pub(super) fn load_with<R>(
         true => placed_segment(stated_len, reserved)?,
         false => None,
     };
-    let reserved = placed.as_ref().map_or(0, |m| m.len() - stated_len);
+    let granted = placed.as_ref().map_or(0, |m| m.len() - stated_len);
     // Each batch's share of the segment, in todo order: disjoint slices
     // the workers take whole.
     let mut rest: &mut [u8] = placed.as_deref_mut().unwrap_or_default();
@@ -132,18 +132,9 @@ pub(super) fn load_with<R>(
             Mutex::new(Share { off: at - len, buf })
         })
         .collect();
-    let reserve = Reserve {
-        tail: Mutex::new(Share { off: at, buf: rest }),
-    };
+    let reserve = Reserve::new(at, rest);
     let cursor = AtomicUsize::new(0);
-    let delivery = Delivery {
-        state: Mutex::new(Delivered {
-            batches: (0..shares.len()).map(|_| None).collect(),
-            failed: None,
-            workers: threads,
-        }),
-        arrived: Condvar::new(),
-    };
+    let delivery = Delivery::new(shares.len(), threads);
     // The workers log inside the caller's span (the log filter drops a
     // repeated start-up build's lines by its span).
     let span = tracing::Span::current();
@@ -156,10 +147,7 @@ pub(super) fn load_with<R>(
                 // wins whenever both want a core (not in the first build:
                 // nothing is served yet).
                 mode.enter_helper();
-                let mut placer = Placer {
-                    reserve: &reserve,
-                    chunk: Share::default(),
-                };
+                let mut placer = Placer::new(&reserve);
                 loop {
                     let n = cursor.fetch_add(batch, Ordering::Relaxed);
                     let Some(chunk) = todo
@@ -194,11 +182,7 @@ pub(super) fn load_with<R>(
                 }
             });
         }
-        let mut arrivals = Arrivals {
-            delivery: &delivery,
-            next_batch: 0,
-            current: Vec::new().into_iter(),
-        };
+        let mut arrivals = Arrivals::new(&delivery);
         let consumed = consume(&mut arrivals);
         // Whatever is left is not wanted: the workers stop after their
         // batch in hand.
@@ -206,12 +190,8 @@ pub(super) fn load_with<R>(
         consumed
     });
     drop(shares);
-    let used = reserve
-        .tail
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .off;
-    if reserved > 0 {
+    let used = reserve.end();
+    if granted > 0 {
         // Give back the part of the reservation no body took.
         match (used, &mut placed) {
             (0, _) => placed = None,
@@ -578,15 +558,7 @@ fn load_unstated(
     placer: &mut Placer<'_, '_>,
 ) -> io::Result<Option<LoadedFile>> {
     let below = walk.opts.sendfile_threshold;
-    let take = |size: u64| {
-        size < below
-            && walk
-                .lazy_budget
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
-                    left.checked_sub(size)
-                })
-                .is_ok()
-    };
+    let take = |size: u64| size < below && walk.lazy_budget.take(size);
     let mut fresh = false;
     let first = loop {
         let started = SystemTime::now();
@@ -649,7 +621,7 @@ fn load_unstated(
         })
     );
     if policy.budget > 0 && !in_mem {
-        walk.lazy_budget.fetch_add(policy.budget, Ordering::Relaxed);
+        walk.lazy_budget.give_back(policy.budget);
     }
     Ok(loaded)
 }

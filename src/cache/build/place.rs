@@ -5,6 +5,7 @@
 //! chunk at a time as sizes become known ([`Reserve`], [`Placer`]). Each
 //! body is read straight into its place, never copied again.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use memmap2::MmapMut;
@@ -51,16 +52,40 @@ pub(super) const RESERVE_MAX_BODY: usize = RESERVE_CHUNK / 16;
 /// The placed segment's part for files the walk did not state, whose sizes
 /// are known only once they are read.
 pub(super) struct Reserve<'a> {
-    pub(super) tail: Mutex<Share<'a>>,
+    tail: Mutex<Share<'a>>,
+}
+
+impl<'a> Reserve<'a> {
+    /// The reserve `buf`, at `off` in the placed segment.
+    pub(super) fn new(off: usize, buf: &'a mut [u8]) -> Self {
+        Reserve {
+            tail: Mutex::new(Share { off, buf }),
+        }
+    }
+
+    /// The end of the last chunk handed out: the segment's used length.
+    pub(super) fn end(self) -> usize {
+        self.tail
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .off
+    }
 }
 
 /// One loader's chunk of the [`Reserve`].
 pub(super) struct Placer<'r, 'a> {
-    pub(super) reserve: &'r Reserve<'a>,
-    pub(super) chunk: Share<'a>,
+    reserve: &'r Reserve<'a>,
+    chunk: Share<'a>,
 }
 
-impl<'a> Placer<'_, 'a> {
+impl<'r, 'a> Placer<'r, 'a> {
+    pub(super) fn new(reserve: &'r Reserve<'a>) -> Self {
+        Placer {
+            reserve,
+            chunk: Share::default(),
+        }
+    }
+
     /// Where a body of unknown size is read: the rest of this loader's
     /// chunk, at most [`RESERVE_MAX_BODY`] bytes. A new chunk is taken
     /// when the rest is empty, or with `fresh` when it is not a whole
@@ -121,4 +146,43 @@ impl<'a> Share<'a> {
 pub(super) struct Dest<'a> {
     pub(super) off: usize,
     pub(super) buf: &'a mut [u8],
+}
+
+/// What is left of `cache_max_bytes` for bodies in memory, when the plan
+/// could not spend it (a lazy walk knows no sizes): taken by the loaders as
+/// files load and by assembly for variants.
+pub(super) struct Budget(AtomicU64);
+
+impl Budget {
+    pub(super) fn new(bytes: u64) -> Self {
+        Budget(AtomicU64::new(bytes))
+    }
+
+    /// Take `bytes` if that many are left.
+    pub(super) fn take(&self, bytes: u64) -> bool {
+        self.0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(bytes)
+            })
+            .is_ok()
+    }
+
+    /// Return `bytes` taken but not used.
+    pub(super) fn give_back(&self, bytes: u64) {
+        self.0.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Spend `bytes` granted from [`left`](Self::left), whatever was taken
+    /// meanwhile (at most down to nothing).
+    pub(super) fn spend(&self, bytes: u64) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left.saturating_sub(bytes))
+            });
+    }
+
+    pub(super) fn left(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use super::place::Budget;
 use super::prefetch::Prefetch;
 use super::{exhausted, is_exhausted, TreeChanged};
 use crate::cache::index::Shard;
@@ -107,7 +108,7 @@ pub(super) struct Walk<'a> {
     pub(super) lazy: bool,
     /// In a lazy walk, the bytes of `cache_max_bytes` the load has not yet
     /// taken for bodies in memory.
-    pub(super) lazy_budget: std::sync::atomic::AtomicU64,
+    pub(super) lazy_budget: Budget,
 }
 
 impl<'a> Walk<'a> {
@@ -124,7 +125,7 @@ impl<'a> Walk<'a> {
             dirs: Vec::new(),
             prefetch: None,
             lazy: false,
-            lazy_budget: std::sync::atomic::AtomicU64::new(opts.cache_max_bytes),
+            lazy_budget: Budget::new(opts.cache_max_bytes),
         }
     }
 
