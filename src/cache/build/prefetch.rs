@@ -23,6 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use super::walk::{read_dir_sorted, Child, DirId, Kind, MAX_DEPTH};
@@ -73,6 +74,9 @@ pub(super) struct Prefetch<'a> {
     state: Mutex<State>,
     /// A listing finished, work was pushed, or the walk is done.
     changed: Condvar,
+    /// Entries listed so far, by helpers and the walk: how large the walk's
+    /// index will grow, at least ([`Prefetch::listed`]).
+    listed: AtomicUsize,
 }
 
 impl<'a> Prefetch<'a> {
@@ -83,6 +87,7 @@ impl<'a> Prefetch<'a> {
             lazy,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
+            listed: AtomicUsize::new(0),
         }
     }
 
@@ -100,7 +105,23 @@ impl<'a> Prefetch<'a> {
         if let Some(hook) = self.hook {
             hook(dir);
         }
-        read_dir_sorted(dir, self.lazy)
+        self.read_dir(dir)
+    }
+
+    /// [`read_dir_sorted`], counted in [`Prefetch::listed`].
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<Child>> {
+        let listed = read_dir_sorted(dir, self.lazy);
+        if let Ok(children) = &listed {
+            self.listed.fetch_add(children.len(), Ordering::Relaxed);
+        }
+        listed
+    }
+
+    /// Entries in the directories listed so far. The helpers list ahead of
+    /// the walk, so the walk sizes its index by this rather than doubling
+    /// it (and moving every entry) a score of times.
+    pub(super) fn listed(&self) -> usize {
+        self.listed.load(Ordering::Relaxed)
     }
 
     /// Queue the subdirectories of `dir` (listed as `children`, at `url`,
@@ -204,7 +225,7 @@ impl<'a> Prefetch<'a> {
     ) -> io::Result<Vec<Child>> {
         let listed = match hooked {
             true => self.list(dir),
-            false => read_dir_sorted(dir, self.lazy),
+            false => self.read_dir(dir),
         };
         if let Ok(children) = &listed {
             let mut ancestors = ancestors.to_vec();
@@ -250,7 +271,7 @@ impl<'a> Prefetch<'a> {
             None
         };
         while let Some(job) = self.next_job(take) {
-            let listed = read_dir_sorted(&job.path, self.lazy);
+            let listed = self.read_dir(&job.path);
             if let Ok(children) = &listed {
                 self.push_children(&job.path, &job.url, &job.ancestors, children);
             }

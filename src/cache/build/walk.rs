@@ -141,6 +141,11 @@ impl<'a> Walk<'a> {
         url: &mut Vec<u8>,
         ancestors: &mut Vec<DirId>,
     ) -> anyhow::Result<()> {
+        let want = self.index.len() + children.len();
+        if want > self.index.capacity() {
+            let listed = self.prefetch.map_or(0, |p| p.listed());
+            self.index.reserve(listed.max(want) - self.index.len());
+        }
         for Child {
             name,
             file_type,
