@@ -126,6 +126,12 @@ PORT=$(grep -o 'listening addr=127.0.0.1:[0-9]*' "$WORK/server.log" | head -1 | 
 BUILT=$(grep "snapshot built" "$WORK/server.log" | head -1)
 field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$BUILT"; }
 echo "initial build: $(field elapsed_ms) ms (process start to listening: $(echo "$T1 - $T0" | bc) s)"
+# What the start cost the server, to tell a slow machine from a slow disk:
+# its CPU (utime+stime, all threads) and the bytes it made the kernel fetch
+# from storage (/proc/PID/io; 0 when the whole root came from the page cache).
+START_CPU=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$PID/stat")
+START_READ=$(awk '/^read_bytes/ {printf "%.1f", $2 / 1048576}' "/proc/$PID/io")
+echo "start CPU (user+sys, all threads): $START_CPU s; read from storage: $START_READ MiB"
 # A large root starts with identity bodies and builds its compressed variants
 # in the background; measure memory and change latency once they are in.
 if grep -q "building compressed variants" "$WORK/server.log"; then
