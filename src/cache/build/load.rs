@@ -30,7 +30,7 @@ use super::plan::{Plan, Step};
 use super::render::content_type;
 use super::sidecar::{read_sidecar, reject_sidecar, sidecar_verdict};
 use super::walk::{is_forbidden, Walk};
-use super::{exhausted, helper_threads, is_exhausted, Mode, TreeChanged};
+use super::{exhausted, is_exhausted, Mode, TreeChanged};
 use crate::cache::{compress, BuildOptions, FileStamp, SIDECARS};
 use crate::http::accept::Coding;
 
@@ -65,7 +65,7 @@ pub(super) enum Loaded {
     Unsettled,
 }
 
-/// Pass 2: load every `Step::Load` on `available_parallelism` scoped
+/// Pass 2: load every `Step::Load` on [`Mode::loaders`] scoped
 /// threads. Compression dominates (brotli 11 runs at about 1 MB/s per core),
 /// so the work is spread through a shared cursor, a few files at a time.
 ///
@@ -94,7 +94,7 @@ pub(super) fn load_with<R>(
         .enumerate()
         .filter_map(|(i, s)| matches!(s, Step::Load { .. }).then_some(i))
         .collect();
-    let threads = helper_threads().min(todo.len());
+    let threads = mode.loaders().min(todo.len());
     // Files handed out per cursor step: few enough that compression work
     // stays spread evenly, enough that the shared cursor is not touched
     // once per small file.
