@@ -138,7 +138,7 @@ pub(super) fn spawn_helper<'scope>(
 }
 
 /// The cores available to the process.
-fn cores() -> usize {
+pub(super) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 

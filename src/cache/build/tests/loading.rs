@@ -134,3 +134,17 @@ fn a_file_whose_length_changed_since_the_walk_gets_a_buffer_of_its_own() {
     assert_eq!(loaded.stamp, stamp_of(&path));
     assert!(matches!(&loaded.body, LoadedBody::Mem(b) if b == b"hello, again"));
 }
+
+#[test]
+fn the_first_build_loads_on_more_threads_than_cores_and_a_rebuild_on_one_per_core() {
+    let cores = crate::cache::build::cores();
+    let first = Mode::First { hook: None }.loaders();
+    // Four per core, so a loader waiting on the disk leaves its core to
+    // another, but never fewer than the cores and at most 32 beyond them.
+    assert!(first >= cores, "{first} loaders for {cores} cores");
+    assert!(first <= cores.max(32), "{first} loaders for {cores} cores");
+    if cores <= 8 {
+        assert_eq!(first, 4 * cores);
+    }
+    assert_eq!(Mode::Background { hook: None }.loaders(), cores);
+}
