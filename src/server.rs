@@ -120,6 +120,7 @@ enum ShardSocket {
 pub fn run(config: Config) -> anyhow::Result<()> {
     // Before the first build allocates anything.
     crate::sys::fix_mmap_threshold();
+    crate::sys::cap_arenas();
     log_start(&config);
     // Resolved now: once a deploy replaces the file, /proc/self/exe names the
     // deleted old binary, and SIGUSR2 must start the new one.
