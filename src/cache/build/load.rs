@@ -94,7 +94,7 @@ pub(super) fn load_with<R>(
         .enumerate()
         .filter_map(|(i, s)| matches!(s, Step::Load { .. }).then_some(i))
         .collect();
-    let threads = mode.loaders().min(todo.len());
+    let threads = mode.loaders(opts.compress.is_some()).min(todo.len());
     // Files handed out per cursor step: few enough that compression work
     // stays spread evenly, enough that the shared cursor is not touched
     // once per small file.

@@ -85,20 +85,22 @@ impl Mode<'_> {
     }
 
     /// Threads loading this build's files. A rebuild takes one per core,
-    /// at background priority. The first build takes
-    /// [`FIRST_LOADERS_PER_CORE`] per core (at most [`FIRST_LOADERS_MAX`],
-    /// and never fewer than the cores): at start the page cache may not
-    /// hold the root (after a reboot, or where idle pages are reclaimed),
-    /// and a loader waiting on the disk then leaves its core to another
-    /// instead of idle. (The listing helpers stay one per core: more of
-    /// them made the walk of a cached root slower, waking each other.)
-    pub(super) fn loaders(self) -> usize {
+    /// at background priority, and so does a build that compresses (the
+    /// encoders keep the cores busy, and each holds its state in memory).
+    /// The first build otherwise takes [`FIRST_LOADERS_PER_CORE`] per core
+    /// (at most [`FIRST_LOADERS_MAX`], and never fewer than the cores): at
+    /// start the page cache may not hold the root (after a reboot, or where
+    /// idle pages are reclaimed), and a loader waiting on the disk then
+    /// leaves its core to another instead of idle. (The listing helpers
+    /// stay one per core: more of them made the walk of a cached root
+    /// slower, waking each other.)
+    pub(super) fn loaders(self, compressing: bool) -> usize {
         let cores = cores();
         match self {
-            Mode::Background { .. } => cores,
-            Mode::First { .. } => {
+            Mode::First { .. } if !compressing => {
                 (cores * FIRST_LOADERS_PER_CORE).min(cores.max(FIRST_LOADERS_MAX))
             }
+            _ => cores,
         }
     }
 }

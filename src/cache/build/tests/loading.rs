@@ -136,9 +136,9 @@ fn a_file_whose_length_changed_since_the_walk_gets_a_buffer_of_its_own() {
 }
 
 #[test]
-fn the_first_build_loads_on_more_threads_than_cores_and_a_rebuild_on_one_per_core() {
+fn the_first_build_loads_on_four_threads_per_core_unless_it_compresses() {
     let cores = crate::cache::build::cores();
-    let first = Mode::First { hook: None }.loaders();
+    let first = Mode::First { hook: None }.loaders(false);
     // Four per core, so a loader waiting on the disk leaves its core to
     // another, but never fewer than the cores and at most 32 beyond them.
     assert!(first >= cores, "{first} loaders for {cores} cores");
@@ -146,5 +146,7 @@ fn the_first_build_loads_on_more_threads_than_cores_and_a_rebuild_on_one_per_cor
     if cores <= 8 {
         assert_eq!(first, 4 * cores);
     }
-    assert_eq!(Mode::Background { hook: None }.loaders(), cores);
+    assert_eq!(Mode::Background { hook: None }.loaders(false), cores);
+    // Compressing, the encoders keep the cores busy and hold their state.
+    assert_eq!(Mode::First { hook: None }.loaders(true), cores);
 }
