@@ -38,11 +38,12 @@ const ARENAS_PER_CORE: usize = 2;
 
 /// Cap glibc's malloc arenas at [`ARENAS_PER_CORE`] per core. Left at
 /// glibc's 8 per core, the first build's loaders (four per core) each got
-/// an arena of their own, and some kept 10-20 MB resident after the build:
-/// at 200 000 files of 1 KiB the resting RSS went from 264 MB to as much as
-/// 290 MB; capped at 4 arenas on 2 cores, 268-274 MB. Keep-alive CPU per
-/// request was no worse (the hot path barely allocates). Best effort, like
-/// [`trim_heap`]; `MALLOC_ARENA_MAX` in the environment still wins.
+/// an arena of their own, and some kept 10-20 MiB resident after the
+/// build: at 200 000 files of 1 KiB the resting RSS went from 257-261 MiB
+/// to as much as 283 MiB; capped at 4 arenas on 2 cores, 261-270 MiB.
+/// Keep-alive CPU per request was no worse (the hot path barely
+/// allocates). Best effort, like [`trim_heap`]; `MALLOC_ARENA_MAX` in the
+/// environment still wins.
 pub fn cap_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
