@@ -176,7 +176,7 @@ impl PathIndex {
             .collect();
         let threads = match keyed.len() {
             n if n < PARALLEL_FROM => 1,
-            _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            _ => crate::sys::cores(),
         };
         // Thread `t` fills the shards `t`, `t + threads`, …
         let fill = |t: usize, mut own: Vec<&mut Table>| {

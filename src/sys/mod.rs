@@ -20,7 +20,7 @@ pub use net::{
     accept4, attach_reuseport_cbpf, peer_pid, recv, sendfile, sendmsg_more, set_defer_accept,
     set_incoming_cpu, write, writev,
 };
-pub use thread::{cap_arenas, fix_mmap_threshold, lower_thread_priority, trim_heap};
+pub use thread::{cap_arenas, cores, fix_mmap_threshold, lower_thread_priority, trim_heap};
 
 /// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and
 /// retrying on EINTR.

@@ -33,6 +33,11 @@ pub fn fix_mmap_threshold() {
     }
 }
 
+/// The cores available to the process (its affinity mask), at least 1.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Malloc arenas per core (glibc's default is 8).
 const ARENAS_PER_CORE: usize = 2;
 
@@ -50,8 +55,7 @@ pub fn cap_arenas() {
         if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
             return;
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let arenas = libc::c_int::try_from(cores * ARENAS_PER_CORE).unwrap_or(libc::c_int::MAX);
+        let arenas = libc::c_int::try_from(cores() * ARENAS_PER_CORE).unwrap_or(libc::c_int::MAX);
         // SAFETY: mallopt only sets an allocator parameter; it has no
         // preconditions and is safe to call at any time.
         unsafe {

@@ -95,7 +95,7 @@ impl Mode<'_> {
     /// stay one per core: more of them made the walk of a cached root
     /// slower, waking each other.)
     pub(super) fn loaders(self, compressing: bool) -> usize {
-        let cores = cores();
+        let cores = crate::sys::cores();
         match self {
             Mode::First { .. } if !compressing => {
                 (cores * FIRST_LOADERS_PER_CORE).min(cores.max(FIRST_LOADERS_MAX))
@@ -137,11 +137,6 @@ pub(super) fn spawn_helper<'scope>(
         .name(name.into())
         .spawn_scoped(scope, f)
         .expect("spawning a snapshot build helper");
-}
-
-/// The cores available to the process.
-pub(super) fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Sidecars rejected by builds since start (stale or not matching their
@@ -414,7 +409,7 @@ fn rebuild_in(
     prefetch.push_children(&root, b"", &ancestors, &children);
     walk.prefetch = Some(&prefetch);
     let walked = std::thread::scope(|scope| {
-        for _ in 0..cores() {
+        for _ in 0..crate::sys::cores() {
             spawn_helper(scope, "build-list", || {
                 mode.enter_helper();
                 prefetch.help();

@@ -137,7 +137,7 @@ fn a_file_whose_length_changed_since_the_walk_gets_a_buffer_of_its_own() {
 
 #[test]
 fn the_first_build_loads_on_four_threads_per_core_unless_it_compresses() {
-    let cores = crate::cache::build::cores();
+    let cores = crate::sys::cores();
     let first = Mode::First { hook: None }.loaders(false);
     // Four per core, so a loader waiting on the disk leaves its core to
     // another, but never fewer than the cores and at most 32 beyond them.
