@@ -238,6 +238,11 @@ pub struct Settings {
     /// Most fds kept open for files sent from disk (opened on demand, LRU).
     #[arg(long, value_name = "N")]
     pub max_open_files: Option<usize>,
+    /// A root with more files than this starts serving them from disk as
+    /// soon as it is walked, and reads them into memory in the background
+    /// (0: every root starts that way).
+    #[arg(long, value_name = "N")]
+    pub preload_max_files: Option<u64>,
     /// Build brotli, zstd and gzip variants of compressible files.
     #[arg(long, value_name = "BOOL")]
     pub compress: Option<bool>,
@@ -395,6 +400,10 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         (
             "max_open_files",
             crate::cache::open_files::DEFAULT_MAX_OPEN_FILES.to_string(),
+        ),
+        (
+            "preload_max_files",
+            crate::cache::DEFAULT_PRELOAD_MAX_FILES.to_string(),
         ),
         ("compress", "true".into()),
         ("compress_min_bytes", format_size(c.min_bytes)),
@@ -627,7 +636,7 @@ impl Settings {
             shutdown_grace, drain_delay, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format,
             watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
-            compress, compress_min_bytes,
+            preload_max_files, compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, compress_fast_above, cache_control, cache_control_default,
             error_pages, spa_fallback, dotfile_allow, index_files, default_type,
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,

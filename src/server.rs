@@ -27,10 +27,28 @@ use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 use crate::upgrade::{self, Inherited, Kind, Passed};
 
-/// Tries at the background compressed build of a large root (a deploy
-/// racing it can make the walk fail), and the pause between them.
-const COMPRESS_ATTEMPTS: u32 = 5;
-const COMPRESS_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+/// Tries at each background build of a large root (the load of one that
+/// started from disk, its compressed variants): a deploy racing it can make
+/// the walk fail. And the pause between them.
+const BACKGROUND_ATTEMPTS: u32 = 5;
+const BACKGROUND_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Run a background build until it publishes (logging `done` with the
+/// generation) or fails [`BACKGROUND_ATTEMPTS`] times (logging `failed`
+/// each time); whether it published.
+fn retry_background(build: impl Fn() -> anyhow::Result<u64>, done: &str, failed: &str) -> bool {
+    for attempt in 1..=BACKGROUND_ATTEMPTS {
+        match build() {
+            Ok(generation) => {
+                tracing::info!("{done} generation={generation}");
+                return true;
+            }
+            Err(e) => tracing::error!(attempt, error = format!("{e:#}"), "{failed}"),
+        }
+        std::thread::sleep(BACKGROUND_RETRY);
+    }
+    false
+}
 
 /// How long the kernel holds a connection that has sent nothing before
 /// handing it to `accept` anyway.
@@ -268,28 +286,32 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .warn_uncovered(store.load().file_urls());
     metrics.register(Box::new(store.rebuild_duration.clone()));
     let _ = published.set(Arc::clone(&store));
-    if store.compress_pending() {
+    if store.load_pending() || store.compress_pending() {
         let store = Arc::clone(&store);
         std::thread::Builder::new()
-            .name("compress".into())
+            .name("background-build".into())
             .spawn(move || {
-                tracing::info!("serving identity bodies; building compressed variants");
-                for attempt in 1..=COMPRESS_ATTEMPTS {
-                    match store.build_compressed() {
-                        Ok(generation) => {
-                            tracing::info!("compressed variants ready generation={generation}");
-                            return;
-                        }
-                        Err(e) => tracing::error!(
-                            attempt,
-                            error = format!("{e:#}"),
-                            "building compressed variants failed; serving identity bodies"
-                        ),
+                if store.load_pending() {
+                    tracing::info!("serving files from disk; loading them into memory");
+                    let loaded = retry_background(
+                        || store.build_loaded(),
+                        "files loaded into memory",
+                        "loading files into memory failed; serving them from disk",
+                    );
+                    if !loaded {
+                        return;
                     }
-                    std::thread::sleep(COMPRESS_RETRY);
+                }
+                if store.compress_pending() {
+                    tracing::info!("serving identity bodies; building compressed variants");
+                    retry_background(
+                        || store.build_compressed(),
+                        "compressed variants ready",
+                        "building compressed variants failed; serving identity bodies",
+                    );
                 }
             })
-            .context("spawning the compression thread")?;
+            .context("spawning the background build thread")?;
     }
     if let Some(watcher) = watcher {
         watcher

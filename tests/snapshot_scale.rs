@@ -193,3 +193,120 @@ fn a_root_of_16_gib_of_sparse_large_files_starts_without_reading_them() {
     assert_eq!(r.body, [0, 0, 0, 0]);
     eprintln!("16 GiB sparse root: start to first response {elapsed:?}");
 }
+
+/// Issue 8 goal 5: a root past `--preload-max-files` serves as soon as it
+/// is walked and stated, from disk (validators from the stamps, as nginx
+/// has), while a background build reads it into memory; a change made
+/// meanwhile is served within a second and survives the swap to memory.
+/// The background build is held by the build's test hook (a flag file
+/// holding `0`, the generation of that build) while the test looks.
+#[test]
+fn a_root_past_preload_max_files_serves_from_disk_while_it_loads() {
+    let site = Site::new("from-disk");
+    let body = |i: u32, j: u32| format!("file {i} {j} {}\n", "y".repeat(100));
+    let mut total = 0;
+    for i in 0..20 {
+        for j in 0..100 {
+            site.write(&format!("tree/{i:02}/{j:03}.txt"), body(i, j).as_bytes());
+            total += body(i, j).len() as u64;
+        }
+    }
+    let flag = site.base().join("hold-the-load");
+    fs::write(&flag, b"0").unwrap();
+    let server = Server::start_env(
+        &site.root,
+        &[
+            "--compress",
+            "false",
+            "--cores",
+            "1",
+            "--preload-max-files",
+            "1000",
+        ],
+        &[("SHARDHTTPD_TEST_PAUSE_BEFORE_OPEN", "hold-the-load")],
+    );
+    let reached = site.base().join("hold-the-load.reached");
+    assert!(
+        poll_until(Duration::from_secs(10), || reached.exists()),
+        "the background load never started\n{}",
+        server.log_text()
+    );
+
+    // From disk: every file, with ranges and validators.
+    let status = snapshot_status(&server);
+    assert_eq!(status["from_disk"], true, "{status}");
+    // The tree, and the few files every test site has.
+    assert!(
+        status["bytes"]["identity"].as_u64().unwrap() >= total,
+        "{status}"
+    );
+    let metrics = admin_get(server.admin_addr(), "/metrics");
+    assert!(
+        metrics.contains("shardhttpd_snapshot_from_disk 1"),
+        "{metrics}"
+    );
+    for (i, j) in [(0, 0), (7, 42), (19, 99)] {
+        let r = server.get(&format!("/tree/{i:02}/{j:03}.txt"));
+        assert_eq!((r.status, r.body_str()), (200, body(i, j)));
+    }
+    let r = server.get("/tree/07/042.txt");
+    let disk_etag = r.must("etag").to_owned();
+    let r = server.send(&request(
+        "GET",
+        "/tree/07/042.txt",
+        &[("If-None-Match", &disk_etag)],
+    ));
+    assert_eq!(r.status, 304);
+    let r = server.send(&request(
+        "GET",
+        "/tree/07/042.txt",
+        &[("Range", "bytes=0-5")],
+    ));
+    assert_eq!((r.status, r.body_str().as_str()), (206, "file 7"));
+
+    // A deploy meanwhile (rename into place) is served within a second.
+    let changed = "deployed while the load was held\n";
+    site.write("tree/19/099.txt.tmp", changed.as_bytes());
+    fs::rename(
+        site.root.join("tree/19/099.txt.tmp"),
+        site.root.join("tree/19/099.txt"),
+    )
+    .unwrap();
+    let started = Instant::now();
+    assert!(
+        poll_until(Duration::from_secs(1), || server
+            .get("/tree/19/099.txt")
+            .body
+            == changed.as_bytes()),
+        "the change was not served within 1 s of the rename\n{}",
+        server.log_text()
+    );
+    eprintln!("change served from disk after {:?}", started.elapsed());
+
+    // Let the load go: its walk predates the rename, so its first attempt
+    // may fail and be retried; it publishes the files in memory, the
+    // change included.
+    fs::remove_file(&flag).unwrap();
+    assert!(
+        server
+            .wait_for_log("files loaded into memory", Duration::from_secs(30))
+            .is_some(),
+        "the files were never loaded\n{}",
+        server.log_text()
+    );
+    let status = snapshot_status(&server);
+    assert_eq!(status["from_disk"], false, "{status}");
+    let metrics = admin_get(server.admin_addr(), "/metrics");
+    assert!(
+        metrics.contains("shardhttpd_snapshot_from_disk 0"),
+        "{metrics}"
+    );
+    assert_eq!(server.get("/tree/19/099.txt").body_str(), changed);
+    let r = server.get("/tree/07/042.txt");
+    assert_eq!(r.body_str(), body(7, 42));
+    assert_ne!(
+        r.must("etag"),
+        disk_etag,
+        "in memory, the validator is the content's hash"
+    );
+}

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use prometheus::{Histogram, HistogramOpts};
@@ -73,6 +73,10 @@ pub struct StoreStats {
     pub last_build_bytes_copied: u64,
     /// Body segments of the snapshot being served.
     pub segments: u64,
+    /// The snapshot being served sends its files from disk until the
+    /// background load publishes them in memory (a start past
+    /// `preload_max_files`).
+    pub from_disk: bool,
 }
 
 impl Store {
@@ -101,7 +105,13 @@ impl Store {
             ..opts.clone()
         };
         let mut snapshot = initial_build(&identity_opts, hook)?;
-        if opts.compress.is_some() && snapshot.stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
+        if snapshot.from_disk {
+            tracing::info!(
+                files = snapshot.stats.files,
+                preload_max_files = opts.preload_max_files,
+                "more files than preload_max_files: serving them from disk until they are loaded"
+            );
+        } else if opts.compress.is_some() && snapshot.stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
             let started = Instant::now();
             // The same tree again, with variants: what it would log (the
             // build line, warnings about the same files) the identity build
@@ -144,6 +154,12 @@ impl Store {
             last_success_unix: AtomicU64::new(unix_now()),
             rebuild_duration,
         })
+    }
+
+    /// The snapshot being served sends its files from disk (a start past
+    /// `preload_max_files`): `build_loaded` reads them into memory.
+    pub fn load_pending(&self) -> bool {
+        self.current.load().from_disk
     }
 
     /// Compression is configured but the snapshot being served has no
@@ -226,29 +242,48 @@ impl Store {
         }
     }
 
+    /// Read the files of a start from disk into memory (see `open`), with
+    /// identity bodies only (`build_compressed` follows when compression is
+    /// on), as [`Store::build_compressed`] does.
+    pub fn build_loaded(&self) -> anyhow::Result<u64> {
+        let identity = BuildOptions {
+            compress: None,
+            ..self.opts.clone()
+        };
+        self.build_aside(&identity)
+    }
+
     /// Build the compressed variants of a root that started with identity
-    /// bodies (see `open`). The long part runs without holding the rebuild
-    /// lock, so changes keep being served meanwhile; the result is then
-    /// brought up to date like any rebuild (files changed since are loaded
-    /// again, the rest reused) and published.
+    /// bodies (see `open`), as [`Store::build_aside`] does.
     pub fn build_compressed(&self) -> anyhow::Result<u64> {
+        self.build_aside(&self.opts)
+    }
+
+    /// Build the whole root from scratch with `opts` and publish it. The
+    /// long part runs without holding the rebuild lock, so changes keep
+    /// being served meanwhile; the result is then brought up to date like
+    /// any rebuild (files changed since are loaded again, the rest reused)
+    /// and published.
+    fn build_aside(&self, opts: &BuildOptions) -> anyhow::Result<u64> {
         let started = Instant::now();
         let none = HashSet::new();
-        let base = match self.record(rebuild(&self.opts, 0, None, &none, None), started)? {
+        let base = match self.record(rebuild(opts, 0, None, &none, None), started)? {
             Built::New(snapshot) => snapshot,
             Built::Unchanged => unreachable!("no previous snapshot"),
         };
-        let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let generation = self.generation.load(Ordering::Relaxed) + 1;
-        let mut snapshot = match self.record(
-            rebuild(&self.opts, generation, Some(&base), &none, None),
-            started,
-        )? {
-            Built::New(snapshot) => snapshot,
-            Built::Unchanged => base,
-        };
+        let mut snapshot =
+            match self.record(rebuild(opts, generation, Some(&base), &none, None), started)? {
+                Built::New(snapshot) => snapshot,
+                Built::Unchanged => base,
+            };
         snapshot.generation = generation;
-        Ok(self.swap(snapshot, generation, started))
+        let replaced = self.current.load_full();
+        self.swap(snapshot, generation, started);
+        drop(guard);
+        release(replaced);
+        Ok(generation)
     }
 
     /// Count and time a build attempt.
@@ -307,9 +342,29 @@ impl Store {
             last_build_paths_examined: s.paths_examined,
             last_build_bytes_copied: s.bytes_copied,
             segments: s.segments,
+            from_disk: snapshot.from_disk,
         }
     }
 }
+
+/// Drop the snapshot a background build replaced here, once the shards
+/// have let go of it (each does within `metrics::PUBLISH_INTERVAL`, even
+/// when idle), then give the freed heap back: a start from disk's snapshot
+/// holds some 200 MB of small allocations at a million files, which would
+/// otherwise be freed on a shard and stay resident. Waits at most
+/// [`RELEASE_WAIT`]; a response still being sent from it then frees it
+/// when done.
+fn release(replaced: Arc<Snapshot>) {
+    let until = Instant::now() + RELEASE_WAIT;
+    while Arc::strong_count(&replaced) > 1 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(replaced);
+    crate::sys::trim_heap();
+}
+
+/// See [`release`].
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 /// Build generation 1, retrying when the tree changes under the walk: a
 /// deploy racing the start should not stop the server from starting.

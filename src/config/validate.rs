@@ -54,6 +54,8 @@ pub struct Config {
     pub write_settle_max: Duration,
     /// Fds kept open for large files (`cache::OpenFiles`).
     pub max_open_files: usize,
+    /// Past this many files a start serves from disk while it loads.
+    pub preload_max_files: u64,
     /// `None`: no variants are built (sidecars are still used).
     pub compress: Option<crate::cache::CompressOptions>,
     pub cache_control: crate::cache::CacheControl,
@@ -341,6 +343,9 @@ impl Config {
                 Some(0) => bail!("{}: must be at least 1", s.name("max_open_files")),
                 Some(n) => n,
             },
+            preload_max_files: s
+                .preload_max_files
+                .unwrap_or(crate::cache::DEFAULT_PRELOAD_MAX_FILES),
             compress,
             cache_control,
             status_cache_control: site.status_cache_control,
@@ -396,6 +401,7 @@ impl Config {
             error_pages: self.error_pages.clone(),
             spa_fallback: self.spa_fallback,
             open_files: std::sync::Arc::new(crate::cache::OpenFiles::new(self.max_open_files)),
+            preload_max_files: self.preload_max_files,
         }
     }
 

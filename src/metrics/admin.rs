@@ -373,6 +373,7 @@ impl Rates {
                 paths_examined: snapshot.last_build_paths_examined,
                 bytes_copied: snapshot.last_build_bytes_copied,
                 segments: snapshot.segments,
+                from_disk: snapshot.from_disk,
             },
             cores,
         }
@@ -418,6 +419,9 @@ struct SnapshotStatus {
     bytes_copied: u64,
     /// Body segments of the snapshot (shared between generations).
     segments: u64,
+    /// Files are sent from disk until the background load publishes them
+    /// in memory (a start past `preload_max_files`).
+    from_disk: bool,
 }
 
 #[derive(Serialize)]

@@ -356,8 +356,16 @@ fn snapshot_families(snap: &StoreStats) -> Vec<MetricFamily> {
     copied
         .mut_metric()
         .push(gauge(&[], snap.last_build_bytes_copied as f64));
+    let mut from_disk = family(
+        "shardhttpd_snapshot_from_disk",
+        "1 while the snapshot sends its files from disk, until the background load (a start past preload_max_files) publishes them in memory.",
+        MetricType::GAUGE,
+    );
+    from_disk
+        .mut_metric()
+        .push(gauge(&[], f64::from(u8::from(snap.from_disk))));
     vec![
-        generation, files, bytes, rebuilds, sidecars, examined, copied,
+        generation, files, bytes, rebuilds, sidecars, examined, copied, from_disk,
     ]
 }
 

@@ -135,6 +135,47 @@ fn openat(dir: libc::c_int, name: &[u8], flags: libc::c_int) -> io::Result<Owned
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// What `fstatat(dir, rel, AT_SYMLINK_NOFOLLOW)` says of a path: the
+/// fields a build's file stamp needs. Times are (seconds, nanoseconds).
+#[derive(Debug, Clone, Copy)]
+pub struct Lstat {
+    pub is_file: bool,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+/// `lstat` of `rel` relative to the directory `dir`: a lookup from there,
+/// not from `/` (which a path from the root repeats for each component
+/// above it). Unlike [`open_beneath`] it may pass a symlink swapped in for
+/// a directory; callers that serve the file open it beneath `dir` and
+/// check it against this stamp first.
+pub fn lstat_at(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<Lstat> {
+    let name = cstring(rel.as_os_str().as_bytes())?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `dir` is a live fd borrowed by the caller, `name` a
+    // NUL-terminated string and `st` writable memory of the size fstatat
+    // fills, both outliving the call.
+    syscall!(fstatat(
+        dir.as_raw_fd(),
+        name.as_ptr(),
+        st.as_mut_ptr(),
+        libc::AT_SYMLINK_NOFOLLOW
+    ))?;
+    // SAFETY: fstatat succeeded, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Ok(Lstat {
+        is_file: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime: (st.st_mtime, st.st_mtime_nsec),
+        ctime: (st.st_ctime, st.st_ctime_nsec),
+    })
+}
+
 /// The soft `RLIMIT_NOFILE`: how many fds this process may hold.
 pub fn nofile_limit() -> Option<u64> {
     let mut lim = libc::rlimit {

@@ -14,7 +14,10 @@ mod net;
 mod thread;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
-pub use fs::{nofile_limit, open_beneath, open_beneath_no_symlinks, populate_write, shrink_anon};
+pub use fs::{
+    lstat_at, nofile_limit, open_beneath, open_beneath_no_symlinks, populate_write, shrink_anon,
+    Lstat,
+};
 pub use handover::{inherit_fds, pipe, take_inherited, wait_readable};
 pub use net::{
     accept4, attach_reuseport_cbpf, peer_pid, recv, sendfile, sendmsg_more, set_defer_accept,

@@ -119,7 +119,7 @@ pub(super) fn lay_out(
                 }),
             ) => {
                 stats.loaded += 1;
-                if walk.lazy && matches!(file.body, LoadedBody::File(_)) {
+                if walk.lazy && !walk.from_disk && matches!(file.body, LoadedBody::File(_)) {
                     // The plan could not tell: the load found it past the
                     // budget (or at the threshold).
                     budget_spent |= file.len < opts.sendfile_threshold;
@@ -209,6 +209,7 @@ pub(super) fn assemble(
         generation,
         stats,
         compressed: opts.compress.is_some(),
+        from_disk: walk.from_disk,
         index: PathIndex::from_map(&index),
         entries,
         free: Vec::new(),
@@ -281,8 +282,10 @@ pub(super) fn loaded_parts(
         LoadedBody::File(f) => {
             // The build just read it: the first request need not open it
             // again.
-            opts.open_files.seed(file.stamp, f);
-            let rel = job.path.strip_prefix(&walk.root).unwrap_or(&job.path);
+            if let Some(f) = f {
+                opts.open_files.seed(file.stamp, f);
+            }
+            let rel = walk.rel(&job.path).unwrap_or(&job.path);
             Body::File(Box::new(LargeFile {
                 root: Arc::clone(&walk.root_dir),
                 rel: rel.into(),

@@ -195,7 +195,7 @@ pub(super) fn patch(
     if plan.budget_spent {
         return Ok(Err("cache_max_bytes would be spent"));
     }
-    super::test_pause_before_open(&walk.root);
+    super::test_pause_before_open(&walk.root, generation);
     let fast = super::leveled(opts, plan.identity_mem);
     let loaded = load_all(
         fast.as_ref().unwrap_or(opts),
@@ -481,6 +481,7 @@ pub(super) fn patch(
         generation,
         stats,
         compressed: opts.compress.is_some(),
+        from_disk: old.from_disk,
         index,
         entries,
         free,

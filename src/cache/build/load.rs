@@ -13,7 +13,6 @@
 use std::fs::{File, Metadata};
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -240,10 +239,14 @@ fn load_one(
         budget: if in_mem { job.stamp.size } else { 0 },
     };
     let stated = job.stamp.is_known();
-    let opened = open_beneath_root(walk, &job.path, stated);
-    let loaded = match stated {
-        true => opened.and_then(|f| load_file(&job.path, f, &job.stamp, policy, dest)),
-        false => opened.and_then(|f| load_unstated(walk, &job.path, f, placer)),
+    let loaded = if walk.from_disk {
+        stat_unopened(walk, &job.path)
+    } else {
+        let opened = open_beneath_root(walk, &job.path, stated);
+        match stated {
+            true => opened.and_then(|f| load_file(&job.path, f, &job.stamp, policy, dest)),
+            false => opened.and_then(|f| load_unstated(walk, &job.path, f, placer)),
+        }
     };
     let file = match loaded {
         Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
@@ -267,6 +270,15 @@ fn load_one(
             return Ok(Loaded::Skip);
         }
     };
+    if walk.from_disk {
+        // Unread, it has nothing to check a sidecar against: variants wait
+        // for the background load, as compressed ones do.
+        return Ok(Loaded::Ok {
+            file,
+            variants: Vec::new(),
+            sidecars: [None; 3],
+        });
+    }
     // Only compression needs the media type.
     let compressible = opts.compress.is_some() && content_type(&job.path, &opts.default_type).1;
     let mut variants = Vec::new();
@@ -353,16 +365,7 @@ fn same_file(meta: &Metadata, seen: &FileStamp) -> io::Result<()> {
 /// false) is opened following no symlink: its canonical path then leads to
 /// whatever file is there now, never elsewhere.
 fn open_beneath_root(walk: &Walk<'_>, path: &Path, stated: bool) -> io::Result<File> {
-    // Walked paths are the canonical root joined with names: a byte prefix,
-    // cheaper than `Path::strip_prefix`'s component by component compare.
-    let rel = path
-        .as_os_str()
-        .as_bytes()
-        .strip_prefix(walk.root.as_os_str().as_bytes())
-        .and_then(|rest| rest.strip_prefix(b"/"))
-        .filter(|rest| !rest.is_empty())
-        .map(|rest| Path::new(std::ffi::OsStr::from_bytes(rest)))
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::EXDEV))?;
+    let rel = rel_path(walk, path)?;
     let dir = walk.root_dir.dir.as_fd();
     let open = match stated {
         true => crate::sys::open_beneath,
@@ -377,6 +380,12 @@ fn open_beneath_root(walk: &Walk<'_>, path: &Path, stated: bool) -> io::Result<F
         other => other?,
     };
     Ok(file)
+}
+
+/// A walked path relative to the walk's root (EXDEV for one outside it).
+fn rel_path<'p>(walk: &Walk<'_>, path: &'p Path) -> io::Result<&'p Path> {
+    walk.rel(path)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EXDEV))
 }
 
 /// The file opened is not the one the walk stated.
@@ -435,7 +444,9 @@ pub(super) enum LoadedBody {
     Placed {
         off: usize,
     },
-    File(File),
+    /// Sent from the file, open already or (`None`: a start from disk, see
+    /// [`stat_unopened`]) not opened yet.
+    File(Option<File>),
 }
 
 /// Read and hash `file` (opened from `path`, used for logs), which must be
@@ -527,7 +538,7 @@ pub(super) fn load_file(
                     "file kept changing while read; keeping its previous version"
                 );
             }
-            let body = in_mem.unwrap_or(LoadedBody::File(file));
+            let body = in_mem.unwrap_or(LoadedBody::File(Some(file)));
             return Ok(Some(LoadedFile {
                 stamp: before,
                 len,
@@ -624,6 +635,35 @@ fn load_unstated(
         walk.lazy_budget.give_back(policy.budget);
     }
     Ok(loaded)
+}
+
+/// A file of a start from disk ([`Walk::from_disk`]): stated by name, not
+/// opened, and sent from disk under its stamp's validator, as a large file
+/// is ([`stamp_validator`]). The connection opens it beneath the root and
+/// checks that stamp before sending a byte, so a path swapped meanwhile is
+/// never served under it. One whose stamp is too fresh to trust is opened
+/// and waited out as any file sent from disk ([`load_file`]).
+fn stat_unopened(walk: &Walk<'_>, path: &Path) -> io::Result<Option<LoadedFile>> {
+    let st = crate::sys::lstat_at(walk.root_dir.dir.as_fd(), rel_path(walk, path)?)?;
+    if !st.is_file {
+        return Ok(None);
+    }
+    let stamp = FileStamp::of_lstat(&st);
+    if unsettled(&stamp, SystemTime::now()).is_some() {
+        let file = open_beneath_root(walk, path, true)?;
+        let unread = MemPolicy {
+            below: 0,
+            budget: 0,
+        };
+        return load_file(path, file, &stamp, unread, None);
+    }
+    Ok(Some(LoadedFile {
+        stamp,
+        len: stamp.size,
+        hash: stamp_validator(&stamp),
+        body: LoadedBody::File(None),
+        settled: true,
+    }))
 }
 
 /// How long until `stamp`'s ctime is [`STAMP_SETTLE`] old, if it is not yet.

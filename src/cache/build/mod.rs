@@ -266,21 +266,25 @@ pub(super) fn exhausted(path: &Path, err: io::Error) -> anyhow::Error {
 /// exists once the walk and plan are done, the build creates
 /// `<file>.reached` and waits (at most [`TEST_PAUSE_MAX`]) until `<file>` is
 /// removed, so a test can change the tree between the walk and the opens
-/// deterministically.
+/// deterministically. A flag file holding a number holds only the build of
+/// that generation (0: the background build of a start from disk or
+/// without variants, see `Store::build_loaded`).
 const TEST_PAUSE_ENV: &str = "SHARDHTTPD_TEST_PAUSE_BEFORE_OPEN";
 
 /// Longest the test hook holds a build.
 const TEST_PAUSE_MAX: Duration = Duration::from_secs(30);
 
-fn test_pause_before_open(root: &Path) {
+fn test_pause_before_open(root: &Path, generation: u64) {
     static HOOK: OnceLock<Option<PathBuf>> = OnceLock::new();
     let Some(name) = HOOK.get_or_init(|| std::env::var_os(TEST_PAUSE_ENV).map(PathBuf::from))
     else {
         return;
     };
     let flag = root.parent().unwrap_or(root).join(name);
-    if !flag.exists() {
-        return;
+    match fs::read_to_string(&flag) {
+        Err(_) => return,
+        Ok(only) if only.trim().parse() != Ok(generation) && !only.trim().is_empty() => return,
+        Ok(_) => {}
     }
     let mut reached = flag.clone().into_os_string();
     reached.push(".reached");
@@ -430,6 +434,7 @@ fn rebuild_in(
     walk.dirs.push(Box::default());
 
     let walked = started.elapsed();
+    walk.from_disk = lazy && walk.files.len() as u64 > opts.preload_max_files;
     let plan = Plan::new(opts, &walk, old, held);
     if let Some(old) = old {
         if plan.is_unchanged(&walk, old) {
@@ -440,7 +445,7 @@ fn rebuild_in(
             return Ok(Built::Unchanged);
         }
     }
-    test_pause_before_open(&walk.root);
+    test_pause_before_open(&walk.root, generation);
     let planned = started.elapsed();
     let fast = leveled(opts, plan.identity_mem);
     // Entries are laid out as their files arrive, on this thread.

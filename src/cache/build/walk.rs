@@ -109,6 +109,9 @@ pub(super) struct Walk<'a> {
     /// In a lazy walk, the bytes of `cache_max_bytes` the load has not yet
     /// taken for bodies in memory.
     pub(super) lazy_budget: Budget,
+    /// A lazy walk that found more than `preload_max_files` files: the load
+    /// states them and reads none ([`Snapshot::from_disk`](crate::cache::Snapshot)).
+    pub(super) from_disk: bool,
 }
 
 impl<'a> Walk<'a> {
@@ -126,6 +129,7 @@ impl<'a> Walk<'a> {
             prefetch: None,
             lazy: false,
             lazy_budget: Budget::new(opts.cache_max_bytes),
+            from_disk: false,
         }
     }
 
@@ -299,6 +303,19 @@ impl<'a> Walk<'a> {
         result?;
         self.dirs.push(url.as_slice().into());
         Ok(())
+    }
+
+    /// A walked path relative to the root; `None` for one outside it.
+    pub(super) fn rel<'p>(&self, path: &'p Path) -> Option<&'p Path> {
+        // Walked paths are the canonical root joined with names: a byte
+        // prefix, cheaper than `Path::strip_prefix`'s component by component
+        // compare.
+        path.as_os_str()
+            .as_bytes()
+            .strip_prefix(self.root.as_os_str().as_bytes())
+            .and_then(|rest| rest.strip_prefix(b"/"))
+            .filter(|rest| !rest.is_empty())
+            .map(|rest| Path::new(std::ffi::OsStr::from_bytes(rest)))
     }
 
     /// The walk stamps of `job`'s sidecars, in [`SIDECARS`] order, with their

@@ -126,3 +126,71 @@ fn the_reserve_is_given_back_after_the_load() {
         assert!(mem_body(&snap, url.as_bytes()) == content(&name, 3000));
     }
 }
+
+/// A first build past `preload_max_files` states its files and reads none:
+/// it serves what a build sending every file from its fd serves (same
+/// heads, validators from the stamps), and a build of no more files than
+/// that keeps them in memory.
+#[test]
+fn a_first_build_past_preload_max_files_serves_every_file_from_disk() {
+    let dir = TempDir::new("from-disk");
+    let mut names = Vec::new();
+    for i in 0..12 {
+        let name = format!("d{}/f{i:02}.html", i % 3);
+        dir.write(&name, &content(&name, 100 * i + 1));
+        names.push(name);
+    }
+    symlink("d0/f03.html", dir.0.join("link.html")).unwrap();
+    names.push("link.html".into());
+    let mut o = opts(&dir.0);
+    // 13 files: the link is walked as one.
+    o.preload_max_files = 13;
+    let preloaded = build_first(&o, None).unwrap();
+    assert!(!preloaded.from_disk);
+    o.preload_max_files = 12;
+    let snap = build_first(&o, None).unwrap();
+    assert!(snap.from_disk);
+    assert_eq!(snap.stats.mem_bytes, 0);
+    assert_eq!(snap.stats.file_bytes, preloaded.stats.mem_bytes);
+    let mut fds = opts(&dir.0);
+    fds.sendfile_threshold = 1;
+    let from_fds = build(&fds, 1).unwrap();
+    for name in &names {
+        let url = format!("/{name}");
+        let url = url.as_bytes();
+        let (s, f) = (
+            snap.entry(file_idx(&snap, url)),
+            from_fds.entry(file_idx(&from_fds, url)),
+        );
+        assert!(matches!(s.identity.body, Body::File(_)), "{name} from disk");
+        assert_eq!(s.identity.len, f.identity.len, "{name}");
+        assert_eq!(s.source, f.source, "{name}: the stamps it states");
+        assert_eq!(
+            s.identity().head_200_vec(),
+            f.identity().head_200_vec(),
+            "{name}: head and validator"
+        );
+    }
+}
+
+/// A start from disk reads no sidecar (it has no bytes to check one
+/// against): files get their variants from the background load.
+#[test]
+fn a_first_build_from_disk_leaves_sidecars_to_the_load() {
+    let dir = TempDir::new("from-disk-sidecar");
+    let page = content("page", 5000);
+    dir.write("page.html", &page);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &page).unwrap();
+    dir.write("page.html.gz", &gz.finish().unwrap());
+    let mut o = opts(&dir.0);
+    o.preload_max_files = 0;
+    let snap = build_first(&o, None).unwrap();
+    assert!(snap.from_disk);
+    let entry = snap.entry(file_idx(&snap, b"/page.html"));
+    assert_eq!(entry.variants().count(), 0);
+    o.preload_max_files = crate::cache::DEFAULT_PRELOAD_MAX_FILES;
+    let loaded = build_first(&o, None).unwrap();
+    let entry = loaded.entry(file_idx(&loaded, b"/page.html"));
+    assert_eq!(entry.variants().count(), 1, "the sidecar, once loaded");
+}

@@ -72,6 +72,7 @@ fn opts(root: &Path) -> BuildOptions {
         error_pages: Vec::new(),
         spa_fallback: false,
         open_files: Default::default(),
+        preload_max_files: crate::cache::DEFAULT_PRELOAD_MAX_FILES,
     }
 }
 
