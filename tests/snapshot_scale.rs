@@ -264,28 +264,29 @@ fn a_root_past_preload_max_files_serves_from_disk_while_it_loads() {
     ));
     assert_eq!((r.status, r.body_str().as_str()), (206, "file 7"));
 
-    // A deploy meanwhile (rename into place) is served within a second.
-    let changed = "deployed while the load was held\n";
-    site.write("tree/19/099.txt.tmp", changed.as_bytes());
+    // A file deployed meanwhile (rename into place) is served within a
+    // second. The held load walked before it existed: publishing that load
+    // alone would lose it.
+    let deployed = "deployed while the load was held\n";
+    site.write("tree/05/new.txt.tmp", deployed.as_bytes());
     fs::rename(
-        site.root.join("tree/19/099.txt.tmp"),
-        site.root.join("tree/19/099.txt"),
+        site.root.join("tree/05/new.txt.tmp"),
+        site.root.join("tree/05/new.txt"),
     )
     .unwrap();
     let started = Instant::now();
     assert!(
         poll_until(Duration::from_secs(1), || server
-            .get("/tree/19/099.txt")
+            .get("/tree/05/new.txt")
             .body
-            == changed.as_bytes()),
-        "the change was not served within 1 s of the rename\n{}",
+            == deployed.as_bytes()),
+        "the new file was not served within 1 s of the rename\n{}",
         server.log_text()
     );
-    eprintln!("change served from disk after {:?}", started.elapsed());
+    eprintln!("new file served from disk after {:?}", started.elapsed());
 
-    // Let the load go: its walk predates the rename, so its first attempt
-    // may fail and be retried; it publishes the files in memory, the
-    // change included.
+    // Let the load go. Its catch-up looks again at the paths changed
+    // meanwhile only, not at the whole root, and keeps the new file.
     fs::remove_file(&flag).unwrap();
     assert!(
         server
@@ -296,17 +297,39 @@ fn a_root_past_preload_max_files_serves_from_disk_while_it_loads() {
     );
     let status = snapshot_status(&server);
     assert_eq!(status["from_disk"], false, "{status}");
+    let examined = status["paths_examined"].as_u64().unwrap();
+    assert!(
+        (1..=24).contains(&examined),
+        "the catch-up examined {examined} paths: {status}"
+    );
     let metrics = admin_get(server.admin_addr(), "/metrics");
     assert!(
         metrics.contains("shardhttpd_snapshot_from_disk 0"),
         "{metrics}"
     );
-    assert_eq!(server.get("/tree/19/099.txt").body_str(), changed);
+    assert_eq!(server.get("/tree/05/new.txt").body_str(), deployed);
     let r = server.get("/tree/07/042.txt");
     assert_eq!(r.body_str(), body(7, 42));
     assert_ne!(
         r.must("etag"),
         disk_etag,
         "in memory, the validator is the content's hash"
+    );
+
+    // And changes go on being served from memory.
+    let changed = "changed after the load\n";
+    site.write("tree/19/099.txt.tmp", changed.as_bytes());
+    fs::rename(
+        site.root.join("tree/19/099.txt.tmp"),
+        site.root.join("tree/19/099.txt"),
+    )
+    .unwrap();
+    assert!(
+        poll_until(Duration::from_secs(1), || server
+            .get("/tree/19/099.txt")
+            .body
+            == changed.as_bytes()),
+        "the change was not served within 1 s\n{}",
+        server.log_text()
     );
 }

@@ -39,6 +39,10 @@ pub struct Store {
     generation: AtomicU64,
     /// Serialises rebuilds (SIGHUP and the file watcher may race).
     rebuilding: Mutex<()>,
+    /// While a background build ([`Store::build_aside`]) runs, what the
+    /// rebuilds meanwhile looked at: its catch-up looks at those paths
+    /// again rather than walking the whole root under the rebuild lock.
+    aside: Mutex<Option<Since>>,
     rebuilds_ok: AtomicU64,
     rebuilds_failed: AtomicU64,
     /// Duration of the last rebuild attempt, in microseconds.
@@ -48,6 +52,16 @@ pub struct Store {
     /// Every rebuild attempt, successful or not; registered by the metrics
     /// module.
     pub rebuild_duration: Histogram,
+}
+
+/// The changes rebuilds have published since a background build began.
+#[derive(Default)]
+struct Since {
+    /// Paths inotify reported.
+    paths: HashSet<PathBuf>,
+    /// A rebuild walked the whole root (SIGHUP, lost events, the safety
+    /// rescan): so does the catch-up.
+    full: bool,
 }
 
 /// Figures for the metrics endpoint, read at scrape time.
@@ -148,6 +162,7 @@ impl Store {
             opts,
             generation: AtomicU64::new(1),
             rebuilding: Mutex::new(()),
+            aside: Mutex::new(None),
             rebuilds_ok: AtomicU64::new(0),
             rebuilds_failed: AtomicU64::new(0),
             last_rebuild_us: AtomicU64::new(0),
@@ -207,6 +222,17 @@ impl Store {
         hook: Option<&DirHook>,
     ) -> anyhow::Result<u64> {
         let _guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(since) = self
+            .aside
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            match changed {
+                Some(paths) => since.paths.extend(paths.iter().cloned()),
+                None => since.full = true,
+            }
+        }
         let old = self.current.load_full();
         // Until `build_compressed` has published, changes are served with
         // identity bodies: compressing here would reload the whole root.
@@ -262,22 +288,37 @@ impl Store {
     /// Build the whole root from scratch with `opts` and publish it. The
     /// long part runs without holding the rebuild lock, so changes keep
     /// being served meanwhile; the result is then brought up to date like
-    /// any rebuild (files changed since are loaded again, the rest reused)
-    /// and published.
+    /// an incremental rebuild, from the paths the rebuilds meanwhile were
+    /// given (a full walk if one of them walked), and published.
     fn build_aside(&self, opts: &BuildOptions) -> anyhow::Result<u64> {
         let started = Instant::now();
         let none = HashSet::new();
-        let base = match self.record(rebuild(opts, 0, None, &none, None), started)? {
+        *self.aside.lock().unwrap_or_else(|e| e.into_inner()) = Some(Since::default());
+        let built = rebuild(opts, 0, None, &none, None);
+        let guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+        let since = self
+            .aside
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        let base = match self.record(built, started)? {
             Built::New(snapshot) => snapshot,
             Built::Unchanged => unreachable!("no previous snapshot"),
         };
-        let guard = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let generation = self.generation.load(Ordering::Relaxed) + 1;
-        let mut snapshot =
-            match self.record(rebuild(opts, generation, Some(&base), &none, None), started)? {
+        let mut snapshot = if !since.full && since.paths.is_empty() {
+            base
+        } else {
+            let changed = (!since.full).then_some(&since.paths);
+            match self.record(
+                rebuild(opts, generation, Some(&base), &none, changed),
+                started,
+            )? {
                 Built::New(snapshot) => snapshot,
                 Built::Unchanged => base,
-            };
+            }
+        };
         snapshot.generation = generation;
         let replaced = self.current.load_full();
         self.swap(snapshot, generation, started);
