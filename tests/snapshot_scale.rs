@@ -268,22 +268,8 @@ fn a_root_past_preload_max_files_serves_from_disk_while_it_loads() {
     // second. The held load walked before it existed: publishing that load
     // alone would lose it.
     let deployed = "deployed while the load was held\n";
-    site.write("tree/05/new.txt.tmp", deployed.as_bytes());
-    fs::rename(
-        site.root.join("tree/05/new.txt.tmp"),
-        site.root.join("tree/05/new.txt"),
-    )
-    .unwrap();
-    let started = Instant::now();
-    assert!(
-        poll_until(Duration::from_secs(1), || server
-            .get("/tree/05/new.txt")
-            .body
-            == deployed.as_bytes()),
-        "the new file was not served within 1 s of the rename\n{}",
-        server.log_text()
-    );
-    eprintln!("new file served from disk after {:?}", started.elapsed());
+    let took = deploy_within_a_second(&server, &site, "tree/05/new.txt", deployed);
+    eprintln!("new file served from disk after {took:?}");
 
     // Let the load go. Its catch-up looks again at the paths changed
     // meanwhile only, not at the whole root, and keeps the new file.
@@ -317,19 +303,26 @@ fn a_root_past_preload_max_files_serves_from_disk_while_it_loads() {
     );
 
     // And changes go on being served from memory.
-    let changed = "changed after the load\n";
-    site.write("tree/19/099.txt.tmp", changed.as_bytes());
-    fs::rename(
-        site.root.join("tree/19/099.txt.tmp"),
-        site.root.join("tree/19/099.txt"),
-    )
-    .unwrap();
+    deploy_within_a_second(
+        &server,
+        &site,
+        "tree/19/099.txt",
+        "changed after the load\n",
+    );
+}
+
+/// Deploys `body` at `rel` (rename into place) and asserts the server
+/// serves it within a second; how long it took.
+#[track_caller]
+fn deploy_within_a_second(server: &Server, site: &Site, rel: &str, body: &str) -> Duration {
+    site.replace(rel, body.as_bytes());
+    let started = Instant::now();
+    let url = format!("/{rel}");
     assert!(
-        poll_until(Duration::from_secs(1), || server
-            .get("/tree/19/099.txt")
-            .body
-            == changed.as_bytes()),
-        "the change was not served within 1 s\n{}",
+        poll_until(Duration::from_secs(1), || server.get(&url).body
+            == body.as_bytes()),
+        "{rel} was not served within 1 s of the rename\n{}",
         server.log_text()
     );
+    started.elapsed()
 }

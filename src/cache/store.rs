@@ -54,7 +54,7 @@ pub struct Store {
     pub rebuild_duration: Histogram,
 }
 
-/// The changes rebuilds have published since a background build began.
+/// What the rebuilds since a background build began were asked to look at.
 #[derive(Default)]
 struct Since {
     /// Paths inotify reported.

@@ -203,6 +203,13 @@ impl Site {
     pub fn write(&self, rel: &str, bytes: &[u8]) -> PathBuf {
         write_file(&self.root, rel, bytes)
     }
+
+    /// Put `bytes` at `rel` the way a deploy should: written aside, then
+    /// renamed into place.
+    pub fn replace(&self, rel: &str, bytes: &[u8]) {
+        let aside = self.write(&format!("{rel}.tmp"), bytes);
+        fs::rename(aside, self.root.join(rel)).unwrap();
+    }
 }
 
 // ---------------------------------------------------------------------------
