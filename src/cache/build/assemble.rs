@@ -209,7 +209,8 @@ pub(super) fn assemble(
         generation,
         stats,
         compressed: opts.compress.is_some(),
-        from_disk: walk.from_disk,
+        // Entries a start from disk stated may have been reused (`Plan`).
+        from_disk: walk.from_disk || old.is_some_and(|o| o.from_disk),
         index: PathIndex::from_map(&index),
         entries,
         free: Vec::new(),

@@ -83,7 +83,12 @@ impl Plan {
                     Some(Resource::File(i)) => {
                         let entry = old.entry(i);
                         let was_mem = matches!(entry.identity.body, Body::Mem { .. });
-                        (entry.source == source && was_mem == in_mem).then_some(i)
+                        // A start from disk's entries stand until its
+                        // background load replaces them all: a full walk
+                        // meanwhile (SIGHUP, a rescan) does not read the
+                        // whole root under the rebuild lock.
+                        let placed = was_mem == in_mem || old.from_disk;
+                        (entry.source == source && placed).then_some(i)
                     }
                     _ => None,
                 });

@@ -194,3 +194,33 @@ fn a_first_build_from_disk_leaves_sidecars_to_the_load() {
     let entry = loaded.entry(file_idx(&loaded, b"/page.html"));
     assert_eq!(entry.variants().count(), 1, "the sidecar, once loaded");
 }
+
+/// A full walk while a start from disk is served (SIGHUP, a rescan) keeps
+/// its entries rather than reading the whole root under the rebuild lock:
+/// nothing changed, nothing to swap; one file changed, only it is read,
+/// and the snapshot still says it is served from disk.
+#[test]
+fn a_full_walk_during_a_start_from_disk_reads_only_what_changed() {
+    let dir = TempDir::new("from-disk-rescan");
+    for i in 0..20 {
+        let name = format!("d{}/f{i:02}.txt", i % 4);
+        dir.write(&name, &content(&name, 500));
+    }
+    let mut o = opts(&dir.0);
+    o.preload_max_files = 10;
+    let snap = build_first(&o, None).unwrap();
+    assert!(snap.from_disk);
+    let none = HashSet::new();
+    assert!(matches!(
+        rebuild(&o, 2, Some(&snap), &none, None).unwrap(),
+        Built::Unchanged
+    ));
+    std::thread::sleep(Duration::from_millis(30));
+    dir.write("d1/f05.txt", b"changed");
+    let Built::New(next) = rebuild(&o, 2, Some(&snap), &none, None).unwrap() else {
+        panic!("a changed file must make a new snapshot");
+    };
+    assert_eq!((next.stats.loaded, next.stats.reused), (1, 19));
+    assert!(next.from_disk);
+    assert!(mem_body(&next, b"/d1/f05.txt") == b"changed");
+}
