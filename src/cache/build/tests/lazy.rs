@@ -12,6 +12,14 @@ fn content(name: &str, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// `n` files of `len` distinct bytes each, named `d{i % dirs}/f{i:03}.txt`.
+fn write_files(dir: &TempDir, n: usize, dirs: usize, len: usize) {
+    for i in 0..n {
+        let name = format!("d{}/f{i:03}.txt", i % dirs);
+        dir.write(&name, &content(&name, len));
+    }
+}
+
 /// The body `snap` serves for `path` from memory.
 fn mem_body(snap: &Snapshot, path: &[u8]) -> Vec<u8> {
     let entry = snap.entry(file_idx(snap, path));
@@ -103,10 +111,7 @@ fn a_lazy_first_build_keeps_the_memory_budget() {
 #[test]
 fn the_reserve_is_given_back_after_the_load() {
     let dir = TempDir::new("lazy-reserve");
-    for i in 0..300 {
-        let name = format!("d{}/f{i:03}.txt", i % 7);
-        dir.write(&name, &content(&name, 3000));
-    }
+    write_files(&dir, 300, 7, 3000);
     let mut o = opts(&dir.0);
     o.cache_max_bytes = 1 << 30;
     let snap = build_first(&o, None).unwrap();
@@ -202,10 +207,7 @@ fn a_first_build_from_disk_leaves_sidecars_to_the_load() {
 #[test]
 fn a_full_walk_during_a_start_from_disk_reads_only_what_changed() {
     let dir = TempDir::new("from-disk-rescan");
-    for i in 0..20 {
-        let name = format!("d{}/f{i:02}.txt", i % 4);
-        dir.write(&name, &content(&name, 500));
-    }
+    write_files(&dir, 20, 4, 500);
     let mut o = opts(&dir.0);
     o.preload_max_files = 10;
     let snap = build_first(&o, None).unwrap();
@@ -216,11 +218,11 @@ fn a_full_walk_during_a_start_from_disk_reads_only_what_changed() {
         Built::Unchanged
     ));
     std::thread::sleep(Duration::from_millis(30));
-    dir.write("d1/f05.txt", b"changed");
+    dir.write("d1/f005.txt", b"changed");
     let Built::New(next) = rebuild(&o, 2, Some(&snap), &none, None).unwrap() else {
         panic!("a changed file must make a new snapshot");
     };
     assert_eq!((next.stats.loaded, next.stats.reused), (1, 19));
     assert!(next.from_disk);
-    assert!(mem_body(&next, b"/d1/f05.txt") == b"changed");
+    assert!(mem_body(&next, b"/d1/f005.txt") == b"changed");
 }
