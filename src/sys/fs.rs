@@ -147,11 +147,11 @@ pub struct Lstat {
     pub ctime: (i64, i64),
 }
 
-/// `lstat` of `rel` relative to the directory `dir`: a lookup from there,
-/// not from `/` (which a path from the root repeats for each component
-/// above it). Unlike [`open_beneath`] it may pass a symlink swapped in for
-/// a directory; callers that serve the file open it beneath `dir` and
-/// check it against this stamp first.
+/// `lstat` of `rel` relative to the directory `dir`: the directory the
+/// build's opens start from too, whatever its path names meanwhile (a
+/// swapped root symlink). Unlike [`open_beneath`] it may pass a symlink
+/// swapped in for a directory; callers that serve the file open it beneath
+/// `dir` and check it against this stamp first.
 pub fn lstat_at(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<Lstat> {
     let name = cstring(rel.as_os_str().as_bytes())?;
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();

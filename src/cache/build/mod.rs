@@ -281,10 +281,12 @@ fn test_pause_before_open(root: &Path, generation: u64) {
         return;
     };
     let flag = root.parent().unwrap_or(root).join(name);
-    match fs::read_to_string(&flag) {
-        Err(_) => return,
-        Ok(only) if only.trim().parse() != Ok(generation) && !only.trim().is_empty() => return,
-        Ok(_) => {}
+    let Ok(only) = fs::read_to_string(&flag) else {
+        return;
+    };
+    let only = only.trim();
+    if !only.is_empty() && only.parse() != Ok(generation) {
+        return;
     }
     let mut reached = flag.clone().into_os_string();
     reached.push(".reached");
