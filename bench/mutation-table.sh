@@ -69,10 +69,10 @@ trap revert EXIT
 if [ "$baseline" -eq 1 ]; then
   all=()
   for f in $(for nn in "${wanted[@]}"; do suites "$nn" | tr , '\n'; done | sort -u); do
-    all+=(--test "$f")
+    all+=("$f::")
   done
   start=$SECONDS
-  if ! cargo test "${all[@]}" >"$logs/baseline.log" 2>&1; then
+  if ! cargo test --test it -- "${all[@]}" >"$logs/baseline.log" 2>&1; then
     echo "baseline: the unmutated tree fails its suites; see $logs/baseline.log" >&2
     exit 2
   fi
@@ -87,18 +87,18 @@ for nn in "${wanted[@]}"; do
   name=$(basename "$patch" .patch)
   files=$(suites "$nn")
   args=()
-  for f in ${files//,/ }; do args+=(--test "$f"); done
+  for f in ${files//,/ }; do args+=("$f::"); done
   git apply "$patch"
   current=$patch
   start=$SECONDS
   # Building must succeed: a mutant that does not compile proves nothing.
-  if ! cargo test "${args[@]}" --no-run >"$logs/$nn.log" 2>&1; then
+  if ! cargo test --test it --no-run >"$logs/$nn.log" 2>&1; then
     echo "| $name | $files | BUILD FAILED (see $logs/$nn.log) | |"
     revert
     exit 2
   fi
   set +e
-  cargo test "${args[@]}" --no-fail-fast >>"$logs/$nn.log" 2>&1
+  cargo test --test it -- "${args[@]}" >>"$logs/$nn.log" 2>&1
   set -e
   revert
   # Each failure as `suite::test`, the suite taken from libtest's

@@ -1,0 +1,327 @@
+//! Malformed and over-limit requests: each gets the right status with a short
+//! body, and the server closes the connection afterwards.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn start(tag: &str, extra: &[&str]) -> (Site, Server) {
+    let site = Site::new(tag);
+    let server = Server::start(&site.root, extra);
+    (site, server)
+}
+
+/// Sends `raw` on a fresh connection and expects `want`, a body, then close.
+#[track_caller]
+fn expect_error(server: &Server, raw: &[u8], want: u16, what: &str) -> Response {
+    let mut c = server.connect();
+    // The server may answer and close before reading everything we send; a
+    // failed write is then fine, the response is what matters.
+    let _ = c.try_send(raw);
+    assert_error_then_close(&mut c, want, what)
+}
+
+/// `expect_error` for each `(raw request, what)` of `cases`.
+#[track_caller]
+fn expect_errors(server: &Server, want: u16, cases: &[(&[u8], &str)]) {
+    for (raw, what) in cases {
+        expect_error(server, raw, want, what);
+    }
+}
+
+/// A GET whose target is `/` and `len` times `a`.
+fn long_target(len: usize) -> String {
+    format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(len))
+}
+
+/// A GET for /index.html with one extra header whose value is `len` bytes.
+fn with_header(name: &str, len: usize) -> String {
+    format!(
+        "GET /index.html HTTP/1.1\r\nHost: x\r\n{name}: {}\r\n\r\n",
+        "b".repeat(len)
+    )
+}
+
+/// A `method` for /index.html carrying `body` (with its Content-Length),
+/// pipelined with a GET for /style.css in the same write.
+fn with_body_then_style(method: &str, body: &str) -> String {
+    format!(
+        "{method} /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}{}",
+        body.len(),
+        get("/style.css")
+    )
+}
+
+#[test]
+fn malformed_request_line_is_400() {
+    let (_site, server) = start("garbage", &[]);
+    expect_errors(
+        &server,
+        400,
+        &[
+            (b"GARBAGE\r\n\r\n", "GARBAGE"),
+            (b"GET\r\n\r\n", "method only"),
+            (
+                b"GET /index.html HTTP/1.1 extra\r\nHost: x\r\n\r\n",
+                "extra token",
+            ),
+            (
+                b"GET /index.html HTTP/1.1\r\nBad Header\r\n\r\n",
+                "header without colon",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn http11_without_host_is_400() {
+    let (_site, server) = start("no-host", &[]);
+    expect_errors(
+        &server,
+        400,
+        &[
+            (
+                b"GET /index.html HTTP/1.1\r\nAccept: */*\r\n\r\n",
+                "no Host",
+            ),
+            (
+                b"GET /index.html HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                "two Host headers",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn content_length_with_transfer_encoding_is_400() {
+    let (_site, server) = start("cl-te", &[]);
+    // The "body" is a smuggled request; it must never be answered.
+    let raw = b"GET /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\
+                Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /style.css HTTP/1.1\r\nHost: x\r\n\r\n";
+    expect_error(&server, raw, 400, "CL + TE");
+}
+
+/// A request body is never accepted, and `Transfer-Encoding` alone (no
+/// Content-Length) cannot be skipped safely either: 413, then close, and the
+/// request hidden in the "body" is never answered.
+#[test]
+fn chunked_body_on_get_is_refused() {
+    let (_site, server) = start("te-only", &[]);
+    for (method, version) in [("GET", "1.1"), ("POST", "1.1"), ("GET", "1.0")] {
+        let raw = format!(
+            "{method} /index.html HTTP/{version}\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+             0\r\n\r\n{}",
+            get("/style.css")
+        );
+        expect_error(
+            &server,
+            raw.as_bytes(),
+            413,
+            &format!("{method} with Transfer-Encoding alone, HTTP/{version}"),
+        );
+    }
+}
+
+#[test]
+fn bad_content_length_is_400() {
+    let (_site, server) = start("bad-cl", &[]);
+    for (cl, what) in [("abc", "non-numeric"), ("-1", "negative"), ("5, 6", "list")] {
+        let raw = format!("GET /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: {cl}\r\n\r\n");
+        expect_error(&server, raw.as_bytes(), 400, what);
+    }
+}
+
+#[test]
+fn long_uri_is_414() {
+    let (_site, server) = start("414", &[]);
+    expect_error(&server, long_target(5000).as_bytes(), 414, "5000-byte URI");
+    // Just under the limit is merely a 404.
+    let ok = server.get(&format!("/{}", "a".repeat(4000)));
+    assert_eq!(ok.status, 404, "{ok:?}");
+
+    let (_site, server) = start("414-flag", &["--max-uri-bytes", "100"]);
+    expect_error(
+        &server,
+        long_target(200).as_bytes(),
+        414,
+        "200-byte URI, limit 100",
+    );
+    assert_eq!(server.get(&format!("/{}", "a".repeat(50))).status, 404);
+}
+
+#[test]
+fn too_many_headers_is_431() {
+    let (_site, server) = start("431-count", &[]);
+    let mut raw = String::from("GET /index.html HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..101 {
+        raw.push_str(&format!("X-H{i}: v\r\n"));
+    }
+    raw.push_str("\r\n");
+    expect_error(&server, raw.as_bytes(), 431, "101 headers");
+}
+
+#[test]
+fn oversized_head_is_431() {
+    let (_site, server) = start("431-size", &[]);
+    let raw = with_header("X-Big", 9000);
+    expect_error(&server, raw.as_bytes(), 431, "9000-byte header");
+}
+
+#[test]
+fn head_limit_is_configurable() {
+    let (_site, server) = start(
+        "431-flag",
+        &["--max-head-bytes", "1024", "--max-uri-bytes", "512"],
+    );
+    let raw = with_header("X-Big", 2000);
+    expect_error(
+        &server,
+        raw.as_bytes(),
+        431,
+        "2000-byte header, 1 KiB limit",
+    );
+    let r = server.send(&with_header("X-Small", 500));
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[test]
+fn unsupported_versions_are_505() {
+    let (_site, server) = start("505", &[]);
+    expect_errors(
+        &server,
+        505,
+        &[
+            (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", "HTTP/2.0"),
+            (b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", "HTTP/1.2"),
+        ],
+    );
+}
+
+#[test]
+fn slow_head_times_out_with_408() {
+    let (_site, server) = start("408", &["--header-timeout", "1"]);
+    let mut c = server.connect();
+    c.set_read_timeout(Duration::from_secs(6));
+    let start = Instant::now();
+    c.send(b"GET /index.html HTTP/1.1\r\nHost: x\r\n");
+    let r = c.read_response().expect("408 response");
+    let took = start.elapsed();
+    assert_eq!(r.status, 408, "{r:?}");
+    assert!(took < Duration::from_secs(3), "408 after {took:?}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "408 too early: {took:?}"
+    );
+    assert!(!r.body.is_empty());
+    assert_common_headers(&r, "GET");
+    assert_closed(&mut c, "after 408");
+}
+
+#[test]
+fn silent_connection_is_closed_after_header_timeout() {
+    let (_site, server) = start("408-silent", &["--header-timeout", "1"]);
+    let mut c = server.connect();
+    // No byte sent: the server may send a 408 or just close, but must not
+    // keep the socket.
+    c.set_read_timeout(Duration::from_secs(4));
+    match c.read_response() {
+        Ok(r) => {
+            assert_eq!(r.status, 408, "{r:?}");
+            assert_closed(&mut c, "after silent 408");
+        }
+        Err(ReadError::Closed) => {}
+        Err(e) => panic!("silent connection not closed in time: {e}"),
+    }
+}
+
+#[test]
+fn small_body_on_get_is_discarded() {
+    let (_site, server) = start("discard", &[]);
+    let mut c = server.connect();
+    c.send(with_body_then_style("GET", "0123456789").as_bytes());
+    let first = c.read_response().expect("first response");
+    let second = c.read_response().expect("second response");
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.body, INDEX_HTML);
+    assert_eq!(second.status, 200, "{second:?}");
+    assert_eq!(second.body, STYLE_CSS);
+}
+
+#[test]
+fn body_sent_after_head_is_discarded() {
+    let (_site, server) = start("discard-split", &[]);
+    let mut c = server.connect();
+    c.send(b"GET /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n");
+    let first = c.read_response().expect("first response");
+    assert_eq!(first.status, 200, "{first:?}");
+    // The body arrives late, glued to the next request.
+    c.send(format!("abcdef{}", get("/style.css")).as_bytes());
+    let second = c.read_response().expect("second response");
+    assert_eq!(second.status, 200, "{second:?}");
+    assert_eq!(second.body, STYLE_CSS);
+}
+
+#[test]
+fn body_over_discard_limit_is_413() {
+    let (_site, server) = start("413", &[]);
+    expect_error(
+        &server,
+        b"GET /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n",
+        413,
+        "Content-Length 100000",
+    );
+    let (_site, server) = start("413-flag", &["--max-discard-bytes", "100"]);
+    expect_error(
+        &server,
+        b"GET /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n",
+        413,
+        "Content-Length 101 with limit 100",
+    );
+}
+
+#[test]
+fn errors_do_not_kill_the_server() {
+    let (_site, server) = start("survive", &[]);
+    for raw in [
+        &b"\x00\x01\x02\x03\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nRange: bytes=\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nRange: bytes=5-1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nIf-Modified-Since: \xff\r\n\r\n",
+    ] {
+        let mut c = server.connect();
+        c.set_read_timeout(Duration::from_secs(2));
+        let _ = c.try_send(raw);
+        // Any answer or a close is fine; the server must live on.
+        if let Err(e @ ReadError::Timeout { .. }) = c.read_response() {
+            panic!("{:?}: {e}", String::from_utf8_lossy(raw));
+        }
+    }
+    let r = server.get("/index.html");
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[test]
+fn disallowed_method_with_body_does_not_desync() {
+    let (_site, server) = start("405-body", &[]);
+    let mut c = server.connect();
+    // The POST body must be skipped (or the connection closed), never parsed
+    // as the next request.
+    c.send(with_body_then_style("POST", "GET /secret HTTP/1.1\n").as_bytes());
+    let r = c.read_response_to("POST").expect("405 response");
+    assert_eq!(r.status, 405, "{r:?}");
+    assert!(
+        !r.body.is_empty() && !r.body.starts_with(b"HTTP/"),
+        "the 405 announced a body it did not send; its `body` is the next response: {r:?}"
+    );
+    if r.says_close() {
+        assert_closed(&mut c, "after 405 with Connection: close");
+        return;
+    }
+    let next = c.read_response().expect("response after the POST");
+    assert_eq!(next.status, 200, "{next:?}");
+    assert_eq!(next.body, STYLE_CSS);
+}

@@ -1,0 +1,318 @@
+//! Logs an operator can follow (issue 13, item 7): the start-up facts once
+//! each, SIGHUP's receipt and outcome, a 403 for an unreadable file once,
+//! the force-closed count when the shutdown grace runs out, and the access
+//! log's dropped lines in `/metrics` and `/status.json`. Also: the shipped
+//! example configs pass `--check`.
+
+use crate::support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use support::privilege::{running_as_root, setpriv_nobody};
+use support::*;
+
+fn count(server: &Server, needle: &str) -> usize {
+    server
+        .log_lines()
+        .iter()
+        .filter(|l| l.contains(needle))
+        .count()
+}
+
+#[test]
+fn start_up_facts_are_logged_once_each() {
+    let site = Site::new("start-log");
+    let cfg = write_file(
+        site.base(),
+        "start.toml",
+        format!(
+            "root = {:?}\nerror_pages = {{ 404 = \"missing.html\" }}\n",
+            site.root.display().to_string()
+        )
+        .as_bytes(),
+    );
+    let cfg = cfg.display().to_string();
+    let server = Server::spawn(
+        &[
+            "--config".into(),
+            cfg.clone(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--admin".into(),
+            "127.0.0.1:0".into(),
+            "--cores".into(),
+            "1".into(),
+        ],
+        1,
+    );
+    let start = server
+        .wait_for_log("shardhttpd starting", Duration::from_secs(5))
+        .expect("start line");
+    assert_eq!(
+        log_field(&start, "version"),
+        Some(env!("CARGO_PKG_VERSION")),
+        "{start}"
+    );
+    assert_eq!(log_field(&start, "config"), Some(cfg.as_str()), "{start}");
+    assert_eq!(
+        log_field(&start, "root"),
+        Some(site.root.display().to_string().as_str()),
+        "{start}"
+    );
+    assert_eq!(
+        log_field(&start, "pid"),
+        Some(server.pid().to_string().as_str()),
+        "{start}"
+    );
+    let cpu = allowed_cpus()[0];
+    assert!(
+        server
+            .wait_for_log(&format!("shard:cpu map 0:{cpu}"), Duration::from_secs(1))
+            .is_some(),
+        "{}",
+        server.log_text()
+    );
+    assert!(
+        server
+            .wait_for_log("nofile_limit=", Duration::from_secs(1))
+            .is_some(),
+        "fd limit line\n{}",
+        server.log_text()
+    );
+    // A small root is built twice at start (identity, then with variants):
+    // the second build must not repeat the first one's lines.
+    assert_eq!(
+        count(&server, "snapshot built generation=1"),
+        1,
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(
+        count(&server, "error page not in the snapshot"),
+        1,
+        "{}",
+        server.log_text()
+    );
+}
+
+#[test]
+fn sighup_logs_receipt_and_whether_the_snapshot_changed() {
+    let site = Site::new("hup-log");
+    let server = Server::start(&site.root, &["--watch", "false", "--cores", "1"]);
+    server.signal("HUP");
+    assert!(
+        server
+            .wait_for_log(
+                "SIGHUP rebuild: snapshot unchanged generation=1",
+                Duration::from_secs(10)
+            )
+            .is_some(),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(count(&server, "SIGHUP received"), 1);
+    site.write("new.txt", b"new\n");
+    server.signal("HUP");
+    assert!(
+        server
+            .wait_for_log(
+                "SIGHUP rebuild: snapshot changed generation=2",
+                Duration::from_secs(10)
+            )
+            .is_some(),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(count(&server, "SIGHUP received"), 2);
+    assert_eq!(server.get("/new.txt").status, 200);
+}
+
+#[test]
+fn access_log_dropped_lines_are_exported() {
+    let site = Site::new("dropped-export");
+    let log = site.base().join("access.log").display().to_string();
+    let server = Server::start(&site.root, &["--access-log", &log]);
+    let admin = server.admin_addr();
+    let metrics = Conn::connect(admin).roundtrip(&get("/metrics"));
+    assert!(
+        metrics
+            .body_str()
+            .lines()
+            .any(|l| l == "shardhttpd_access_log_dropped_total 0"),
+        "{}",
+        metrics.body_str()
+    );
+    let status = Conn::connect(admin).roundtrip(&get("/status.json"));
+    let json: serde_json::Value = serde_json::from_slice(&status.body).expect("json");
+    assert_eq!(json["access_log_dropped"], serde_json::json!(0), "{json}");
+}
+
+#[test]
+fn force_closed_connections_are_counted_when_the_grace_runs_out() {
+    let site = Site::new("force-close");
+    // Far more than loopback socket buffers hold, so the response cannot
+    // finish while the client reads nothing.
+    site.write("big.bin", &vec![7u8; 48 << 20]);
+    let mut server = Server::start(&site.root, &["--shutdown-grace", "500ms", "--cores", "1"]);
+    let mut stuck = server.connect();
+    stuck.send(get("/big.bin").as_bytes());
+    let head = stuck.read_head().expect("head");
+    assert_eq!(head.status, 200);
+    server.signal("TERM");
+    let status = server.wait_exit(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "{status}");
+    let line = server
+        .log_lines()
+        .into_iter()
+        .find(|l| l.contains("force-closing connections"))
+        .unwrap_or_else(|| panic!("no force-close line\n{}", server.log_text()));
+    assert_eq!(log_field(&line, "connections"), Some("1"), "{line}");
+    drop(stuck);
+}
+
+/// A server run through `setpriv` as nobody (needed for EACCES as root),
+/// with its stderr collected.
+struct Unprivileged {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Unprivileged {
+    fn start(args: &[&str]) -> Option<Unprivileged> {
+        let mut cmd = if running_as_root() {
+            setpriv_nobody("cannot drop root to make a file unreadable")?
+        } else {
+            Command::new(bin())
+        };
+        let mut child = cmd
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(strip_ansi(&l));
+            }
+        });
+        Some(Unprivileged { child, lines })
+    }
+
+    fn find(&self, needle: &str) -> Option<String> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains(needle))
+            .cloned()
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    fn text(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Unprivileged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_403_for_an_unreadable_file_is_logged_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::new("forbidden-log");
+    for dir in [site.base(), site.root.as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let locked = site.write("locked.txt", b"secret\n");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let root = site.root.display().to_string();
+    let Some(server) = Unprivileged::start(&[
+        "--root",
+        &root,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--watch",
+        "false",
+        "--cores",
+        "1",
+    ]) else {
+        return;
+    };
+    let mut addr = None;
+    assert!(
+        poll_until(Duration::from_secs(10), || {
+            addr = server
+                .find("listening addr=")
+                .and_then(|l| log_field(&l, "addr").and_then(|a| a.parse().ok()));
+            addr.is_some()
+        }),
+        "never listened:\n{}",
+        server.text()
+    );
+    let addr = addr.unwrap();
+    for _ in 0..3 {
+        let r = Conn::connect(addr).roundtrip(&get("/locked.txt"));
+        assert_eq!(r.status, 403, "{r:?}");
+    }
+    assert_eq!(
+        server.count("unreadable file; answering 403"),
+        1,
+        "{}",
+        server.text()
+    );
+    let line = server.find("unreadable file; answering 403").unwrap();
+    assert!(line.contains("locked.txt"), "{line}");
+}
+
+#[test]
+fn shipped_example_configs_pass_check() {
+    let site = Site::new("deploy-configs");
+    let root = site.root.display().to_string();
+    for cfg in ["deploy/shardhttpd.toml", "deploy/container/shardhttpd.toml"] {
+        let path = repo().join(cfg).display().to_string();
+        // Root and addresses overridden: the file's are for a real host.
+        let out = command()
+            .args([
+                "--config",
+                &path,
+                "--root",
+                &root,
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--check",
+            ])
+            .output()
+            .expect("run --check");
+        assert!(
+            out.status.success(),
+            "{cfg}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
