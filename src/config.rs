@@ -87,8 +87,11 @@ Exit status:
      key or value, an unusable root or access-log path, an address already in
      use or needing a capability (ports below 1024: CAP_NET_BIND_SERVICE)
 
-Signals: SIGHUP rebuilds the snapshot, SIGUSR1 reopens the access log,
-SIGTERM/SIGINT drain and exit.";
+Signals: SIGHUP reloads the configuration (a changed, valid file is applied
+by handover to a new process; a bad edit is refused and logged; unchanged:
+the snapshot is rebuilt), SIGUSR1 reopens the access log, SIGUSR2 upgrades
+the binary by handing the listening sockets to a new process, SIGTERM/SIGINT
+drain and exit.";
 
 /// Every setting, as given by flags or by the file; `None` means "not given".
 /// Flag names are the kebab-case of the TOML keys. Each option's default is
@@ -624,6 +627,15 @@ impl Settings {
     pub fn from_args() -> Settings {
         let matches = Settings::command().get_matches();
         Settings::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parse `args` (without the program name) as the command line; a
+    /// reload reads the process's own arguments again this way.
+    pub fn try_from_args(args: &[std::ffi::OsString]) -> Result<Settings, clap::Error> {
+        let argv =
+            std::iter::once(std::ffi::OsString::from("shardhttpd")).chain(args.iter().cloned());
+        let matches = Settings::command().try_get_matches_from(argv)?;
+        Settings::from_arg_matches(&matches)
     }
 
     /// Flags in `self` win over the same keys in `file`.

@@ -26,6 +26,7 @@ pub mod http;
 pub mod metrics;
 pub mod notify;
 pub mod preflight;
+pub mod reload;
 pub mod server;
 pub mod shard;
 pub mod sys;

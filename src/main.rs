@@ -12,6 +12,8 @@ fn main() -> ExitCode {
     init_logging();
 
     let flags = Settings::from_args();
+    // Before the configuration is loaded: a reload compares against this.
+    let source = shardhttpd::reload::Source::capture(std::env::args_os().skip(1).collect());
     let check = flags.check;
     let config = match Config::load(flags) {
         Ok(c) => c,
@@ -23,7 +25,7 @@ fn main() -> ExitCode {
     if check {
         return run_check(&config);
     }
-    match shardhttpd::server::run(config) {
+    match shardhttpd::server::run(config, source) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if preflight::is_setup_error(&e) => {
             tracing::error!("cannot start: {e:#}");

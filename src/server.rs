@@ -1,8 +1,8 @@
 //! Start-up and lifecycle: check and claim the addresses, bind the admin
 //! listener and one socket per shard and address, build the first snapshot
 //! (reporting progress), start the shards, then turn signals into actions
-//! (SIGHUP rebuilds, SIGUSR2 upgrades the binary, SIGTERM/SIGINT drain and
-//! exit). A new process of an upgrade adopts the sockets its predecessor
+//! (SIGHUP reloads the configuration and rebuilds, SIGUSR2 upgrades the
+//! binary, SIGTERM/SIGINT drain and exit). A new process of an upgrade adopts the sockets its predecessor
 //! handed over instead of binding them.
 
 use std::net::{SocketAddr, TcpListener};
@@ -23,6 +23,7 @@ use crate::metrics::access_log::AccessLog;
 use crate::metrics::{admin, Metrics};
 use crate::notify::notify;
 use crate::preflight::{self, Preflight, SetupError};
+use crate::reload;
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 use crate::upgrade::{self, Inherited, Kind, Passed};
@@ -118,6 +119,9 @@ struct UpgradeState {
     cancel: AtomicBool,
     /// The new process is ready: this one drains.
     done: std::sync::Mutex<Option<upgrade::Ready>>,
+    /// The next upgrade applies a changed configuration (SIGHUP), not a
+    /// new binary (SIGUSR2): its outcome is also a reload's.
+    reload: AtomicBool,
 }
 
 /// A shard's socket: adopted from the old process (already listening) or
@@ -135,7 +139,7 @@ enum ShardSocket {
 /// in milliseconds; the admin listener answers `/healthz` (and `/readyz`
 /// 503) while the build runs; the shard sockets start listening once the
 /// snapshot is there.
-pub fn run(config: Config) -> anyhow::Result<()> {
+pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
     // Before the first build allocates anything.
     crate::sys::fix_mmap_threshold();
     crate::sys::cap_arenas();
@@ -146,7 +150,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         Some(path) => path.clone(),
         None => std::fs::read_link("/proc/self/exe").context("resolving /proc/self/exe")?,
     };
-    let upgrade_args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let upgrade_args: Vec<std::ffi::OsString> = source.args().to_vec();
     let mut inherited =
         Inherited::from_env().context("adopting the sockets of the process this one replaces")?;
     // Every listening address: `addrs[..plain]` are cleartext, the rest TLS
@@ -423,13 +427,26 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     // One queued request coalesces a burst. Spawned before "listening" is
     // logged, so the process has all its standing threads by then.
     let (rebuild_tx, rebuild_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let upgrade = Arc::new(UpgradeState {
+        running: AtomicBool::new(false),
+        cancel: AtomicBool::new(false),
+        done: std::sync::Mutex::new(None),
+        reload: AtomicBool::new(false),
+    });
     {
         let store = Arc::clone(&store);
         let certs = tls.as_ref().map(|t| Arc::clone(&t.store));
+        let metrics = Arc::clone(&metrics);
+        let upgrade = Arc::clone(&upgrade);
+        let mut source = source;
         std::thread::Builder::new()
             .name("rebuild".into())
             .spawn(move || {
                 for () in rebuild_rx {
+                    if reload_on_hup(&mut source, &metrics, &upgrade) {
+                        // The new process builds its own snapshot.
+                        continue;
+                    }
                     if let Some(certs) = &certs {
                         certs.reload();
                     }
@@ -455,12 +472,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     inherited
         .ready()
         .context("signalling readiness to the old process")?;
+    if std::env::var_os(reload::RELOAD_ENV).is_some_and(|v| v == "1") {
+        metrics.config_reloads.with_label_values(&["applied"]).inc();
+        tracing::info!("reload: the changed configuration is serving");
+    }
 
-    let upgrade = Arc::new(UpgradeState {
-        running: AtomicBool::new(false),
-        cancel: AtomicBool::new(false),
-        done: std::sync::Mutex::new(None),
-    });
     let mut upgrade_thread = None;
     let mut last_signal = None;
     let signals_handle = signals.handle();
@@ -484,7 +500,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 if let Some(previous) = upgrade_thread.take() {
                     let _ = std::thread::JoinHandle::join(previous);
                 }
-                tracing::info!("SIGUSR2: starting the binary upgrade");
+                if upgrade.reload.load(Ordering::Acquire) {
+                    tracing::info!("reload: applying the changed configuration by handover");
+                } else {
+                    tracing::info!("SIGUSR2: starting the binary upgrade");
+                }
                 let passed: Vec<Passed> = handover.iter().map(|(p, _)| *p).collect();
                 upgrade_thread = Some(spawn_upgrade(
                     upgrade_binary.clone(),
@@ -556,6 +576,41 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SIGHUP's configuration half: read the file again. A valid change starts
+/// the handover (returns true: the new process builds its own snapshot);
+/// an invalid one is refused, logged with the error `--check` prints, and
+/// the running configuration keeps serving.
+fn reload_on_hup(source: &mut reload::Source, metrics: &Metrics, upgrade: &UpgradeState) -> bool {
+    match source.examine() {
+        reload::Outcome::Unchanged => {
+            metrics
+                .config_reloads
+                .with_label_values(&["unchanged"])
+                .inc();
+            false
+        }
+        reload::Outcome::Invalid(e) => {
+            metrics.config_reloads.with_label_values(&["invalid"]).inc();
+            tracing::error!(
+                "reload refused: configuration error: {e:#}; the running configuration keeps serving"
+            );
+            false
+        }
+        reload::Outcome::Changed => {
+            tracing::info!("reload: the configuration changed and is valid");
+            upgrade.reload.store(true, Ordering::Release);
+            // The signal loop starts the handover, as for SIGUSR2 (and
+            // refuses it while one is already in flight).
+            if let Err(e) = signal_hook::low_level::raise(SIGUSR2) {
+                upgrade.reload.store(false, Ordering::Release);
+                metrics.config_reloads.with_label_values(&["failed"]).inc();
+                tracing::error!(error = %e, "reload: cannot start the handover");
+            }
+            true
+        }
+    }
+}
+
 /// SIGHUP: say it arrived, rebuild, and say whether anything changed.
 fn rebuild_on_hup(store: &Store) {
     let before = store.load().generation;
@@ -589,8 +644,14 @@ fn spawn_upgrade(
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("upgrade".into())
-        .spawn(
-            move || match upgrade::start(&binary, &args, &passed, timeout, &state.cancel) {
+        .spawn(move || {
+            let reload = state.reload.swap(false, Ordering::AcqRel);
+            let env: &[(&str, &str)] = if reload {
+                &[(reload::RELOAD_ENV, "1")]
+            } else {
+                &[]
+            };
+            match upgrade::start(&binary, &args, &passed, timeout, &state.cancel, env) {
                 Ok(ready) => {
                     metrics.upgrades.with_label_values(&["success"]).inc();
                     tracing::info!(
@@ -602,6 +663,9 @@ fn spawn_upgrade(
                 }
                 Err(e) => {
                     metrics.upgrades.with_label_values(&["failed"]).inc();
+                    if reload {
+                        metrics.config_reloads.with_label_values(&["failed"]).inc();
+                    }
                     tracing::error!(
                         error = format!("{e:#}"),
                         "upgrade failed; this process keeps serving"
@@ -610,8 +674,8 @@ fn spawn_upgrade(
                     notify(&format!("MAINPID={}", std::process::id()));
                     state.running.store(false, Ordering::Release);
                 }
-            },
-        )
+            }
+        })
         .context("spawning the upgrade thread")
 }
 

@@ -250,10 +250,13 @@ pub fn start(
     passed: &[Passed],
     timeout: Duration,
     cancel: &AtomicBool,
+    env: &[(&str, &str)],
 ) -> anyhow::Result<Ready> {
     let (read_end, write_end) = crate::sys::pipe().context("creating the readiness pipe")?;
     let mut cmd = Command::new(binary);
     cmd.args(args)
+        .env_remove(crate::reload::RELOAD_ENV)
+        .envs(env.iter().copied())
         .env(LISTEN_FDS_ENV, encode(passed))
         .env(READY_FD_ENV, write_end.as_raw_fd().to_string())
         .stdin(Stdio::null());

@@ -66,6 +66,8 @@ pub struct Metrics {
     pub handed_over: AtomicBool,
     /// `shardhttpd_upgrades_total{result}`: SIGUSR2 upgrades started here.
     pub upgrades: prometheus::IntCounterVec,
+    /// `shardhttpd_config_reloads_total{result}`: SIGHUP reloads.
+    pub config_reloads: prometheus::IntCounterVec,
     /// Access-log lines dropped because the writer fell behind.
     pub access_log_dropped: Arc<AtomicU64>,
 }
@@ -104,6 +106,20 @@ impl Metrics {
         registry
             .register(Box::new(upgrades.clone()))
             .expect("fresh registry accepts upgrades_total");
+        let config_reloads = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "shardhttpd_config_reloads_total",
+                "Configuration reloads (SIGHUP, systemctl reload), by result: unchanged (the file is what runs; the snapshot was rebuilt), invalid (the edit was refused and the running configuration kept serving), applied (counted by the process that a reload started, once it serves), failed (the process started to apply it did not become ready; the old one kept serving).",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        for result in ["unchanged", "invalid", "applied", "failed"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        registry
+            .register(Box::new(config_reloads.clone()))
+            .expect("fresh registry accepts config_reloads_total");
         Arc::new(Metrics {
             enabled,
             slots: cpus
@@ -122,6 +138,7 @@ impl Metrics {
             draining: AtomicBool::new(false),
             handed_over: AtomicBool::new(false),
             upgrades,
+            config_reloads,
             access_log_dropped: Arc::new(AtomicU64::new(0)),
         })
     }

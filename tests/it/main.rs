@@ -33,6 +33,7 @@ mod pipelining;
 mod process_invariants;
 mod properties;
 mod redirects;
+mod reload;
 mod sendfile;
 mod shards;
 mod shutdown;
