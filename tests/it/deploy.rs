@@ -257,3 +257,68 @@ fn sysctl_file_sets_existing_keys_each_with_one_comment() {
         .unwrap();
     assert!(somaxconn >= shardhttpd::config::DEFAULT_BACKLOG);
 }
+
+/// `deploy/shardhttpd.toml` promises every key: each setting the server
+/// takes (each flag but `--config` and `--check`, each file-only table)
+/// appears there, set or
+/// commented out (`key =`, `# key =`, or a `[key]` / `[[key]]` table), and
+/// every key it names is one the server takes. A new setting that is not
+/// added to the file fails here.
+#[test]
+fn example_config_names_every_setting_and_nothing_else() {
+    use std::collections::BTreeSet;
+    let mut settings: BTreeSet<String> = shardhttpd::config::Settings::command()
+        .get_arguments()
+        .map(|a| a.get_id().as_str().to_owned())
+        .filter(|id| !matches!(id.as_str(), "config" | "check" | "help" | "version"))
+        .collect();
+    // The file-only keys (tables): serde names every key it takes when it
+    // refuses an unknown one.
+    let refusal = toml::from_str::<shardhttpd::config::Settings>("no_such_key = 1")
+        .expect_err("an unknown key is refused")
+        .to_string();
+    let (_, expected) = refusal
+        .split_once("expected one of")
+        .unwrap_or_else(|| panic!("{refusal}"));
+    settings.extend(expected.split('`').skip(1).step_by(2).map(str::to_owned));
+    assert!(settings.contains("keepalive_timeout"), "{settings:?}");
+    let text = fs::read_to_string(deploy().join("shardhttpd.toml")).unwrap();
+    let mut named = BTreeSet::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() {
+            // A blank line ends a (commented) table's body.
+            in_table = false;
+            continue;
+        }
+        let bare = line.trim_start_matches('#').trim();
+        if let Some(table) = bare.strip_prefix('[') {
+            let name = table.trim_matches(|c| c == '[' || c == ']').trim();
+            // `[a.b]` and the like are sub-tables of a setting.
+            let name = name.split('.').next().unwrap_or(name);
+            if name.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !name.is_empty() {
+                named.insert(name.to_owned());
+                in_table = true;
+            }
+            continue;
+        }
+        // Keys inside a table's body belong to the table.
+        let Some((key, _)) = bare.split_once(" = ") else {
+            continue;
+        };
+        if key.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !in_table {
+            named.insert(key.to_owned());
+        }
+    }
+    let missing: Vec<_> = settings.difference(&named).collect();
+    assert!(
+        missing.is_empty(),
+        "deploy/shardhttpd.toml does not mention these settings: {missing:?}"
+    );
+    let unknown: Vec<_> = named.difference(&settings).collect();
+    assert!(
+        unknown.is_empty(),
+        "deploy/shardhttpd.toml names keys the server does not take: {unknown:?}"
+    );
+}
