@@ -48,7 +48,8 @@ pub const MAX_DRAIN_DELAY: Duration = Duration::from_secs(3600);
 pub const DEFAULT_UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Files at least this large are sent with `sendfile` from an fd.
 pub const DEFAULT_SENDFILE_THRESHOLD: u64 = 1024 * 1024;
-/// Memory for bodies held in the snapshot.
+/// Memory for bodies held in the snapshot (lowered under a cgroup memory
+/// limit: [`default_cache_max_bytes`]).
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 pub const DEFAULT_SERVER_HEADER: &str = "shardhttpd";
 /// Quiet time after a change under the root before the snapshot is rebuilt:

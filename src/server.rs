@@ -596,6 +596,15 @@ fn reload_on_hup(source: &mut reload::Source, metrics: &Metrics, upgrade: &Upgra
             );
             false
         }
+        reload::Outcome::Changed if std::process::id() == 1 => {
+            // A container's PID 1: the container ends when it exits, so a
+            // handover would take the new process down with it.
+            metrics.config_reloads.with_label_values(&["failed"]).inc();
+            tracing::error!(
+                "reload: the configuration changed, but this process is PID 1 (a container's init) and cannot hand over; roll out a new container to apply it. The running configuration keeps serving"
+            );
+            false
+        }
         reload::Outcome::Changed => {
             tracing::info!("reload: the configuration changed and is valid");
             upgrade.reload.store(true, Ordering::Release);
@@ -769,4 +778,11 @@ fn log_start(config: &Config) {
         "shard:cpu map {}",
         map.join(" ")
     );
+    if let Some(limit) = crate::config::cgroup_memory_max() {
+        tracing::info!(
+            cgroup_memory_max = %crate::config::units::format_size_approx(limit),
+            cache_max_bytes = %crate::config::units::format_size_approx(config.cache_max_bytes),
+            "cgroup memory limit; the snapshot's memory cap stays below it"
+        );
+    }
 }
