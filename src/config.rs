@@ -223,6 +223,16 @@ pub struct Settings {
     /// Access log format: `combined` or `json`.
     #[arg(long, value_name = "FORMAT")]
     pub access_log_format: Option<String>,
+    /// Error log (stderr) format: `text`, or `json` (one object a line:
+    /// timestamp, level, pid, target, message and the event's fields).
+    /// Configuration errors before the start use it too.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Error log level: `error`, `warn`, `info`, `debug`, `trace`, or
+    /// directives such as `info,shardhttpd::cache=debug`. `RUST_LOG`, when
+    /// set, wins.
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
     /// Rebuild the snapshot when files under the root change.
     #[arg(long, value_name = "BOOL")]
     pub watch: Option<bool>,
@@ -394,6 +404,8 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("metrics", "true".into()),
         ("access_log", "none (no access log)".into()),
         ("access_log_format", "combined".into()),
+        ("log_format", "text".into()),
+        ("log_level", "info".into()),
         ("watch", "true".into()),
         ("watch_debounce_ms", format_duration(DEFAULT_WATCH_DEBOUNCE)),
         ("rescan_interval", format_duration(DEFAULT_RESCAN_INTERVAL)),
@@ -647,7 +659,7 @@ impl Settings {
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, drain_delay, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
-            metrics, access_log, access_log_format,
+            metrics, access_log, access_log_format, log_format, log_level,
             watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
             preload_max_files, compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, compress_fast_above, cache_control, cache_control_default,

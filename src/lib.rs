@@ -23,6 +23,7 @@ pub mod cache;
 pub mod config;
 pub mod conn;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod preflight;

@@ -114,6 +114,8 @@ impl Config {
     /// `allowed` is the process's CPU affinity mask. Host names in
     /// addresses are resolved here.
     pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
+        crate::logging::Options::of(&s)
+            .map_err(|(key, e)| anyhow::anyhow!("{}: {e}", s.name(key)))?;
         let compress = compress_options(&s)?;
         let site = site_rules(&s)?;
         let tls = tls_settings(&s)?;

@@ -316,3 +316,107 @@ fn shipped_example_configs_pass_check() {
         );
     }
 }
+
+/// `--log-format json`: every stderr line is one JSON object with the
+/// fields a log shipper keys on, from the first start-up line to the last
+/// drain line, and a configuration error before the start is one too.
+#[test]
+fn json_error_log_is_one_object_a_line_with_timestamp_level_pid_target_message() {
+    let site = Site::new("json-log");
+    let mut server = Server::start(&site.root, &["--log-format", "json", "--cores", "1"]);
+    let pid = server.pid();
+    assert_eq!(server.get("/index.html").status, 200);
+    server.signal("TERM");
+    server.wait_exit(Duration::from_secs(10)).expect("exits");
+    let lines = server.log_lines();
+    assert!(lines.len() >= 5, "{lines:?}");
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert_eq!(v["pid"].as_u64(), Some(u64::from(pid)), "{line}");
+        assert!(
+            matches!(v["level"].as_str(), Some("INFO" | "WARN" | "ERROR")),
+            "{line}"
+        );
+        let ts = v["timestamp"].as_str().unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            ts.len() >= 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+            "{ts}"
+        );
+        assert!(
+            v["target"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("shardhttpd")),
+            "{line}"
+        );
+        assert!(v["message"].is_string(), "{line}");
+    }
+    let start = lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["message"] == "shardhttpd starting")
+        .expect("the start line");
+    assert_eq!(
+        start["version"],
+        env!("CARGO_PKG_VERSION"),
+        "fields are keys"
+    );
+
+    let out = Command::new(bin())
+        .args(["--root", "/nonexistent-root", "--log-format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value = serde_json::from_str(err.trim())
+        .unwrap_or_else(|e| panic!("not one JSON line ({e}): {err}"));
+    assert_eq!(v["level"], "ERROR");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/nonexistent-root")),
+        "{v}"
+    );
+}
+
+/// `--log-level` filters by level and target (here: warnings, and the
+/// server's own lifecycle lines, which the harness waits for); a bare word
+/// that is not a level is refused, naming the flag.
+#[test]
+fn log_level_filters_and_a_wrong_level_is_refused() {
+    let site = Site::new("level-log");
+    let server = Server::start_env(
+        &site.root,
+        &[
+            "--log-level",
+            "warn,shardhttpd::server=info",
+            "--cores",
+            "1",
+        ],
+        &[("RUST_LOG", "")],
+    );
+    assert_eq!(server.get("/index.html").status, 200);
+    let text = server.log_text();
+    assert!(text.contains("shardhttpd starting"), "{text}");
+    assert!(
+        !text.contains("shard started"),
+        "info from shardhttpd::shard is filtered\n{text}"
+    );
+    let out = Command::new(bin())
+        .args([
+            "--root",
+            "examples/site",
+            "--log-level",
+            "verbose",
+            "--check",
+        ])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--log-level") && err.contains("`verbose` is not a level"),
+        "{err}"
+    );
+}

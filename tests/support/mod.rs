@@ -265,7 +265,14 @@ pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
                 && line.as_bytes()[start - 1] != b'_';
         if at_word_start {
             let rest = &line[start + pat.len()..];
-            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            // A value ends at whitespace, or at the quote closing the JSON
+            // string (`--log-format json`) that holds the message.
+            let end = if let Some(quoted) = rest.strip_prefix('"') {
+                quoted.find('"').map_or(rest.len(), |e| e + 2)
+            } else {
+                rest.find(|c: char| c.is_whitespace() || c == '"')
+                    .unwrap_or(rest.len())
+            };
             return Some(rest[..end].trim_matches(|c| c == '"' || c == ','));
         }
         search = start + pat.len();

@@ -1,0 +1,203 @@
+//! The error log (stderr): `log_format` text or JSON lines, `log_level`
+//! (overridden by `RUST_LOG`). It is set up before the configuration is
+//! validated, so that configuration errors come out in the same format as
+//! every later line.
+
+use std::fmt;
+use std::io::IsTerminal;
+
+use tracing::field::{Field, Visit};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::config::Settings;
+
+/// How the error log is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// tracing's human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The error log's settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub format: Format,
+    /// An `EnvFilter` directive string.
+    pub level: String,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            format: Format::Text,
+            level: "info".to_owned(),
+        }
+    }
+}
+
+impl Options {
+    /// The options `s` names; an error is (key, what is wrong).
+    pub fn of(s: &Settings) -> Result<Options, (&'static str, String)> {
+        let format = match s.log_format.as_deref() {
+            None | Some("text") => Format::Text,
+            Some("json") => Format::Json,
+            Some(other) => {
+                return Err((
+                    "log_format",
+                    format!("`{other}` is not one of `text`, `json`"),
+                ))
+            }
+        };
+        let level = s.log_level.clone().unwrap_or_else(|| "info".to_owned());
+        // A bare word is a target to EnvFilter; here it must be a level.
+        let levels = ["off", "error", "warn", "info", "debug", "trace"];
+        let bare_word = level.split(',').find(|d| {
+            !d.contains('=') && !levels.contains(&d.trim().to_ascii_lowercase().as_str())
+        });
+        let parsed = match bare_word {
+            Some(word) => Err(format!("`{word}` is not a level")),
+            None => tracing_subscriber::EnvFilter::builder()
+                .parse(&level)
+                .map(drop)
+                .map_err(|e| e.to_string()),
+        };
+        if let Err(e) = parsed {
+            return Err((
+                "log_level",
+                format!(
+                    "`{level}` is not a level (error, warn, info, debug, trace) or a directive like `info,shardhttpd::cache=debug`: {e}"
+                ),
+            ));
+        }
+        Ok(Options { format, level })
+    }
+
+    /// The options from the flags over the file they name, as far as they
+    /// can be read before validation: what cannot be read yet is left at
+    /// its default (validation reports it, in that default format).
+    pub fn peek(flags: &Settings) -> Options {
+        let file = flags
+            .config
+            .as_deref()
+            .and_then(|p| Settings::from_file(p).ok())
+            .unwrap_or_default();
+        let s = Settings {
+            log_format: flags.log_format.clone().or(file.log_format),
+            log_level: flags.log_level.clone().or(file.log_level),
+            ..Settings::default()
+        };
+        let fallback = Options::default();
+        Options {
+            format: Options::of(&s).map_or(fallback.format, |o| o.format),
+            level: Options::of(&s).map_or(fallback.level, |o| o.level),
+        }
+    }
+}
+
+/// Install the subscriber: stderr in `options.format`, filtered by
+/// `RUST_LOG` when set, else by `options.level`. Events inside the start-up
+/// build that repeats the identity build with compression are dropped:
+/// that build would log the same lines again.
+pub fn init(options: &Options) {
+    use tracing_subscriber::layer::{Layer, SubscriberExt};
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(env) if !env.trim().is_empty() => tracing_subscriber::EnvFilter::new(env),
+        _ => tracing_subscriber::EnvFilter::new(&options.level),
+    };
+    let not_repeated = tracing_subscriber::filter::DynFilterFn::new(|meta, cx| {
+        meta.is_span()
+            || cx.lookup_current().is_none_or(|span| {
+                span.scope()
+                    .all(|s| s.name() != crate::cache::store::REPEAT_BUILD_SPAN)
+            })
+    });
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match options.format {
+        Format::Text => fmt
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_filter(not_repeated)
+            .boxed(),
+        Format::Json => fmt
+            .with_ansi(false)
+            .event_format(JsonLine)
+            .with_filter(not_repeated)
+            .boxed(),
+    };
+    tracing_subscriber::registry().with(fmt).with(filter).init();
+}
+
+/// A configuration error before the server starts, in the log's format:
+/// the plain `shardhttpd: configuration error: …` line, or a JSON line.
+pub fn config_error(format: Format, what: &str, error: &anyhow::Error) {
+    match format {
+        Format::Text => eprintln!("shardhttpd: {what}: {error:#}"),
+        Format::Json => tracing::error!(error = format!("{error:#}"), "{what}"),
+    }
+}
+
+/// One event as one JSON object: `timestamp` (RFC 3339, UTC), `level`,
+/// `pid`, `target`, `message`, then the event's own fields.
+struct JsonLine;
+
+impl<S, N> FormatEvent<S, N> for JsonLine
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> fmt::Result {
+        let mut timestamp = String::new();
+        SystemTime.format_time(&mut Writer::new(&mut timestamp))?;
+        let meta = event.metadata();
+        let mut line = serde_json::Map::new();
+        line.insert("timestamp".into(), timestamp.into());
+        line.insert("level".into(), meta.level().as_str().into());
+        line.insert("pid".into(), std::process::id().into());
+        line.insert("target".into(), meta.target().into());
+        line.insert("message".into(), "".into());
+        event.record(&mut Fields(&mut line));
+        let text = serde_json::to_string(&line).map_err(|_| fmt::Error)?;
+        writeln!(writer, "{text}")
+    }
+}
+
+/// Collects an event's fields into the line's object.
+struct Fields<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
+
+impl Fields<'_> {
+    fn put(&mut self, field: &Field, value: serde_json::Value) {
+        self.0.insert(field.name().to_owned(), value);
+    }
+}
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.put(field, format!("{value:?}").into());
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field, value.into());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.put(field, value.into());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.put(field, value.into());
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.put(field, value.into());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.put(field, value.into());
+    }
+}
