@@ -320,6 +320,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     let shared = Arc::new(Shared {
         snapshot: store.shared(),
+        closing: AtomicBool::new(false),
         draining: AtomicBool::new(false),
         shutdown_grace: config.shutdown_grace,
         sweep: std::sync::Mutex::new(Vec::new()),
@@ -455,6 +456,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     inherited
         .ready()
         .context("signalling readiness to the old process")?;
+    if inherited.is_upgrade() {
+        // Counted here, not in the old process: that one exits, and its
+        // count with it.
+        metrics.upgrades.with_label_values(&["success"]).inc();
+    }
 
     let upgrade = Arc::new(UpgradeState {
         running: AtomicBool::new(false),
@@ -530,9 +536,15 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             tracing::info!(signal = last_signal, "shutting down");
             notify("STOPPING=1");
             // /readyz fails from now on; keep serving while load balancers
-            // notice, then drain.
+            // notice, then drain. Meanwhile every response closes its
+            // connection, so keep-alive clients reconnect (to an instance
+            // still in the pool) instead of staying here until the drain.
             metrics.draining.store(true, Ordering::Release);
             if !config.drain_delay.is_zero() {
+                shared.closing.store(true, Ordering::Release);
+                for waker in &wakers {
+                    let _ = waker.notify();
+                }
                 tracing::info!(
                     drain_delay_s = config.drain_delay.as_secs_f64(),
                     "not ready; serving until drain_delay has passed"
@@ -592,7 +604,7 @@ fn spawn_upgrade(
         .spawn(
             move || match upgrade::start(&binary, &args, &passed, timeout, &state.cancel) {
                 Ok(ready) => {
-                    metrics.upgrades.with_label_values(&["success"]).inc();
+                    // The success is counted by the new process.
                     tracing::info!(
                         pid = ready.pid,
                         "upgrade: the new process is ready; draining this one"
