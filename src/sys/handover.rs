@@ -99,11 +99,17 @@ pub fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
 /// have been reused. No such group (every member gone) is not an error.
 pub fn kill_group(pgid: u32) -> io::Result<()> {
     let Ok(pgid) = libc::pid_t::try_from(pgid) else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "pid out of range",
+        ));
     };
     if pgid <= 1 {
         // kill(0) or kill(-1) would signal this process's group or everyone.
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a process group"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a process group",
+        ));
     }
     // SAFETY: kill takes no pointers; a negative pid names the group.
     match syscall!(kill(-pgid, libc::SIGKILL)) {
