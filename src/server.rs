@@ -448,7 +448,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
     // Serving: tell systemd (a new process of an upgrade also names itself
     // the main process), then the old process, if there is one.
-    if inherited.is_upgrade() {
+    let upgraded = inherited.is_upgrade();
+    if upgraded {
         notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
     } else {
         notify("READY=1");
@@ -456,7 +457,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     inherited
         .ready()
         .context("signalling readiness to the old process")?;
-    if inherited.is_upgrade() {
+    if upgraded {
         // Counted here, not in the old process: that one exits, and its
         // count with it.
         metrics.upgrades.with_label_values(&["success"]).inc();

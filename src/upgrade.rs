@@ -153,7 +153,7 @@ impl Inherited {
         Ok(inherited)
     }
 
-    /// Started by SIGUSR2 in an older process.
+    /// Started by SIGUSR2 in an older process (asked before [`ready`](Self::ready)).
     pub fn is_upgrade(&self) -> bool {
         self.ready.is_some()
     }
