@@ -323,11 +323,7 @@ pub fn connect(addr: SocketAddr, opts: &Options) -> Result<Box<dyn Duplex>, (Fai
     let mut tls = StreamOwned::new(conn, s);
     while tls.conn.is_handshaking() {
         if let Err(e) = tls.conn.complete_io(&mut tls.sock) {
-            let f = match classify(&e) {
-                Failure::Wrong => Failure::Wrong,
-                other => other,
-            };
-            return Err((f, format!("handshake: {e}")));
+            return Err((classify(&e), format!("handshake: {e}")));
         }
     }
     Ok(Box::new(tls))
