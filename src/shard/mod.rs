@@ -287,6 +287,7 @@ impl Shard {
             }
             if let Some(deadline) = self.draining {
                 if self.conns.is_empty() {
+                    self.log_drained(deadline, now);
                     return Ok(());
                 }
                 if now >= deadline {
@@ -299,10 +300,27 @@ impl Shard {
                     for token in tokens {
                         self.close_as(token, CloseReason::Shutdown, Some(DrainClose::Deadline));
                     }
+                    self.log_drained(deadline, now);
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// How the drain went: its closes by kind (`drain_delay`'s included)
+    /// and how long it took, which shows how soon keep-alive clients sent
+    /// their next request.
+    fn log_drained(&self, deadline: Instant, now: Instant) {
+        let began = deadline - self.shared.shutdown_grace;
+        let [after_response, idle_grace, deadline] = self.counters.drain_closes;
+        tracing::info!(
+            shard = self.index,
+            after_response,
+            idle_grace,
+            deadline,
+            elapsed_ms = now.duration_since(began).as_millis() as u64,
+            "shard drained"
+        );
     }
 
     fn on_wake(&mut self, now: Instant) {
