@@ -515,8 +515,8 @@ impl Conn {
     /// request may already be on the wire, and closing would lose it (a
     /// reset, or an end of file with no answer). It gets `drain_idle_grace`
     /// to send it, as HAProxy's `idle-close-on-response` does; after that
-    /// [`on_timeout`](Self::on_timeout) parts with it (see
-    /// [`part`](Self::part)). A lingering connection finishes lingering.
+    /// [`on_timeout`](Self::on_timeout) parts with it (see `part`). A
+    /// lingering connection finishes lingering.
     pub fn on_drain(&mut self, env: &ShardEnv<'_>) -> Step {
         if self.at_rest() {
             let by = env.now + env.cfg.drain_idle_grace;
