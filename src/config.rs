@@ -41,6 +41,13 @@ pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
 /// nginx's `send_timeout`: a reader that takes nothing for this long is dropped.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long a draining shard keeps a keep-alive connection that is between
+/// requests open for its next request (answered with `Connection: close`)
+/// before it parts with a lingering close. A client in the middle of a
+/// sequence of requests sends the next one within a round trip of the last
+/// response; 1 s covers any round trip worth serving (a WAN RTT is tens to
+/// hundreds of milliseconds), and a connection silent for longer is idle.
+pub const DEFAULT_DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
 /// Longest `drain_delay`: endpoint removal takes seconds, not hours.
 pub const MAX_DRAIN_DELAY: Duration = Duration::from_secs(3600);
 /// How long the new process of a SIGUSR2 upgrade has to say it is ready
@@ -175,6 +182,14 @@ pub struct Settings {
     /// seconds.
     #[arg(long, value_name = "DURATION")]
     pub shutdown_grace: Option<DurationValue<Secs>>,
+    /// While draining (SIGTERM, or after a SIGUSR2 handover), how long a
+    /// keep-alive connection between requests is kept for its next request,
+    /// which is answered with `Connection: close`; a connection silent that
+    /// long is then closed without losing a request in flight (write side
+    /// first, then what arrives is read and dropped). At most half of
+    /// shutdown_grace; bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub drain_idle_grace: Option<DurationValue<Secs>>,
     /// After SIGTERM, keep accepting and serving this long while /readyz
     /// already fails, so load balancers stop routing here first; bare
     /// number: seconds.
@@ -383,6 +398,10 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("write_timeout", format_duration(DEFAULT_WRITE_TIMEOUT)),
         ("shutdown_grace", format_duration(DEFAULT_SHUTDOWN_GRACE)),
         ("drain_delay", "0s".into()),
+        (
+            "drain_idle_grace",
+            format_duration(DEFAULT_DRAIN_IDLE_GRACE),
+        ),
         (
             "upgrade_binary",
             "this executable, as resolved at start".into(),
@@ -658,7 +677,7 @@ impl Settings {
             root, listen, cores, admin, backlog, steer, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
-            shutdown_grace, drain_delay, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
+            shutdown_grace, drain_delay, drain_idle_grace, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
             metrics, access_log, access_log_format, log_format, log_level,
             watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
             preload_max_files, compress, compress_min_bytes,

@@ -324,6 +324,7 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
     }
     let shared = Arc::new(Shared {
         snapshot: store.shared(),
+        closing: AtomicBool::new(false),
         draining: AtomicBool::new(false),
         shutdown_grace: config.shutdown_grace,
         sweep: std::sync::Mutex::new(Vec::new()),
@@ -464,7 +465,8 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
 
     // Serving: tell systemd (a new process of an upgrade also names itself
     // the main process), then the old process, if there is one.
-    if inherited.is_upgrade() {
+    let upgraded = inherited.is_upgrade();
+    if upgraded {
         notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
     } else {
         notify("READY=1");
@@ -472,6 +474,11 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
     inherited
         .ready()
         .context("signalling readiness to the old process")?;
+    if upgraded {
+        // Counted here, not in the old process: that one exits, and its
+        // count with it.
+        metrics.upgrades.with_label_values(&["success"]).inc();
+    }
     if std::env::var_os(reload::RELOAD_ENV).is_some_and(|v| v == "1") {
         metrics.config_reloads.with_label_values(&["applied"]).inc();
         tracing::info!("reload: the changed configuration is serving");
@@ -550,9 +557,15 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
             tracing::info!(signal = last_signal, "shutting down");
             notify("STOPPING=1");
             // /readyz fails from now on; keep serving while load balancers
-            // notice, then drain.
+            // notice, then drain. Meanwhile every response closes its
+            // connection, so keep-alive clients reconnect (to an instance
+            // still in the pool) instead of staying here until the drain.
             metrics.draining.store(true, Ordering::Release);
             if !config.drain_delay.is_zero() {
+                shared.closing.store(true, Ordering::Release);
+                for waker in &wakers {
+                    let _ = waker.notify();
+                }
                 tracing::info!(
                     drain_delay_s = config.drain_delay.as_secs_f64(),
                     "not ready; serving until drain_delay has passed"
@@ -662,7 +675,7 @@ fn spawn_upgrade(
             };
             match upgrade::start(&binary, &args, &passed, timeout, &state.cancel, env) {
                 Ok(ready) => {
-                    metrics.upgrades.with_label_values(&["success"]).inc();
+                    // The success is counted by the new process.
                     tracing::info!(
                         pid = ready.pid,
                         "upgrade: the new process is ready; draining this one"

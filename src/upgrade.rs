@@ -26,6 +26,10 @@ pub const LISTEN_FDS_ENV: &str = "SHARDHTTPD_LISTEN_FDS";
 /// The inherited write end of the readiness pipe.
 pub const READY_FD_ENV: &str = "SHARDHTTPD_UPGRADE_FD";
 
+/// Why an upgrade failed when the new process exited by itself; its exit
+/// status is added once it is reaped.
+const EXITED_EARLY: &str = "the new process exited before it was ready";
+
 /// How often the waiting old process checks whether it was told to stop.
 const POLL_STEP: Duration = Duration::from_millis(100);
 
@@ -149,7 +153,7 @@ impl Inherited {
         Ok(inherited)
     }
 
-    /// Started by SIGUSR2 in an older process.
+    /// Started by SIGUSR2 in an older process (asked before [`ready`](Self::ready)).
     pub fn is_upgrade(&self) -> bool {
         self.ready.is_some()
     }
@@ -295,19 +299,21 @@ pub fn start(
         let mut chunk = [0u8; 512];
         match pipe.read(&mut chunk) {
             Ok(0) => {
-                // Give an exiting process a moment to be reaped, so the log
-                // can say how it ended.
-                let mut status = None;
+                // Give an exiting process a moment to exit, so the log can
+                // say how it ended (it is reaped below, after its group).
+                let pid = child.id();
+                let mut exited = false;
                 for _ in 0..20 {
-                    if let Ok(Some(s)) = child.try_wait() {
-                        status = Some(s);
+                    if crate::sys::child_exited(pid).unwrap_or(true) {
+                        exited = true;
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                break Err(match status {
-                    Some(s) => anyhow::anyhow!("the new process exited ({s}) before it was ready"),
-                    None => anyhow::anyhow!("the new process closed its readiness pipe"),
+                break Err(if exited {
+                    anyhow::anyhow!(EXITED_EARLY)
+                } else {
+                    anyhow::anyhow!("the new process closed its readiness pipe")
                 });
             }
             Ok(n) => {
@@ -326,11 +332,20 @@ pub fn start(
     match outcome {
         Ok(ready) => Ok(ready),
         Err(e) => {
-            if let Ok(None) = child.try_wait() {
+            // The whole group: a wrapper that has not exec'ed yet may have
+            // started processes of its own, and they hold the passed
+            // sockets too. Its leader is not reaped yet, so the group's id
+            // is still its own.
+            if let Err(k) = crate::sys::kill_group(child.id()) {
+                tracing::warn!(error = %k, "upgrade: could not stop the new process group");
                 let _ = child.kill();
             }
-            let _ = child.wait();
-            Err(e)
+            match child.wait() {
+                Ok(status) if e.to_string() == EXITED_EARLY => Err(anyhow::anyhow!(
+                    "the new process exited ({status}) before it was ready"
+                )),
+                _ => Err(e),
+            }
         }
     }
 }

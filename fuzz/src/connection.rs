@@ -35,7 +35,7 @@ use shardhttpd::cache::{Snapshot, Store};
 use shardhttpd::config::{Config, Settings};
 use shardhttpd::conn::respond::Scratch;
 use shardhttpd::conn::tls::{TlsConn, PLAIN_HTTP_ANSWER};
-use shardhttpd::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step};
+use shardhttpd::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step, Stop};
 use shardhttpd::http::date::DateCache;
 use shardhttpd::http::request::{self, Method};
 use shardhttpd::metrics::{CloseReason, ShardCounters};
@@ -301,7 +301,7 @@ impl Shard {
             counters: &mut self.counters,
             log: None,
             now: Instant::now(),
-            draining: false,
+            stop: Stop::Serving,
         };
         if timeout {
             conn.on_timeout(&mut env)

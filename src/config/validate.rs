@@ -31,6 +31,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Serving goes on this long after SIGTERM, with `/readyz` failing.
     pub drain_delay: Duration,
+    /// How long a draining shard keeps a connection between requests open
+    /// for its next one (already capped at half of `shutdown_grace`).
+    pub drain_idle_grace: Duration,
     /// What SIGUSR2 starts; `None`: this executable, resolved at start.
     pub upgrade_binary: Option<PathBuf>,
     pub upgrade_timeout: Duration,
@@ -285,6 +288,14 @@ impl Config {
                 d if d <= MAX_DRAIN_DELAY => d,
                 _ => bail!("{}: must be at most 1h", s.name("drain_delay")),
             },
+            // Half the grace at most, so the lingering close that follows
+            // has time to see the client's FIN before the hard deadline.
+            drain_idle_grace: duration(
+                "drain_idle_grace",
+                s.drain_idle_grace,
+                DEFAULT_DRAIN_IDLE_GRACE,
+            )?
+            .min(duration("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE)? / 2),
             upgrade_binary: s.upgrade_binary.clone(),
             upgrade_timeout: duration(
                 "upgrade_timeout",

@@ -155,7 +155,7 @@ fn persistence(
         (Persist::Close, CloseReason::Client)
     } else if served >= env.cfg.max_requests {
         (Persist::Close, CloseReason::MaxRequests)
-    } else if env.draining {
+    } else if env.stop.closes() {
         (Persist::Close, CloseReason::Shutdown)
     } else if version == Version::Http10 {
         (Persist::KeepAlive10, CloseReason::Client)

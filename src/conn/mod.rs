@@ -68,6 +68,9 @@ pub struct ConnConfig {
     pub header_timeout: Duration,
     pub keepalive_timeout: Duration,
     pub write_timeout: Duration,
+    /// `drain_idle_grace`: how long a draining shard waits for the next
+    /// request of a connection between requests before parting with it.
+    pub drain_idle_grace: Duration,
     pub server_line: Vec<u8>,
     /// Large files by `sendfile` (zero-copy) instead of a verified copy.
     pub zero_copy: bool,
@@ -94,6 +97,7 @@ impl ConnConfig {
             header_timeout: cfg.header_timeout,
             keepalive_timeout: cfg.keepalive_timeout,
             write_timeout: cfg.write_timeout,
+            drain_idle_grace: cfg.drain_idle_grace,
             server_line: cfg.server_line.clone(),
             zero_copy: cfg.sendfile,
             max_conns: cfg.max_connections_per_core,
@@ -156,8 +160,31 @@ pub struct ShardEnv<'a> {
     pub counters: &'a mut ShardCounters,
     pub log: Option<&'a mut ShardLog>,
     pub now: Instant,
-    /// The server is shutting down: answer what is in flight, then close.
-    pub draining: bool,
+    /// Where the server is in stopping.
+    pub stop: Stop,
+}
+
+/// Where the server is in stopping, as a connection sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Serving as usual.
+    Serving,
+    /// SIGTERM's `drain_delay`: still accepting, but every response says
+    /// `Connection: close`, so clients move to other instances while this
+    /// one still answers.
+    Closing,
+    /// Draining (the listeners are closed): each connection is answered
+    /// once more with `Connection: close`, or parted with after
+    /// `drain_idle_grace` between requests.
+    Draining,
+}
+
+impl Stop {
+    /// Every response closes its connection.
+    #[inline]
+    pub fn closes(self) -> bool {
+        self != Stop::Serving
+    }
 }
 
 impl ShardEnv<'_> {
@@ -304,6 +331,9 @@ pub struct Conn {
     /// The last event stopped on its budget with work left (bytes to read or
     /// to write): the shard calls `on_ready` again next turn.
     resume: bool,
+    /// A draining shard parted with it after `drain_idle_grace` between
+    /// requests (for the drain-close metric).
+    parted: bool,
 }
 
 impl std::fmt::Debug for Conn {
@@ -319,6 +349,7 @@ impl std::fmt::Debug for Conn {
             .field("served", &self.served)
             .field("readable", &self.readable)
             .field("write_blocked", &self.write_blocked)
+            .field("parted", &self.parted)
             .field("tls", &self.tls)
             .finish()
     }
@@ -349,6 +380,7 @@ impl Conn {
             readable: false,
             write_blocked: false,
             resume: false,
+            parted: false,
         }
     }
 
@@ -389,6 +421,12 @@ impl Conn {
             drop(io.out.take_buf());
         }
         pool.io.push(io);
+    }
+
+    /// A draining shard parted with it after `drain_idle_grace` between
+    /// requests, rather than after a response.
+    pub fn parted(&self) -> bool {
+        self.parted
     }
 
     /// Work is left that no new readiness edge will announce.
@@ -447,6 +485,7 @@ impl Conn {
                 Step::Close(reason)
             }
             _ if !self.out_empty() => Step::Close(CloseReason::WriteTimeout),
+            Reading::Idle if env.stop == Stop::Draining && self.at_rest() => self.part(env),
             Reading::Head | Reading::Discard => {
                 self.unpark(env);
                 self.prepare_out(env.pool);
@@ -470,18 +509,61 @@ impl Conn {
         }
     }
 
-    /// The server started draining: close now if idle between requests,
-    /// else after the response in flight (now with `Connection: close`).
-    /// Before its first answer a connection is not idle: bytes came (deferred
-    /// accept), so a request or TLS handshake is under way.
-    pub fn on_drain(&mut self) -> Step {
-        match self.reading {
-            Reading::Idle if self.served > 0 && self.out_empty() && self.buffered() == 0 => {
-                Step::Close(CloseReason::Shutdown)
+    /// The server is draining. A connection with a request or response
+    /// under way goes on (its next answer says `Connection: close`, then it
+    /// closes). One at rest between requests is not closed now: its next
+    /// request may already be on the wire, and closing would lose it (a
+    /// reset, or an end of file with no answer). It gets `drain_idle_grace`
+    /// to send it, as HAProxy's `idle-close-on-response` does; after that
+    /// [`on_timeout`](Self::on_timeout) parts with it (see `part`). A
+    /// lingering connection finishes lingering.
+    pub fn on_drain(&mut self, env: &ShardEnv<'_>) -> Step {
+        if self.at_rest() {
+            let by = env.now + env.cfg.drain_idle_grace;
+            if self.deadline > by {
+                self.deadline = by;
             }
-            Reading::Lingering(reason) => Step::Close(reason),
-            _ => Step::Keep,
         }
+        Step::Keep
+    }
+
+    /// Between requests with nothing in flight: no request byte buffered,
+    /// nothing to send, no TLS handshake under way.
+    fn at_rest(&self) -> bool {
+        self.reading == Reading::Idle
+            && self.buffered() == 0
+            && self.out_empty()
+            && !self.tls.as_ref().is_some_and(|t| t.handshaking())
+    }
+
+    /// Draining, the connection stayed at rest for `drain_idle_grace`: part
+    /// with it so that no request meets a reset. A request that arrived
+    /// since the last readiness event is answered first. Otherwise the
+    /// close_notify (TLS) and our FIN go out, and whatever the client still
+    /// sends is read and dropped until its FIN or [`LINGER_TIMEOUT`]: a
+    /// request that crossed our FIN sees an end of file, which a client
+    /// may retry (RFC 9112 §9.3.1), rather than a reset, which it sees if
+    /// the socket is closed with bytes unread.
+    fn part(&mut self, env: &mut ShardEnv<'_>) -> Step {
+        self.readable = true;
+        if let Step::Close(reason) = self.drive(env) {
+            return Step::Close(reason);
+        }
+        if !self.at_rest() {
+            return Step::Keep;
+        }
+        self.parted = true;
+        if let Some(tls) = &mut self.tls {
+            tls.close_notify();
+            tls.flush_alert(&self.stream);
+        }
+        if self.stream.shutdown(Shutdown::Write).is_err() {
+            return Step::Close(CloseReason::Shutdown);
+        }
+        self.reading = Reading::Lingering(CloseReason::Shutdown);
+        self.readable = true;
+        self.deadline = env.now + LINGER_TIMEOUT;
+        self.drive(env)
     }
 
     /// Request bytes read and not yet consumed.
@@ -558,10 +640,8 @@ impl Conn {
                 }
             }
         }
-        if env.draining {
-            if let Step::Close(reason) = self.on_drain() {
-                return Step::Close(reason);
-            }
+        if env.stop == Stop::Draining {
+            self.on_drain(env);
         }
         self.park(env.pool);
         Step::Keep
@@ -581,6 +661,9 @@ impl Conn {
         // timeout from accept still runs, as nginx's client_header_timeout.
         if self.reading == Reading::Idle && self.served > 0 {
             self.deadline = env.now + env.cfg.keepalive_timeout;
+        }
+        if env.stop == Stop::Draining {
+            self.on_drain(env);
         }
     }
 
@@ -736,6 +819,9 @@ impl Conn {
         };
         match self.reading {
             Reading::Idle if io.rstart == io.rend => {}
+            // What a lingering connection reads is dropped: it needs no
+            // buffer between reads either.
+            Reading::Lingering(_) => {}
             Reading::Head if !self.resume => {
                 let held = io.rend - io.rstart;
                 if io.rbuf.len() > held.next_power_of_two().max(PARTIAL_MIN) {

@@ -47,6 +47,35 @@ impl CloseReason {
     }
 }
 
+/// How a draining server closed a connection; the `kind` label of
+/// `shardhttpd_drain_closes_total` (each is also a `shutdown` close).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainClose {
+    /// After a response that said `Connection: close` because the server
+    /// was stopping (`drain_delay` or the drain).
+    AfterResponse,
+    /// Parted with after `drain_idle_grace` at rest between requests.
+    IdleGrace,
+    /// Still open when `shutdown_grace` ran out.
+    Deadline,
+}
+
+impl DrainClose {
+    pub const ALL: [DrainClose; 3] = [
+        DrainClose::AfterResponse,
+        DrainClose::IdleGrace,
+        DrainClose::Deadline,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DrainClose::AfterResponse => "after_response",
+            DrainClose::IdleGrace => "idle_grace",
+            DrainClose::Deadline => "deadline",
+        }
+    }
+}
+
 /// Latency histogram bucket upper bounds, in seconds. A snapshot hit is
 /// handed to the kernel within microseconds; sendfile bodies and stalled
 /// readers take milliseconds to seconds. So the buckets start at 10 µs and
@@ -86,6 +115,8 @@ pub struct ShardCounters {
     pub handshake_sum: f64,
     /// Times the shard stopped accepting at `max_connections_per_core`.
     pub conn_limit_hits: u64,
+    /// Connections closed by the shutdown, by [`DrainClose`].
+    pub drain_closes: [u64; 3],
 }
 
 impl ShardCounters {
@@ -103,6 +134,7 @@ impl ShardCounters {
             handshake_buckets: [0; HANDSHAKE_BUCKETS.len() + 1],
             handshake_sum: 0.0,
             conn_limit_hits: 0,
+            drain_closes: [0; 3],
         }
     }
 
@@ -137,6 +169,10 @@ impl ShardCounters {
     pub fn accepted(&mut self) {
         self.accepted += 1;
         self.active += 1;
+    }
+
+    pub fn drain_closed(&mut self, kind: DrainClose) {
+        self.drain_closes[kind as usize] += 1;
     }
 
     pub fn closed(&mut self, reason: CloseReason) {

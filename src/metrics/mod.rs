@@ -20,7 +20,9 @@ use prometheus::proto::{
 };
 use prometheus::{Encoder, Registry, TextEncoder};
 
-pub use counters::{CloseReason, ShardCounters, DURATION_BUCKETS, HANDSHAKE_BUCKETS, STATUSES};
+pub use counters::{
+    CloseReason, DrainClose, ShardCounters, DURATION_BUCKETS, HANDSHAKE_BUCKETS, STATUSES,
+};
 
 use crate::cache::StoreStats;
 use crate::http::Status;
@@ -64,7 +66,8 @@ pub struct Metrics {
     /// Set once a new process has taken the sockets over: the admin
     /// listener stops accepting, leaving the shared socket to the successor.
     pub handed_over: AtomicBool,
-    /// `shardhttpd_upgrades_total{result}`: SIGUSR2 upgrades started here.
+    /// `shardhttpd_upgrades_total{result}`: `success` counted by the new
+    /// process of an upgrade, `failed` by the old one that keeps serving.
     pub upgrades: prometheus::IntCounterVec,
     /// `shardhttpd_config_reloads_total{result}`: SIGHUP reloads.
     pub config_reloads: prometheus::IntCounterVec,
@@ -95,7 +98,7 @@ impl Metrics {
         let upgrades = prometheus::IntCounterVec::new(
             prometheus::Opts::new(
                 "shardhttpd_upgrades_total",
-                "SIGUSR2 binary upgrades started by this process, by result (success: the new process took the sockets over; failed: it exited or was not ready in time, and this one kept serving).",
+                "SIGUSR2 binary upgrades, by result: success is counted by the new process once it serves on the sockets it was handed (1 in a process started by an upgrade); failed by the old process when the new one exited or was not ready in time, and the old one kept serving.",
             ),
             &["result"],
         )
@@ -228,6 +231,11 @@ impl Metrics {
             "Connections closed, by reason.",
             MetricType::COUNTER,
         );
+        let mut drain = family(
+            "shardhttpd_drain_closes_total",
+            "Connections closed by a shutdown or handover drain, by how: after_response (the response said Connection: close), idle_grace (parted with after drain_idle_grace between requests), deadline (still open when shutdown_grace ran out).",
+            MetricType::COUNTER,
+        );
         let mut limit = family(
             "shardhttpd_connections_limit_reached_total",
             "Times a shard reached max_connections_per_core and paused accepting.",
@@ -275,6 +283,12 @@ impl Metrics {
                     c.closed[reason as usize] as f64,
                 ));
             }
+            for kind in DrainClose::ALL {
+                drain.mut_metric().push(counter(
+                    &[("core", core), ("kind", kind.label())],
+                    c.drain_closes[kind as usize] as f64,
+                ));
+            }
             limit
                 .mut_metric()
                 .push(counter(&[("core", core)], c.conn_limit_hits as f64));
@@ -302,6 +316,7 @@ impl Metrics {
             accepted,
             active,
             closed,
+            drain,
             limit,
             handshakes,
             handshake_duration,

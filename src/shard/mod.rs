@@ -18,10 +18,10 @@ use arc_swap::{ArcSwap, Cache};
 use crate::cache::Snapshot;
 use crate::conn::respond::Scratch;
 use crate::conn::tls::{Handshake, TlsConn};
-use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step};
+use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step, Stop};
 use crate::http::date::DateCache;
 use crate::metrics::access_log::ShardLog;
-use crate::metrics::{CloseReason, Metrics, ShardCounters, PUBLISH_INTERVAL};
+use crate::metrics::{CloseReason, DrainClose, Metrics, ShardCounters, PUBLISH_INTERVAL};
 use crate::sys::{self, Epoll, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use slab::Slab;
 use timer::Wheel;
@@ -56,7 +56,11 @@ const MAX_SLEEP: Duration = Duration::from_secs(1);
 /// State shared by all shards and the control thread.
 pub struct Shared {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
-    /// Set once on SIGTERM/SIGINT; shards read it when woken.
+    /// Set on SIGTERM/SIGINT for `drain_delay`: shards keep accepting but
+    /// answer every request with `Connection: close`; read when woken.
+    pub closing: AtomicBool,
+    /// Set once the shards are to drain (after `drain_delay`, or a
+    /// handover); shards read it when woken.
     pub draining: AtomicBool,
     pub shutdown_grace: Duration,
     /// Listening addresses whose queues a shard empties (accepting until
@@ -135,6 +139,9 @@ struct Shard {
     metrics: Arc<Metrics>,
     log: Option<ShardLog>,
     next_publish: Instant,
+    /// `drain_delay`: every response closes its connection.
+    closing: bool,
+    /// Draining, until this deadline (`shutdown_grace`).
     draining: Option<Instant>,
     /// Connections to drive again next turn without a new event.
     resume: Vec<u64>,
@@ -183,6 +190,7 @@ impl Shard {
             metrics: spec.metrics,
             log: spec.access_log,
             next_publish: now,
+            closing: false,
             draining: None,
             resume: Vec::new(),
             accept_retry: None,
@@ -279,6 +287,7 @@ impl Shard {
             }
             if let Some(deadline) = self.draining {
                 if self.conns.is_empty() {
+                    self.log_drained(deadline, now);
                     return Ok(());
                 }
                 if now >= deadline {
@@ -289,16 +298,41 @@ impl Shard {
                         "shutdown grace ran out; force-closing connections"
                     );
                     for token in tokens {
-                        self.close(token, CloseReason::Shutdown);
+                        self.close_as(token, CloseReason::Shutdown, Some(DrainClose::Deadline));
                     }
+                    self.log_drained(deadline, now);
                     return Ok(());
                 }
             }
         }
     }
 
+    /// How the drain went: its closes by kind (`drain_delay`'s included)
+    /// and how long it took, which shows how soon keep-alive clients sent
+    /// their next request.
+    fn log_drained(&self, deadline: Instant, now: Instant) {
+        let began = deadline - self.shared.shutdown_grace;
+        let [after_response, idle_grace, deadline] = self.counters.drain_closes;
+        tracing::info!(
+            shard = self.index,
+            after_response,
+            idle_grace,
+            deadline,
+            elapsed_ms = now.duration_since(began).as_millis() as u64,
+            "shard drained"
+        );
+    }
+
     fn on_wake(&mut self, now: Instant) {
         self.waker.drain();
+        if !self.closing && self.shared.closing.load(Ordering::Acquire) {
+            self.closing = true;
+            tracing::info!(
+                shard = self.index,
+                connections = self.conns.len(),
+                "shard closing connections after their next response"
+            );
+        }
         if self.draining.is_some() || !self.shared.draining.load(Ordering::Acquire) {
             return;
         }
@@ -331,11 +365,7 @@ impl Shard {
         self.accept_pending.fill(false);
         let tokens: Vec<u64> = self.conns.tokens().collect();
         for token in tokens {
-            if let Some(conn) = self.conns.get_mut(token) {
-                if let Step::Close(reason) = conn.on_drain() {
-                    self.close(token, reason);
-                }
-            }
+            self.dispatch(token, now, |conn, env| Some(conn.on_drain(env)));
         }
     }
 
@@ -506,7 +536,13 @@ impl Shard {
             counters: &mut self.counters,
             log: self.log.as_mut(),
             now,
-            draining: self.draining.is_some(),
+            stop: if self.draining.is_some() {
+                Stop::Draining
+            } else if self.closing {
+                Stop::Closing
+            } else {
+                Stop::Serving
+            },
         };
         match f(conn, &mut env) {
             Some(Step::Keep) => {
@@ -524,7 +560,22 @@ impl Shard {
     }
 
     fn close(&mut self, token: u64, reason: CloseReason) {
+        self.close_as(token, reason, None);
+    }
+
+    /// Close, counting a close of the shutdown as `drain` when given, else
+    /// by how the connection ended (parted with at rest, or after the
+    /// response that said `Connection: close`).
+    fn close_as(&mut self, token: u64, reason: CloseReason, drain: Option<DrainClose>) {
         if let Some(conn) = self.conns.remove(token) {
+            if reason == CloseReason::Shutdown {
+                let kind = drain.unwrap_or(if conn.parted() {
+                    DrainClose::IdleGrace
+                } else {
+                    DrainClose::AfterResponse
+                });
+                self.counters.drain_closed(kind);
+            }
             if let Some(secs) = conn.unfinished_handshake() {
                 // Closed (timeout, EOF, reset) before the handshake ended;
                 // a handshake error was counted when it happened.

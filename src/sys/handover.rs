@@ -1,7 +1,8 @@
 //! Passing listening sockets to a new process across `exec`: a pipe for its
 //! readiness message, clearing close-on-exec on exactly the fds it inherits
-//! (in the child, between fork and exec), and taking ownership of those fds
-//! on the other side.
+//! (in the child, between fork and exec), a process group of its own so that
+//! a failed start can be ended whole, and taking ownership of those fds on
+//! the other side.
 
 use std::collections::HashSet;
 use std::io;
@@ -39,8 +40,12 @@ pub fn wait_readable(fd: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
 /// Let the process `cmd` starts inherit `fds` under the same numbers: they
 /// are all close-on-exec here, and the flag is cleared in the child after
 /// `fork`, so no other process this one starts (now or concurrently) can
-/// inherit them.
+/// inherit them. The child also gets a process group of its own
+/// (`setpgid(0, 0)` before exec), whose id is its pid: whatever it starts
+/// before it adopts the fds (a wrapper script's commands) inherits them
+/// too, and [`kill_group`] ends all of those at once.
 pub fn inherit_fds(cmd: &mut Command, fds: Vec<RawFd>) {
+    cmd.process_group(0);
     // SAFETY: the closure runs in the child between fork and exec, where only
     // async-signal-safe calls are allowed: it makes fcntl calls only, over a
     // Vec allocated before the fork, and allocates nothing.
@@ -87,4 +92,47 @@ pub fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
     // exec, so nothing in this process opened it, and TAKEN guarantees this
     // is the only OwnedFd made from it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// SIGKILL every process in the process group `pgid`. Call it while the
+/// group's leader is not yet reaped (alive or a zombie), so the id cannot
+/// have been reused. No such group (every member gone) is not an error.
+pub fn kill_group(pgid: u32) -> io::Result<()> {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "pid out of range",
+        ));
+    };
+    if pgid <= 1 {
+        // kill(0) or kill(-1) would signal this process's group or everyone.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a process group",
+        ));
+    }
+    // SAFETY: kill takes no pointers; a negative pid names the group.
+    match syscall!(kill(-pgid, libc::SIGKILL)) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        r => r.map(drop),
+    }
+}
+
+/// Whether the child `pid` has exited, without reaping it (`waitid` with
+/// `WNOWAIT`): its pid, and so its process group's id, stays reserved until
+/// the caller waits for it.
+pub fn child_exited(pid: u32) -> io::Result<bool> {
+    let id: libc::id_t = pid;
+    // SAFETY: siginfo_t is plain data, valid when zeroed.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a live siginfo_t that waitid fills in.
+    syscall!(waitid(
+        libc::P_PID,
+        id,
+        &mut info,
+        libc::WEXITED | libc::WNOHANG | libc::WNOWAIT
+    ))?;
+    // SAFETY: waitid filled `info`; with WNOHANG and nothing to report it
+    // left si_pid 0 (zeroed above).
+    Ok(unsafe { info.si_pid() } != 0)
 }

@@ -12,6 +12,7 @@ mod compression;
 mod config;
 mod consistency;
 mod deploy;
+mod drain;
 mod errors;
 mod fd_exhaustion;
 mod flags;

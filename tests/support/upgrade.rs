@@ -1,5 +1,6 @@
 //! Helpers for the binary-upgrade and drain tests: continuous client traffic
-//! that tells a reset from a refusal from a clean close, who owns a listening
+//! over cleartext or TLS that tells a reset from a refusal from a clean
+//! close and retries nothing, who owns a listening
 //! port according to `/proc`, and a guard that stops the processes an upgrade
 //! started (they inherit the harness's stderr pipe, so they must be gone
 //! before the `Server` joins its log reader).
@@ -13,6 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use super::IO_TIMEOUT;
 
@@ -146,15 +150,18 @@ pub fn status_pid(admin: SocketAddr) -> Option<u32> {
 pub enum Failure {
     /// `connect` refused.
     Refused,
-    /// Reset (ECONNRESET/EPIPE) on a fresh connection or mid-response.
+    /// Reset (ECONNRESET/EPIPE): on a request, or after the last response.
     Reset,
-    /// Closed before the whole response arrived, on a fresh connection.
+    /// Closed before the whole response arrived (a request sent on a
+    /// reused keep-alive connection included: no retry hides it), or, over
+    /// TLS, closed without close_notify.
     Closed,
-    /// Wrong status or body, or a timeout.
+    /// Wrong status or body, a failed handshake, or a timeout.
     Wrong,
 }
 
-/// What a [`Traffic`] run saw.
+/// What a [`Traffic`] run saw. No request is retried: every one that did
+/// not get its whole, right answer is a failure.
 #[derive(Debug, Default)]
 pub struct Tally {
     pub ok: u64,
@@ -162,11 +169,12 @@ pub struct Tally {
     pub reset: u64,
     pub closed: u64,
     pub wrong: u64,
-    /// A reused keep-alive connection closed (or reset) before a single byte
-    /// of the next response: the server closed it as idle while the request
-    /// was on its way. RFC 9112 §9.3.1 lets a client retry an idempotent
-    /// request then; the loader does, and the retry must succeed.
-    pub keepalive_retries: u64,
+    /// Responses that said `Connection: close` to a client that had not
+    /// asked for it (the server stopping or handing over).
+    pub told_to_close: u64,
+    /// Keep-alive clients that left after being told to close
+    /// ([`Options::leave`]).
+    pub left: u64,
     pub first_errors: Vec<String>,
 }
 
@@ -176,9 +184,29 @@ impl Tally {
     }
 }
 
+/// How [`Traffic`] clients behave.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// Over TLS with this client configuration (SNI `localhost`).
+    pub tls: Option<Arc<ClientConfig>>,
+    /// A keep-alive client told `Connection: close` leaves instead of
+    /// reconnecting, as one behind a load balancer that stopped routing
+    /// here would.
+    pub leave: bool,
+    /// Pause between one client's requests.
+    pub pause: Duration,
+}
+
+/// A client connection over either transport.
+pub trait Duplex: Read + Write + Send {}
+impl Duplex for TcpStream {}
+impl Duplex for StreamOwned<ClientConnection, TcpStream> {}
+
 /// Continuous traffic: `keepalive` threads sending requests back to back on
 /// persistent connections, `fresh` threads opening a new connection per
-/// request. Every response's status and body are checked against `paths`.
+/// request. Every response's status and body are checked against `paths`,
+/// and every connection the server closes must end cleanly: an end of file
+/// (after close_notify over TLS), never a reset.
 pub struct Traffic {
     stop: Arc<AtomicBool>,
     threads: Vec<thread::JoinHandle<()>>,
@@ -195,21 +223,32 @@ impl Traffic {
         fresh: usize,
         paths: Vec<(String, Vec<u8>)>,
     ) -> Traffic {
+        Traffic::with(addr, keepalive, fresh, paths, Options::default())
+    }
+
+    pub fn with(
+        addr: SocketAddr,
+        keepalive: usize,
+        fresh: usize,
+        paths: Vec<(String, Vec<u8>)>,
+        opts: Options,
+    ) -> Traffic {
         let stop = Arc::new(AtomicBool::new(false));
         let tally = Arc::new(Mutex::new(Tally::default()));
         let sent = Arc::new(AtomicU64::new(0));
         let paths: Paths = Arc::new(paths);
         let mut threads = Vec::new();
         for t in 0..keepalive + fresh {
-            let (stop, tally, sent, paths) = (
+            let (stop, tally, sent, paths, opts) = (
                 Arc::clone(&stop),
                 Arc::clone(&tally),
                 Arc::clone(&sent),
                 Arc::clone(&paths),
+                opts.clone(),
             );
             let persistent = t < keepalive;
             threads.push(thread::spawn(move || {
-                client(addr, persistent, t, &stop, &tally, &sent, &paths)
+                client(addr, &opts, persistent, t, &stop, &tally, &sent, &paths)
             }));
         }
         Traffic {
@@ -218,6 +257,16 @@ impl Traffic {
             tally,
             sent,
         }
+    }
+
+    /// Keep-alive clients that have left so far.
+    pub fn left(&self) -> u64 {
+        self.tally.lock().unwrap().left
+    }
+
+    /// Failures so far.
+    pub fn failures(&self) -> u64 {
+        self.tally.lock().unwrap().failures()
     }
 
     pub fn stop(self) -> Tally {
@@ -242,8 +291,59 @@ fn record(tally: &Mutex<Tally>, f: Failure, what: String) {
     }
 }
 
+fn classify(e: &io::Error) -> Failure {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => Failure::Reset,
+        // rustls: TCP closed without close_notify.
+        io::ErrorKind::UnexpectedEof => Failure::Closed,
+        _ => Failure::Wrong,
+    }
+}
+
+/// A new connection over the transport `opts` names, handshaken.
+pub fn connect(addr: SocketAddr, opts: &Options) -> Result<Box<dyn Duplex>, (Failure, String)> {
+    let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| {
+        let f = if e.kind() == io::ErrorKind::ConnectionRefused {
+            Failure::Refused
+        } else {
+            Failure::Wrong
+        };
+        (f, format!("connect: {e}"))
+    })?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    let _ = s.set_nodelay(true);
+    let Some(config) = &opts.tls else {
+        return Ok(Box::new(s));
+    };
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = ClientConnection::new(Arc::clone(config), name).unwrap();
+    let mut tls = StreamOwned::new(conn, s);
+    while tls.conn.is_handshaking() {
+        if let Err(e) = tls.conn.complete_io(&mut tls.sock) {
+            return Err((classify(&e), format!("handshake: {e}")));
+        }
+    }
+    Ok(Box::new(tls))
+}
+
+/// After a response that closes the connection: the server's end must be
+/// an end of file (over TLS, after close_notify), never a reset.
+pub fn expect_clean_end(s: &mut dyn Duplex) -> Result<(), (Failure, String)> {
+    let mut b = [0u8; 4096];
+    match s.read(&mut b) {
+        Ok(0) => Ok(()),
+        Ok(n) => Err((Failure::Wrong, format!("{n} bytes after the last response"))),
+        Err(e) => Err((classify(&e), format!("after the last response: {e}"))),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn client(
     addr: SocketAddr,
+    opts: &Options,
     persistent: bool,
     t: usize,
     stop: &AtomicBool,
@@ -251,92 +351,81 @@ fn client(
     sent: &AtomicU64,
     paths: &Paths,
 ) {
-    let mut conn: Option<(TcpStream, u64)> = None;
+    let mut conn: Option<Box<dyn Duplex>> = None;
+    let mut served = 0u64;
     let mut i = t;
     while !stop.load(Ordering::Relaxed) {
         let (path, want) = &paths[i % paths.len()];
         i += 1;
-        let mut retried = false;
-        loop {
-            if conn.is_none() {
-                match TcpStream::connect_timeout(&addr, IO_TIMEOUT) {
-                    Ok(s) => {
-                        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-                        s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-                        let _ = s.set_nodelay(true);
-                        conn = Some((s, 0));
+        let stream = match &mut conn {
+            Some(s) => s,
+            None => match connect(addr, opts) {
+                Ok(s) => {
+                    served = 0;
+                    conn.insert(s)
+                }
+                Err((f, e)) => {
+                    record(tally, f, e);
+                    thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+            },
+        };
+        let close = if persistent {
+            ""
+        } else {
+            "Connection: close\r\n"
+        };
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{close}\r\n");
+        sent.fetch_add(1, Ordering::Relaxed);
+        match exchange(&mut **stream, req.as_bytes()) {
+            Ok((status, body, closes)) => {
+                if status != 200 || &body != want {
+                    record(
+                        tally,
+                        Failure::Wrong,
+                        format!("GET {path}: {status}, {} bytes", body.len()),
+                    );
+                } else {
+                    tally.lock().unwrap().ok += 1;
+                }
+                served += 1;
+                if closes || !persistent {
+                    if let Err((f, e)) = expect_clean_end(&mut **stream) {
+                        record(tally, f, format!("GET {path}: {e}"));
                     }
-                    Err(e) => {
-                        let f = if e.kind() == io::ErrorKind::ConnectionRefused {
-                            Failure::Refused
-                        } else {
-                            Failure::Wrong
-                        };
-                        record(tally, f, format!("connect: {e}"));
-                        thread::sleep(Duration::from_millis(5));
-                        break;
+                    conn = None;
+                    if persistent {
+                        let mut t = tally.lock().unwrap();
+                        t.told_to_close += 1;
+                        if opts.leave {
+                            t.left += 1;
+                            return;
+                        }
                     }
                 }
             }
-            let (stream, served) = conn.as_mut().expect("connected");
-            let reused = *served > 0;
-            let close = if persistent {
-                ""
-            } else {
-                "Connection: close\r\n"
-            };
-            let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{close}\r\n");
-            sent.fetch_add(1, Ordering::Relaxed);
-            match exchange(stream, req.as_bytes()) {
-                Ok((status, body, closes)) => {
-                    if status != 200 || &body != want {
-                        record(
-                            tally,
-                            Failure::Wrong,
-                            format!("GET {path}: {status}, {} bytes", body.len()),
-                        );
-                    } else {
-                        tally.lock().unwrap().ok += 1;
-                    }
-                    *served += 1;
-                    if closes || !persistent {
-                        conn = None;
-                    }
-                    break;
-                }
-                Err((f, nothing_read, e)) => {
-                    conn = None;
-                    if reused && nothing_read && !retried {
-                        tally.lock().unwrap().keepalive_retries += 1;
-                        retried = true;
-                        continue;
-                    }
-                    record(tally, f, format!("GET {path} (reused {reused}): {e}"));
-                    break;
-                }
+            Err((f, e)) => {
+                conn = None;
+                record(
+                    tally,
+                    f,
+                    format!("GET {path} (request {served} on its connection): {e}"),
+                );
             }
         }
-        if !persistent {
+        if !opts.pause.is_zero() {
+            thread::sleep(opts.pause);
+        } else if !persistent {
             thread::sleep(Duration::from_millis(1));
         }
     }
 }
 
-/// Why an exchange failed: the kind, whether not a byte of the response
-/// came, and what happened.
-type ExchangeError = (Failure, bool, String);
-
-/// One request and its response: (status, body, server closes). On failure,
-/// the kind, whether not a byte of the response came, and what happened.
-fn exchange(s: &mut TcpStream, req: &[u8]) -> Result<(u16, Vec<u8>, bool), ExchangeError> {
-    let classify = |e: &io::Error| match e.kind() {
-        io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::BrokenPipe => Failure::Reset,
-        _ => Failure::Wrong,
-    };
-    if let Err(e) = s.write_all(req) {
-        return Err((classify(&e), true, format!("write: {e}")));
+/// One request and its response: (status, body, server closes).
+fn exchange(s: &mut dyn Duplex, req: &[u8]) -> Result<(u16, Vec<u8>, bool), (Failure, String)> {
+    if let Err(e) = s.write_all(req).and_then(|()| s.flush()) {
+        return Err((classify(&e), format!("write: {e}")));
     }
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
@@ -364,15 +453,13 @@ fn exchange(s: &mut TcpStream, req: &[u8]) -> Result<(u16, Vec<u8>, bool), Excha
             Ok(0) => {
                 return Err((
                     Failure::Closed,
-                    buf.is_empty(),
-                    format!("closed after {} bytes", buf.len()),
+                    format!("closed after {} bytes of the response", buf.len()),
                 ))
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) => {
                 return Err((
                     classify(&e),
-                    buf.is_empty(),
                     format!(
                         "read after {} bytes, {:?}: {e}",
                         buf.len(),
