@@ -301,9 +301,9 @@ impl Default for DotfileAllow {
 }
 
 /// Error statuses whose `Cache-Control` can be configured: those that say
-/// something about the resource itself. The others (400, 406, 412, 416, …)
-/// depend on request headers a cache does not key on (Range, If-*,
-/// Accept-Encoding), so a stored copy would be served to requests it does
+/// something about the resource itself. The others (400, 412, 416, …)
+/// depend on request headers a cache does not key on (Range, If-*),
+/// so a stored copy would be served to requests it does
 /// not fit; they never carry a `Cache-Control`.
 pub const CACHEABLE_ERRORS: &[(Status, &str)] = &[
     (Status::Forbidden, "4xx"),

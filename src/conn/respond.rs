@@ -82,13 +82,26 @@ pub fn respond(
             buf.extend_from_slice(b"\r\n");
             return (Status::NoContent, 0);
         }
-        Method::Other => {
+        Method::NotAllowed => {
             return error(
                 env,
                 out,
                 Status::MethodNotAllowed,
                 "method not allowed",
                 ALLOW,
+                persist,
+                false,
+            );
+        }
+        // RFC 9110 §9.1: a method the server does not recognise is a 501;
+        // 405 says a known method is not allowed on this resource.
+        Method::Unknown => {
+            return error(
+                env,
+                out,
+                Status::NotImplemented,
+                "method not implemented",
+                b"",
                 persist,
                 false,
             );
@@ -152,8 +165,8 @@ fn vary_line(entry: &Entry) -> &'static [u8] {
     }
 }
 
-/// Pick the representation `Accept-Encoding` asks for and serve it; 406 when
-/// the client refuses identity and accepts no variant the entry has.
+/// Pick the representation `Accept-Encoding` asks for and serve it
+/// (identity when it accepts nothing the entry has: see [`accept::negotiate`]).
 fn serve_file(
     req: &Request<'_>,
     env: &mut Env<'_>,
@@ -165,17 +178,7 @@ fn serve_file(
     // Copy the reference out of `env`: no refcount traffic per request.
     let snapshot = env.snapshot;
     let entry = snapshot.entry(index);
-    let Some(coding) = accept::negotiate(req.accept_encoding, entry.codings()) else {
-        return error(
-            env,
-            out,
-            Status::NotAcceptable,
-            "no acceptable content coding",
-            vary_line(&entry),
-            persist,
-            head_only,
-        );
-    };
+    let coding = accept::negotiate(req.accept_encoding, entry.codings());
     let repr = entry.repr(coding);
     serve(
         req, env, snapshot, index, entry, repr, persist, head_only, out,
