@@ -145,7 +145,8 @@ pub struct Settings {
     /// Requests served on one connection before `Connection: close`.
     #[arg(long, value_name = "N")]
     pub max_requests_per_connection: Option<u32>,
-    /// Most ranges honoured in one request before answering 200.
+    /// Most ranges honoured in one request before answering 200 (ranges
+    /// that add up to more than the file get 200 too).
     #[arg(long, value_name = "N")]
     pub max_ranges: Option<usize>,
     /// Largest request head (431 beyond).
@@ -154,7 +155,9 @@ pub struct Settings {
     /// Longest request target (414 beyond).
     #[arg(long, value_name = "SIZE")]
     pub max_uri_bytes: Option<Size>,
-    /// Largest body on GET/HEAD that is read and discarded (413 beyond).
+    /// Largest request body that is read and discarded: a larger
+    /// Content-Length is a 413; a chunked body (its bytes on the wire)
+    /// that grows past it closes the connection after the answer.
     #[arg(long, value_name = "SIZE")]
     pub max_discard_bytes: Option<Size>,
     /// Time to receive a whole request head (408 beyond); bare number: seconds.
@@ -323,7 +326,8 @@ pub struct Settings {
     #[arg(long, value_name = "N")]
     pub max_connections_per_core: Option<usize>,
     /// `Strict-Transport-Security` value added to successful TLS responses,
-    /// e.g. `max-age=31536000; includeSubDomains`.
+    /// e.g. `max-age=31536000; includeSubDomains` (a `[[headers]]` rule's
+    /// value replaces it for the files the rule matches).
     #[arg(long, value_name = "VALUE")]
     pub hsts: Option<String>,
     /// Cleartext listeners answer every request with a 301 to the same host

@@ -120,6 +120,7 @@ impl Conn {
             } else {
                 b""
             },
+            tls: self.tls.is_some(),
         };
         // A body too large to read past is refused, and the connection
         // closed: where the next request would start is unknown.

@@ -52,6 +52,25 @@ pub struct Env<'a> {
     /// Header lines this connection adds to its successful responses
     /// (`Strict-Transport-Security` over TLS); empty otherwise.
     pub conn_lines: &'a [u8],
+    /// The connection is TLS: a file's TLS-only lines go out.
+    pub tls: bool,
+}
+
+impl Env<'_> {
+    /// What follows a file's pre-rendered lines on this connection: over
+    /// TLS, its `[[headers]]` rule's `Strict-Transport-Security` (which,
+    /// like nginx's `add_header` in a location, replaces the server-wide
+    /// `hsts`) or else `hsts`; over cleartext nothing (RFC 6797 §7.2).
+    #[inline]
+    fn file_lines<'r>(&'r self, repr: &ReprRef<'r>) -> &'r [u8] {
+        if !self.tls {
+            return b"";
+        }
+        match repr.tls_lines() {
+            b"" => self.conn_lines,
+            rule => rule,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -221,7 +240,7 @@ fn serve(
             for piece in repr.common() {
                 buf.extend_from_slice(piece);
             }
-            buf.extend_from_slice(env.conn_lines);
+            buf.extend_from_slice(env.file_lines(&repr));
             buf.extend_from_slice(persist.line());
             buf.extend_from_slice(b"\r\n");
             return (Status::NotModified, 0);
@@ -283,7 +302,7 @@ fn serve(
         buf.extend_from_slice(piece);
     }
     buf.extend_from_slice(env.date.line());
-    buf.extend_from_slice(env.conn_lines);
+    buf.extend_from_slice(env.file_lines(&repr));
     buf.extend_from_slice(persist.line());
     buf.extend_from_slice(b"\r\n");
     if head_only {
@@ -314,7 +333,7 @@ fn partial(
         buf.extend_from_slice(piece);
     }
     buf.extend_from_slice(repr.encoding_line());
-    buf.extend_from_slice(env.conn_lines);
+    buf.extend_from_slice(env.file_lines(&repr));
     buf.extend_from_slice(persist.line());
     if let [r] = ranges.as_slice() {
         let len = r.end - r.start + 1;

@@ -792,3 +792,70 @@ fn hsts_over_tls_only() {
     assert_eq!(r.status, 301, "{r:?}");
     assert!(r.header("strict-transport-security").is_none(), "{r:?}");
 }
+
+/// Issue 24: a `Strict-Transport-Security` set by a `[[headers]]` rule went
+/// out over cleartext too (RFC 6797 §7.2 forbids it). It goes out over TLS
+/// only, on every head the file is sent with, where it replaces the
+/// server-wide `hsts` for the files it matches; the rule's other fields
+/// still go out on both.
+#[test]
+fn hsts_from_a_header_rule_goes_over_tls_only() {
+    let site = Site::new("tls-hsts-rule");
+    let conf = site.base().join("rules.toml");
+    std::fs::write(
+        &conf,
+        "[[headers]]\nglob = \"*.html\"\n\
+         set = { Strict-Transport-Security = \"max-age=600\", X-Frame-Options = \"DENY\" }\n",
+    )
+    .unwrap();
+    let conf = conf.display().to_string();
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let server = TlsServer::start(
+        &site.root,
+        &ca,
+        &leaf,
+        &["--config", &conf, "--hsts", "max-age=31536000"],
+    );
+    let asks = [
+        get("/index.html"),
+        request("GET", "/index.html", &[("Range", "bytes=0-1")]),
+        request(
+            "GET",
+            "/index.html",
+            &[("If-Modified-Since", FIXED_MTIME_HTTP)],
+        ),
+        request("HEAD", "/index.html", &[]),
+    ];
+    let mut plain = server.wire(Transport::Plain);
+    let mut tls = server.wire(Transport::Tls);
+    for raw in &asks {
+        let r = plain.roundtrip(raw);
+        assert!(matches!(r.status, 200 | 206 | 304), "{r:?}");
+        assert_eq!(
+            r.header("strict-transport-security"),
+            None,
+            "{raw:?}: {r:?}"
+        );
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{raw:?}");
+        let r = tls.roundtrip(raw);
+        assert!(matches!(r.status, 200 | 206 | 304), "{r:?}");
+        assert_eq!(
+            r.header_count("strict-transport-security"),
+            1,
+            "{raw:?}: {r:?}"
+        );
+        assert_eq!(
+            r.must("strict-transport-security"),
+            "max-age=600",
+            "{raw:?}"
+        );
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{raw:?}");
+    }
+    // A file no rule matches: the server-wide value over TLS, none over
+    // cleartext.
+    let r = tls.roundtrip(&get("/digits.txt"));
+    assert_eq!(r.must("strict-transport-security"), "max-age=31536000");
+    let r = plain.roundtrip(&get("/digits.txt"));
+    assert_eq!(r.header("strict-transport-security"), None, "{r:?}");
+}
