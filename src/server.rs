@@ -173,6 +173,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .filter(|(_, a)| !a.is_empty())
             .map(|(&addr, _)| addr)
             .collect(),
+        inherited_admin: adopted_admin.is_some(),
         ..Preflight::default()
     };
     let (mut claims, _) = preflight.run(&config)?;
@@ -195,7 +196,13 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             tracing::info!("admin endpoint addr={} (inherited)", listener.local_addr()?);
             listener
         }
-        None => preflight::bind_admin(config.admin)?,
+        None => {
+            let listener = preflight::bind_admin(config.admin)?;
+            if config.admin.port() == 0 {
+                claims.add_picked(listener.local_addr()?);
+            }
+            listener
+        }
     };
     let admin_dup = admin_listener.try_clone()?;
     let published: Arc<OnceLock<Arc<Store>>> = Arc::new(OnceLock::new());

@@ -626,8 +626,9 @@ fn openssl_s_client_alpn_sni_resumption_and_no_tls11() {
     );
 }
 
-/// `--check` loads every pair: a key that is not the certificate's, an
-/// expired certificate and a missing file each fail, naming key and file.
+/// `--check` loads every pair: a key that is not the certificate's and a
+/// missing file each fail, naming key and file; an expired certificate
+/// passes with an ERROR line (issue 27: it is served, as nginx does).
 #[test]
 fn check_validates_certificate_pairs() {
     let site = Site::new("tls-check");
@@ -668,9 +669,9 @@ fn check_validates_certificate_pairs() {
     );
     assert!(text.contains("does not match"), "{text}");
     let (ok, text) = check(&old.cert, &old.key);
-    assert!(!ok, "{text}");
+    assert!(ok, "{text}");
     assert!(
-        text.contains("tls_cert") && text.contains("expired"),
+        text.contains("ERROR") && text.contains("tls_cert") && text.contains("expired"),
         "{text}"
     );
     let missing = site.base().join("missing.key");
@@ -858,4 +859,50 @@ fn hsts_from_a_header_rule_goes_over_tls_only() {
     assert_eq!(r.must("strict-transport-security"), "max-age=31536000");
     let r = plain.roundtrip(&get("/digits.txt"));
     assert_eq!(r.header("strict-transport-security"), None, "{r:?}");
+}
+
+/// Issue 27: an expired certificate refused the whole start, the cleartext
+/// listener included. It is served (clients judge it), with one ERROR line
+/// naming the key, the file and the fix, and the expiry gauge in the past
+/// for the alert; a pair that cannot work at all is still refused.
+#[test]
+fn an_expired_certificate_is_served_with_an_error_line() {
+    let site = Site::new("tls-expired");
+    let ca = Ca::new();
+    let old = ca.leaf_with(site.base(), "old", &["localhost"], |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let server = TlsServer::start(&site.root, &ca, &old, &[]);
+    assert_eq!(
+        server
+            .wire(Transport::Plain)
+            .roundtrip(&get("/index.html"))
+            .status,
+        200
+    );
+    // The certificate is the one offered: a client checking it refuses
+    // it as expired, not for another reason.
+    match Wire::try_tls(server.tls_addr, &server.client, "localhost") {
+        Ok(_) => panic!("the client accepted an expired certificate"),
+        Err(e) => assert!(format!("{e:?}").contains("Expired"), "{e:?}"),
+    }
+    let log = server.server.log_text();
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("expired"))
+        .collect();
+    assert_eq!(errors.len(), 1, "one ERROR line: {log}");
+    assert!(
+        errors[0].contains(&*old.cert.display().to_string()) && errors[0].contains("renew"),
+        "{}",
+        errors[0]
+    );
+    let text = scrape(&server.server);
+    let expiry = metric_sum(
+        &text,
+        "shardhttpd_tls_certificate_expiry_timestamp_seconds",
+        &[],
+    );
+    assert_eq!(expiry, 1_609_459_200.0, "notAfter 2021-01-01: {text}");
 }
