@@ -2,8 +2,11 @@
 //! validated once into a [`Config`] that nothing downstream second-guesses.
 //! Values with units and addresses are parsed by the types in [`units`].
 
+mod locate;
 pub mod units;
 mod validate;
+
+pub use locate::KeyLines;
 
 pub use validate::*;
 
@@ -127,6 +130,11 @@ pub struct Settings {
     #[arg(skip)]
     #[serde(skip)]
     pub from_flags: BTreeSet<&'static str>,
+    /// Where the config file set each key (filled by
+    /// [`Settings::from_file`]), so an error names the file and line.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub key_lines: Option<std::sync::Arc<KeyLines>>,
 
     /// Document root.
     #[arg(long, value_name = "DIR")]
@@ -156,7 +164,8 @@ pub struct Settings {
     /// Requests served on one connection before `Connection: close`.
     #[arg(long, value_name = "N")]
     pub max_requests_per_connection: Option<u32>,
-    /// Most ranges honoured in one request before answering 200.
+    /// Most ranges honoured in one request before answering 200 (ranges
+    /// that add up to more than the file get 200 too).
     #[arg(long, value_name = "N")]
     pub max_ranges: Option<usize>,
     /// Largest request head (431 beyond).
@@ -165,7 +174,9 @@ pub struct Settings {
     /// Longest request target (414 beyond).
     #[arg(long, value_name = "SIZE")]
     pub max_uri_bytes: Option<Size>,
-    /// Largest body on GET/HEAD that is read and discarded (413 beyond).
+    /// Largest request body that is read and discarded: a larger
+    /// Content-Length is a 413; a chunked body (its bytes on the wire)
+    /// that grows past it closes the connection after the answer.
     #[arg(long, value_name = "SIZE")]
     pub max_discard_bytes: Option<Size>,
     /// Time to receive a whole request head (408 beyond); bare number: seconds.
@@ -352,7 +363,8 @@ pub struct Settings {
     #[arg(long, value_name = "N")]
     pub max_connections_per_core: Option<usize>,
     /// `Strict-Transport-Security` value added to successful TLS responses,
-    /// e.g. `max-age=31536000; includeSubDomains`.
+    /// e.g. `max-age=31536000; includeSubDomains` (a `[[headers]]` rule's
+    /// value replaces it for the files the rule matches).
     #[arg(long, value_name = "VALUE")]
     pub hsts: Option<String>,
     /// Cleartext listeners answer every request with a 301 to the same host
@@ -603,6 +615,23 @@ fn misplaced_key(key: &str, value: &toml::Value, header: &str) -> String {
     }
 }
 
+/// A setting refused as an unknown field of a table (`[[headers]]`,
+/// `[[tls_certificates]]`): it was written after the table's header, which
+/// TOML files under the table; say so instead of "did you mean" itself.
+fn misplaced_in_table(path: &str, message: &str) -> Option<String> {
+    let key = message.strip_prefix("unknown field `")?.split('`').next()?;
+    let table = path.split(['.', '[']).next()?;
+    if table.is_empty() || table == path || !setting_names().iter().any(|n| n == key) {
+        return None;
+    }
+    let header = if path[table.len()..].starts_with('[') {
+        format!("[[{table}]]")
+    } else {
+        format!("[{table}]")
+    };
+    Some(misplaced_key(key, &toml::Value::Boolean(true), &header))
+}
+
 /// The top-level keys, from the flag definitions.
 fn setting_names() -> Vec<String> {
     let mut names: Vec<String> = Settings::command_raw()
@@ -631,6 +660,7 @@ macro_rules! overlay {
             config: $flags.config,
             check: $flags.check,
             from_flags,
+            key_lines: $file.key_lines,
             $($field: $flags.$field.or($file.$field),)*
         }
     }};
@@ -657,7 +687,9 @@ impl Settings {
     /// Parse the process's arguments; usage errors exit with
     /// [`EXIT_CONFIG`] and clap's message, which names the flag.
     pub fn from_args() -> Settings {
-        let matches = Settings::command().get_matches();
+        let matches = Settings::command()
+            .try_get_matches()
+            .unwrap_or_else(|e| suggest_flag(e).exit());
         Settings::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
 
@@ -694,6 +726,8 @@ impl Settings {
     pub fn name(&self, key: &'static str) -> String {
         if self.from_flags.contains(key) {
             format!("flag `--{}`", key.replace('_', "-"))
+        } else if let Some(lines) = &self.key_lines {
+            lines.name(key)
         } else {
             format!("config key `{key}`")
         }
@@ -710,7 +744,10 @@ impl Settings {
             };
             anyhow::anyhow!("config file {} {what}", path.display())
         })?;
-        Settings::from_toml(&text).map_err(|e| anyhow::anyhow!("config file {}{e}", path.display()))
+        let mut settings = Settings::from_toml(&text)
+            .map_err(|e| anyhow::anyhow!("config file {}{e}", path.display()))?;
+        settings.key_lines = Some(std::sync::Arc::new(KeyLines::scan(path, &text)));
+        Ok(settings)
     }
 
     /// Parse TOML text; the error reads `, line N: …` (to follow a file name).
@@ -729,7 +766,8 @@ impl Settings {
                     )
                 })
                 .unwrap_or_default();
-            let message = operator_words(inner.message());
+            let message = misplaced_in_table(&key, inner.message())
+                .unwrap_or_else(|| operator_words(inner.message()));
             if key == "." || key.is_empty() || message.starts_with("key `") {
                 format!("{line}: {message}")
             } else {
@@ -737,6 +775,36 @@ impl Settings {
             }
         })
     }
+}
+
+/// A mistyped flag gets the nearest real one as a tip, as a mistyped key
+/// does (clap's own suggestions need a crate this build leaves out).
+pub fn suggest_flag(mut e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let Some(ContextValue::String(typed)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let typed = typed.split('=').next().unwrap_or_default().to_owned();
+    let Some(name) = typed.strip_prefix("--") else {
+        return e;
+    };
+    let command = Settings::command_raw();
+    let near = command
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(|long| (edit_distance(long, name), long))
+        .filter(|&(d, _)| d <= 2)
+        .min();
+    if let Some((_, long)) = near {
+        e.insert(
+            ContextKind::SuggestedArg,
+            ContextValue::String(format!("--{long}")),
+        );
+    }
+    e
 }
 
 /// serde's phrasing → an operator's.
@@ -752,6 +820,9 @@ fn operator_words(message: &str) -> String {
             Some(n) => format!("unknown key `{key}`; did you mean `{n}`?"),
             None => format!("unknown key `{key}` (README lists the keys)"),
         };
+    }
+    if let Some(words) = locate::type_words(message) {
+        return words;
     }
     message.trim_end().to_owned()
 }

@@ -73,6 +73,8 @@ pub struct Preflight {
     /// but not an error (checking a config while the old server runs is
     /// the usual reason to check).
     pub check_only: bool,
+    /// The admin listener was inherited from the process being upgraded.
+    pub inherited_admin: bool,
 }
 
 impl Preflight {
@@ -115,18 +117,35 @@ impl Preflight {
             }
             probe(addr, "listen")?;
         }
-        if config.admin.port() != 0 {
-            // The admin socket has no SO_REUSEPORT: a bind is the whole check.
-            if self.check_only {
-                match bind_plain(config.admin) {
-                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => notes.push(format!(
-                        "admin address {} is in use now; it must be free at start",
-                        config.admin
-                    )),
-                    Err(e) => return Err(bind_error("admin", config.admin, &e)),
-                    Ok(_) => {}
+        let admin = config.admin;
+        if admin.port() != 0 && !self.inherited_admin {
+            // Claimed like a listen address, so that `--check` next to the
+            // running server tells its admin socket from a foreign one.
+            match claim(admin) {
+                Ok(lock) => claims._locks.push(lock),
+                Err(Claim::HeldByShardhttpd) if self.check_only => {
+                    probe_privilege(admin)?;
+                    notes.push(format!(
+                        "admin address {admin} is in use by a running shardhttpd{}; \
+                         a second instance would be refused",
+                        holder(admin)
+                    ));
+                    return Ok((claims, notes));
+                }
+                Err(Claim::HeldByShardhttpd) => {
+                    return Err(setup(format!(
+                        "admin address {admin} is already in use by another shardhttpd{} on \
+                         this host; stop it first, or choose another `admin` address",
+                        holder(admin)
+                    )))
+                }
+                Err(Claim::Io(e)) => {
+                    return Err(setup(format!("claiming admin address {admin}: {e}")))
                 }
             }
+            // The admin socket has no SO_REUSEPORT: a bind is the whole
+            // check, and anything else there fails it, `--check` included.
+            probe(admin, "admin")?;
         }
         Ok((claims, notes))
     }
@@ -138,8 +157,19 @@ impl Preflight {
 /// the error names the config key and the file.
 fn check_tls(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
-        crate::tls::load_all(&tls.pairs, &crate::tls::provider())
-            .map_err(|e| setup(format!("{e:#}")))?;
+        crate::tls::load_all(&tls.pairs, &crate::tls::provider()).map_err(|e| {
+            let mut msg = format!("{e:#}");
+            if let Some(lines) = &config.key_lines {
+                msg = lines.locate(&msg);
+            }
+            if msg.contains("does not match the certificate") {
+                msg.push_str(
+                    "; give the key the certificate was issued for (the two files may be \
+                     swapped, or one of them is from an older issue)",
+                );
+            }
+            setup(msg)
+        })?;
         if let Some(path) = &tls.ticket_key_file {
             crate::tls::tickets::Ticketer::from_file(path).map_err(|e| setup(format!("{e:#}")))?;
         }

@@ -177,6 +177,7 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
             .filter(|(_, a)| !a.is_empty())
             .map(|(&addr, _)| addr)
             .collect(),
+        inherited_admin: adopted_admin.is_some(),
         ..Preflight::default()
     };
     let (mut claims, _) = preflight.run(&config)?;
@@ -199,7 +200,13 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
             tracing::info!("admin endpoint addr={} (inherited)", listener.local_addr()?);
             listener
         }
-        None => preflight::bind_admin(config.admin)?,
+        None => {
+            let listener = preflight::bind_admin(config.admin)?;
+            if config.admin.port() == 0 {
+                claims.add_picked(listener.local_addr()?);
+            }
+            listener
+        }
     };
     let admin_dup = admin_listener.try_clone()?;
     let published: Arc<OnceLock<Arc<Store>>> = Arc::new(OnceLock::new());

@@ -36,6 +36,7 @@ use shardhttpd::config::{Config, Settings};
 use shardhttpd::conn::respond::Scratch;
 use shardhttpd::conn::tls::{TlsConn, PLAIN_HTTP_ANSWER};
 use shardhttpd::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step, Stop};
+use shardhttpd::http::chunked;
 use shardhttpd::http::date::DateCache;
 use shardhttpd::http::request::{self, Method};
 use shardhttpd::metrics::{CloseReason, ShardCounters};
@@ -409,7 +410,17 @@ fn heads_of(input: &[u8]) -> Vec<bool> {
         match request::parse(&input[pos..], limits) {
             Ok(Some(req)) => {
                 out.push(req.method == Method::Head);
-                let next = (pos + req.head_len) as u64 + req.content_length;
+                let body_at = pos + req.head_len;
+                if req.chunked {
+                    // The body's end is where the chunked framing says.
+                    let mut body = chunked::Decoder::new(world().cfg.max_discard);
+                    match body.feed(&input[body_at..]) {
+                        (used, chunked::Progress::Done) => pos = body_at + used,
+                        _ => break,
+                    }
+                    continue;
+                }
+                let next = body_at as u64 + req.content_length;
                 pos = usize::try_from(next).unwrap_or(usize::MAX);
             }
             _ => break,

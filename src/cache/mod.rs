@@ -274,6 +274,9 @@ pub struct Frame {
     content_type_at: usize,
     /// Where the lines after start.
     tail_at: usize,
+    /// Where the tail's lines sent over TLS only start (a `[[headers]]`
+    /// `Strict-Transport-Security`): they run to the end.
+    tls_at: usize,
 }
 
 impl Frame {
@@ -282,6 +285,7 @@ impl Frame {
         bytes: b"",
         content_type_at: 0,
         tail_at: 0,
+        tls_at: 0,
     };
 
     /// The frame `status_and_server` + `content_type_line` … `tail`,
@@ -298,6 +302,7 @@ impl Frame {
         let bytes = [status_and_server, content_type_line, tail].concat();
         let content_type_at = status_and_server.len();
         let tail_at = content_type_at + content_type_line.len();
+        // The bytes and these two offsets decide the third.
         let key = (content_type_at, tail_at, bytes);
         let mut interned = FRAMES.lock().unwrap_or_else(|e| e.into_inner());
         let interned = interned.get_or_insert_with(HashMap::new);
@@ -308,6 +313,7 @@ impl Frame {
             bytes: Box::leak(key.2.clone().into_boxed_slice()),
             content_type_at,
             tail_at,
+            tls_at: tail_at + rules::tls_only_at(tail),
         }));
         interned.insert(key, leaked);
         leaked
@@ -319,10 +325,18 @@ impl Frame {
         &self.bytes[..self.tail_at]
     }
 
-    /// `Accept-Ranges` and what follows it.
+    /// `Accept-Ranges` and what follows it, except the lines sent over
+    /// TLS only.
     #[inline]
     pub fn tail(&self) -> &'static [u8] {
-        &self.bytes[self.tail_at..]
+        &self.bytes[self.tail_at..self.tls_at]
+    }
+
+    /// The tail's lines sent over TLS only (`Strict-Transport-Security`
+    /// from a `[[headers]]` rule); usually empty.
+    #[inline]
+    pub fn tls_lines(&self) -> &'static [u8] {
+        &self.bytes[self.tls_at..]
     }
 
     #[inline]
@@ -485,6 +499,14 @@ impl<'a> ReprRef<'a> {
     /// [`ReprRef::common`] in one piece (tests).
     pub fn common_vec(&self) -> Vec<u8> {
         self.common().concat()
+    }
+
+    /// Header lines that follow [`ReprRef::head_200`] or
+    /// [`ReprRef::common`] on a TLS connection only: a `[[headers]]`
+    /// `Strict-Transport-Security`, usually nothing.
+    #[inline]
+    pub fn tls_lines(&self) -> &'static [u8] {
+        self.frame.tls_lines()
     }
 
     /// Strong ETag derived from the content, quotes included.

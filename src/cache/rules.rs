@@ -201,6 +201,9 @@ impl HeaderRules {
                 }
             }
         }
+        // Fields sent over TLS only go last, where the frame can leave them
+        // off a cleartext response by length alone (`tls_only_at`).
+        merged.sort_by_key(|(name, _)| is_tls_only(name));
         let mut out = Vec::new();
         for (name, value) in merged {
             out.extend_from_slice(name.as_bytes());
@@ -210,6 +213,32 @@ impl HeaderRules {
         }
         out
     }
+}
+
+/// Fields a `[[headers]]` rule may set that go out over TLS only:
+/// `Strict-Transport-Security` over cleartext is forbidden (RFC 6797 §7.2),
+/// as the built-in `hsts` knows.
+const TLS_ONLY_HEADERS: &[&str] = &["strict-transport-security"];
+
+fn is_tls_only(name: &str) -> bool {
+    TLS_ONLY_HEADERS
+        .iter()
+        .any(|tls| tls.eq_ignore_ascii_case(name))
+}
+
+/// Where the TLS-only lines start in header lines rendered by
+/// [`HeaderRules::lines_for`] (and anything put before them): they are
+/// the last lines, so a cleartext response stops there.
+pub fn tls_only_at(lines: &[u8]) -> usize {
+    let mut at = 0;
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if std::str::from_utf8(name).is_ok_and(is_tls_only) {
+            return at;
+        }
+        at += line.len();
+    }
+    lines.len()
 }
 
 /// A header name must be an RFC 9110 token, and not one the server owns.
@@ -301,9 +330,9 @@ impl Default for DotfileAllow {
 }
 
 /// Error statuses whose `Cache-Control` can be configured: those that say
-/// something about the resource itself. The others (400, 406, 412, 416, …)
-/// depend on request headers a cache does not key on (Range, If-*,
-/// Accept-Encoding), so a stored copy would be served to requests it does
+/// something about the resource itself. The others (400, 412, 416, …)
+/// depend on request headers a cache does not key on (Range, If-*),
+/// so a stored copy would be served to requests it does
 /// not fit; they never carry a `Cache-Control`.
 pub const CACHEABLE_ERRORS: &[(Status, &str)] = &[
     (Status::Forbidden, "4xx"),
@@ -527,6 +556,29 @@ mod tests {
              Access-Control-Allow-Origin: *\r\n"
         );
         assert!(HeaderRules::default().lines_for(b"/a").is_empty());
+    }
+
+    #[test]
+    fn tls_only_fields_come_last_and_are_found() {
+        let rules = header_rules(&[
+            (
+                "**",
+                &[("strict-transport-security", "max-age=1"), ("X-A", "a")],
+            ),
+            ("*.html", &[("X-B", "b")]),
+        ])
+        .unwrap();
+        let lines = rules.lines_for(b"/a.html");
+        let text = String::from_utf8(lines.clone()).unwrap();
+        assert_eq!(
+            text,
+            "X-A: a\r\nX-B: b\r\nstrict-transport-security: max-age=1\r\n"
+        );
+        assert_eq!(tls_only_at(&lines), "X-A: a\r\nX-B: b\r\n".len());
+        let plain = rules.lines_for(b"/a.css");
+        assert_eq!(tls_only_at(&b"X-A: a\r\n"[..]), 8);
+        assert_eq!(tls_only_at(b""), 0);
+        assert!(plain.ends_with(b"max-age=1\r\n"));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use super::*;
 pub struct Config {
     /// The file the settings came from, if any (logged at start).
     pub config_path: Option<PathBuf>,
+    /// Where that file set each key, for errors found later (certificates).
+    pub key_lines: Option<std::sync::Arc<super::KeyLines>>,
     pub root: PathBuf,
     /// Every listen address, host names resolved.
     pub listen: Vec<SocketAddr>,
@@ -128,12 +130,19 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
         match std::fs::metadata(&root) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => bail!("{}: {} is not a directory", s.name("root"), root.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                bail!("{}: {} does not exist", s.name("root"), root.display())
-            }
+            Ok(_) => bail!(
+                "{}: {} is not a directory; point `root` at the directory that holds the site",
+                s.name("root"),
+                root.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+                "{}: {} does not exist; create it, or point `root` at the site's directory",
+                s.name("root"),
+                root.display()
+            ),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
-                "{}: {} cannot be reached by this user (a parent directory is not searchable)",
+                "{}: {} cannot be reached by this user (a parent directory is not searchable); \
+                 `chmod o+x` each parent, or run as a user that can",
                 s.name("root"),
                 root.display()
             ),
@@ -265,8 +274,8 @@ impl Config {
             .unwrap_or_default();
         let cache_control =
             crate::cache::CacheControl::new(&rules, s.cache_control_default.clone())
-                .map_err(|e| anyhow::anyhow!("config key `cache_control`: {e}"))?;
-        let error_pages = error_pages(s.error_pages.as_ref())?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("cache_control")))?;
+        let error_pages = error_pages(s.error_pages.as_ref(), &s.name("error_pages"))?;
         let duration = |key: &'static str, v: Option<DurationValue<Secs>>, default: Duration| {
             let d = v.map_or(default, |d| d.value);
             if d.is_zero() || d > MAX_DURATION {
@@ -275,6 +284,7 @@ impl Config {
             Ok(d)
         };
         Ok(Config {
+            key_lines: s.key_lines.clone(),
             config_path: s.config.clone(),
             header_timeout: duration("header_timeout", s.header_timeout, DEFAULT_HEADER_TIMEOUT)?,
             keepalive_timeout: duration(
@@ -440,13 +450,22 @@ fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::Compres
         fast_above: s.compress_fast_above.map_or(d.fast_above, |b| b.0),
     };
     if opts.brotli_level > 11 {
-        bail!("{}: must be between 0 and 11", s.name("brotli_level"));
+        bail!(
+            "{}: must be between 0 and 11 (11: smallest files, slowest build)",
+            s.name("brotli_level")
+        );
     }
     if !(1..=9).contains(&opts.gzip_level) {
-        bail!("{}: must be between 1 and 9", s.name("gzip_level"));
+        bail!(
+            "{}: must be between 1 and 9 (9: smallest files, slowest build)",
+            s.name("gzip_level")
+        );
     }
     if !(1..=22).contains(&opts.zstd_level) {
-        bail!("{}: must be between 1 and 22", s.name("zstd_level"));
+        bail!(
+            "{}: must be between 1 and 22 (19 and up: smallest files, slowest build)",
+            s.name("zstd_level")
+        );
     }
     Ok(s.compress.unwrap_or(true).then_some(opts))
 }
@@ -520,7 +539,7 @@ fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("redirect_cache_control")))?;
     let status_cache_control =
         StatusCacheControl::new(&errors, s.redirect_cache_control.as_deref())
-            .map_err(|e| anyhow::anyhow!("config key `error_cache_control`: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("error_cache_control")))?;
     let rules: Vec<(String, Vec<(String, String)>)> = s
         .headers
         .iter()
@@ -531,7 +550,7 @@ fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
         })
         .collect();
     let headers =
-        HeaderRules::new(&rules).map_err(|e| anyhow::anyhow!("config key `headers`: {e}"))?;
+        HeaderRules::new(&rules).map_err(|e| anyhow::anyhow!("{}: {e}", s.name("headers")))?;
     Ok(SiteRules {
         dotfile_allow,
         index_files,
@@ -542,19 +561,20 @@ fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
 }
 
 /// `error_pages`: 4xx/5xx codes to relative paths that stay inside the root.
-fn error_pages(pages: Option<&BTreeMap<String, String>>) -> anyhow::Result<Vec<(u16, String)>> {
+fn error_pages(
+    pages: Option<&BTreeMap<String, String>>,
+    name: &str,
+) -> anyhow::Result<Vec<(u16, String)>> {
     let mut out = Vec::new();
     for (code, page) in pages.into_iter().flatten() {
         let n: u16 = code
             .parse()
             .ok()
             .filter(|n| (400..=599).contains(n))
-            .with_context(|| {
-                format!("config key `error_pages`: `{code}` is not a 4xx or 5xx status")
-            })?;
+            .with_context(|| format!("{name}: `{code}` is not a 4xx or 5xx status"))?;
         let rel = page.trim_start_matches('/');
         if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") || rel.contains('\\') {
-            bail!("config key `error_pages`: `{page}` must be a file path relative to the root");
+            bail!("{name}: `{page}` must be a file path relative to the root");
         }
         out.push((n, rel.to_owned()));
     }

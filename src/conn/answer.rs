@@ -24,6 +24,27 @@ impl Conn {
                     }
                     self.reading = Reading::Idle;
                 }
+                Reading::DiscardChunked => {
+                    let io = self.io();
+                    let (used, progress) = io.chunked.feed(&io.rbuf[io.rstart..io.rend]);
+                    match progress {
+                        chunked::Progress::More => {
+                            io.rstart = io.rend;
+                            return false;
+                        }
+                        chunked::Progress::Done => {
+                            io.rstart += used;
+                            self.reading = Reading::Idle;
+                        }
+                        // The response is already queued: it goes out, and
+                        // the connection closes after it (lingering, so the
+                        // unread rest of the body does not reset it).
+                        chunked::Progress::Invalid | chunked::Progress::TooLarge => {
+                            self.reading = Reading::Done(CloseReason::Error);
+                            return false;
+                        }
+                    }
+                }
                 Reading::Idle | Reading::Head => {
                     let io = self.io();
                     if io.rstart == io.rend {
@@ -80,6 +101,7 @@ impl Conn {
         self.served += 1;
         let head_len = req.head_len;
         let body = req.content_length;
+        let is_chunked = req.chunked;
         let (persist, close_reason) = persistence(
             self.served,
             req.version,
@@ -98,6 +120,7 @@ impl Conn {
             } else {
                 b""
             },
+            tls: self.tls.is_some(),
         };
         // A body too large to read past is refused, and the connection
         // closed: where the next request would start is unknown.
@@ -128,7 +151,12 @@ impl Conn {
             self.reading = Reading::Done(close_reason);
             return false;
         }
-        self.reading = if body > 0 {
+        self.reading = if is_chunked {
+            // Its length shows only as it arrives: the response goes out
+            // first, and a body past `max_discard` closes the connection.
+            io.chunked = chunked::Decoder::new(env.cfg.max_discard);
+            Reading::DiscardChunked
+        } else if body > 0 {
             io.discard = body;
             Reading::Discard
         } else {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache::Snapshot;
 use crate::config::Config;
+use crate::http::chunked;
 use crate::http::date::DateCache;
 use crate::http::request::{self, Limits, Version};
 use crate::http::Status;
@@ -221,6 +222,8 @@ enum Reading {
     Head,
     /// Skipping the rest of a request body (`ConnIo::discard` bytes).
     Discard,
+    /// Skipping a chunked request body, as `ConnIo::chunked` decodes it.
+    DiscardChunked,
     /// No more requests will be read; close once the output is flushed.
     Done(CloseReason),
     /// The final response is out and our write side is shut down; discard
@@ -248,6 +251,8 @@ struct ConnIo {
     rend: usize,
     /// Body bytes still to skip in [`Reading::Discard`].
     discard: u64,
+    /// Where the body skipped in [`Reading::DiscardChunked`] stands.
+    chunked: chunked::Decoder,
     out: Output,
     /// When the answers now queued were parsed, for the latency histogram.
     answered_at: Instant,
@@ -486,7 +491,7 @@ impl Conn {
             }
             _ if !self.out_empty() => Step::Close(CloseReason::WriteTimeout),
             Reading::Idle if env.stop == Stop::Draining && self.at_rest() => self.part(env),
-            Reading::Head | Reading::Discard => {
+            Reading::Head | Reading::Discard | Reading::DiscardChunked => {
                 self.unpark(env);
                 self.prepare_out(env.pool);
                 let (status, bytes) = respond::error_with(
@@ -869,6 +874,7 @@ impl ConnIo {
             rstart: 0,
             rend: 0,
             discard: 0,
+            chunked: chunked::Decoder::new(0),
             out: Output::default(),
             answered_at: Instant::now(),
             unflushed: 0,

@@ -52,6 +52,25 @@ pub struct Env<'a> {
     /// Header lines this connection adds to its successful responses
     /// (`Strict-Transport-Security` over TLS); empty otherwise.
     pub conn_lines: &'a [u8],
+    /// The connection is TLS: a file's TLS-only lines go out.
+    pub tls: bool,
+}
+
+impl Env<'_> {
+    /// What follows a file's pre-rendered lines on this connection: over
+    /// TLS, its `[[headers]]` rule's `Strict-Transport-Security` (which,
+    /// like nginx's `add_header` in a location, replaces the server-wide
+    /// `hsts`) or else `hsts`; over cleartext nothing (RFC 6797 §7.2).
+    #[inline]
+    fn file_lines<'r>(&'r self, repr: &ReprRef<'r>) -> &'r [u8] {
+        if !self.tls {
+            return b"";
+        }
+        match repr.tls_lines() {
+            b"" => self.conn_lines,
+            rule => rule,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -82,13 +101,26 @@ pub fn respond(
             buf.extend_from_slice(b"\r\n");
             return (Status::NoContent, 0);
         }
-        Method::Other => {
+        Method::NotAllowed => {
             return error(
                 env,
                 out,
                 Status::MethodNotAllowed,
                 "method not allowed",
                 ALLOW,
+                persist,
+                false,
+            );
+        }
+        // RFC 9110 §9.1: a method the server does not recognise is a 501;
+        // 405 says a known method is not allowed on this resource.
+        Method::Unknown => {
+            return error(
+                env,
+                out,
+                Status::NotImplemented,
+                "method not implemented",
+                b"",
                 persist,
                 false,
             );
@@ -152,8 +184,8 @@ fn vary_line(entry: &Entry) -> &'static [u8] {
     }
 }
 
-/// Pick the representation `Accept-Encoding` asks for and serve it; 406 when
-/// the client refuses identity and accepts no variant the entry has.
+/// Pick the representation `Accept-Encoding` asks for and serve it
+/// (identity when it accepts nothing the entry has: see [`accept::negotiate`]).
 fn serve_file(
     req: &Request<'_>,
     env: &mut Env<'_>,
@@ -165,17 +197,7 @@ fn serve_file(
     // Copy the reference out of `env`: no refcount traffic per request.
     let snapshot = env.snapshot;
     let entry = snapshot.entry(index);
-    let Some(coding) = accept::negotiate(req.accept_encoding, entry.codings()) else {
-        return error(
-            env,
-            out,
-            Status::NotAcceptable,
-            "no acceptable content coding",
-            vary_line(&entry),
-            persist,
-            head_only,
-        );
-    };
+    let coding = accept::negotiate(req.accept_encoding, entry.codings());
     let repr = entry.repr(coding);
     serve(
         req, env, snapshot, index, entry, repr, persist, head_only, out,
@@ -218,7 +240,7 @@ fn serve(
             for piece in repr.common() {
                 buf.extend_from_slice(piece);
             }
-            buf.extend_from_slice(env.conn_lines);
+            buf.extend_from_slice(env.file_lines(&repr));
             buf.extend_from_slice(persist.line());
             buf.extend_from_slice(b"\r\n");
             return (Status::NotModified, 0);
@@ -280,7 +302,7 @@ fn serve(
         buf.extend_from_slice(piece);
     }
     buf.extend_from_slice(env.date.line());
-    buf.extend_from_slice(env.conn_lines);
+    buf.extend_from_slice(env.file_lines(&repr));
     buf.extend_from_slice(persist.line());
     buf.extend_from_slice(b"\r\n");
     if head_only {
@@ -311,7 +333,7 @@ fn partial(
         buf.extend_from_slice(piece);
     }
     buf.extend_from_slice(repr.encoding_line());
-    buf.extend_from_slice(env.conn_lines);
+    buf.extend_from_slice(env.file_lines(&repr));
     buf.extend_from_slice(persist.line());
     if let [r] = ranges.as_slice() {
         let len = r.end - r.start + 1;

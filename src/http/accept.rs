@@ -8,6 +8,8 @@
 //! - Identity that is not listed (and not covered by `*`) is acceptable but
 //!   ranks below every listed coding, so `gzip;q=0.1` still gets gzip.
 //! - Unknown codings and parameters other than `q` are ignored.
+//! - A header that refuses everything the resource has (`identity;q=0`,
+//!   `*;q=0`) still gets identity, never a 406 (nginx does the same).
 
 /// A content coding this server can serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,13 +28,19 @@ const Q_MAX: u16 = 1000;
 /// (ties go to the compressed coding).
 const Q_IMPLICIT_IDENTITY: u16 = 1;
 
-/// Pick the best available coding for an Accept-Encoding value. `available` lists the non-identity codings the resource has, in server preference order (e.g. [Brotli, Zstd, Gzip]).
-/// Returns None when nothing acceptable exists, i.e. identity is excluded (`identity;q=0`, or `*;q=0` without identity listed) and no available coding is acceptable.
-pub fn negotiate(accept_encoding: Option<&[u8]>, available: &[Coding]) -> Option<Coding> {
+/// Pick the best available coding for an Accept-Encoding value. `available`
+/// lists the non-identity codings the resource has, in server preference
+/// order (e.g. [Brotli, Zstd, Gzip]).
+///
+/// When nothing is acceptable (`identity;q=0`, or `*;q=0` without identity
+/// listed, and no available coding accepted) the answer is identity all the
+/// same: RFC 9110 §12.5.3 lets a server send it rather than 406, and nginx
+/// does; a 406 only strands the client and anything caching for it.
+pub fn negotiate(accept_encoding: Option<&[u8]>, available: &[Coding]) -> Coding {
     let Some(header) = accept_encoding else {
         // RFC 9110 §12.5.3 would allow any coding here, but a client that
         // sends no Accept-Encoding is most likely one that cannot decode.
-        return Some(Coding::Identity);
+        return Coding::Identity;
     };
     let weights = Weights::parse(header);
 
@@ -49,10 +57,10 @@ pub fn negotiate(accept_encoding: Option<&[u8]>, available: &[Coding]) -> Option
         }
     }
     let identity = weights.of(Coding::Identity);
-    if identity > best.map_or(0, |(_, bq)| bq) {
-        best = Some((Coding::Identity, identity));
+    match best {
+        Some((coding, q)) if q >= identity => coding,
+        _ => Coding::Identity,
     }
-    best.map(|(c, _)| c)
 }
 
 /// The weights a header assigns; `None` means not listed.
@@ -164,53 +172,53 @@ mod tests {
 
     #[test]
     fn negotiate_table() {
-        let cases: &[(Option<&str>, &[Coding], Option<Coding>)] = &[
-            (None, ALL, Some(Identity)),
-            (Some(""), ALL, Some(Identity)),
-            (Some("   "), ALL, Some(Identity)),
-            (Some("br;q=1, gzip;q=0.5"), ALL, Some(Brotli)),
-            (Some("gzip"), ALL, Some(Gzip)),
-            (Some("GZIP"), ALL, Some(Gzip)),
-            (Some("x-gzip"), ALL, Some(Gzip)),
-            (Some("gzip"), &[Brotli], Some(Identity)),
-            (Some("gzip"), &[], Some(Identity)),
-            (Some("gzip, deflate, br, zstd"), ALL, Some(Brotli)),
-            (Some("gzip, deflate, br, zstd"), &[Gzip, Zstd], Some(Gzip)),
-            (Some("gzip;q=0.5, zstd;q=0.9"), ALL, Some(Zstd)),
-            (Some("gzip ; q=0.5 ,zstd;Q=0.9"), ALL, Some(Zstd)),
-            (Some("gzip;q=0.001"), ALL, Some(Gzip)),
-            (Some("gzip;q=0.5, identity"), ALL, Some(Identity)),
-            (Some("gzip, identity"), ALL, Some(Gzip)),
-            (Some("gzip;q=0.5, identity;q=0.5"), ALL, Some(Gzip)),
-            (Some("identity;q=0"), &[], None),
-            (Some("identity;q=0"), ALL, None),
-            (Some("identity;q=0, gzip"), ALL, Some(Gzip)),
-            (Some("*"), ALL, Some(Brotli)),
-            (Some("*"), &[], Some(Identity)),
-            (Some("br;q=0, *"), ALL, Some(Zstd)),
-            (Some("br;q=0, zstd;q=0, *;q=0.1"), ALL, Some(Gzip)),
-            (Some("*;q=0"), ALL, None),
-            (Some("*;q=0"), &[], None),
-            (Some("*;q=0, identity"), ALL, Some(Identity)),
-            (Some("*;q=0, gzip;q=0.2"), ALL, Some(Gzip)),
-            (Some("*;q=0.5, identity;q=0.6"), ALL, Some(Identity)),
-            (Some("gzip;q=0"), ALL, Some(Identity)),
-            (Some("gzip;q=1.0"), ALL, Some(Gzip)),
-            (Some("gzip;q=1."), ALL, Some(Gzip)),
-            (Some("gzip;q=1.001"), ALL, Some(Identity)),
-            (Some("gzip;q=2"), ALL, Some(Identity)),
-            (Some("gzip;q=0.1234"), ALL, Some(Identity)),
-            (Some("gzip;q=.5"), ALL, Some(Identity)),
-            (Some("gzip;q="), ALL, Some(Identity)),
-            (Some("gzip;q=abc, *"), ALL, Some(Brotli)),
-            (Some("gzip;q=0, gzip"), ALL, Some(Identity)),
-            (Some("gzip;level=9"), ALL, Some(Gzip)),
-            (Some("gzip;level=9;q=0"), ALL, Some(Identity)),
-            (Some("gzip; q = 0"), ALL, Some(Identity)),
-            (Some("gzip;q"), ALL, Some(Identity)),
-            (Some("compress, deflate"), ALL, Some(Identity)),
-            (Some(",,gzip,,"), ALL, Some(Gzip)),
-            (Some("br;q=0.5, gzip;q=0.5"), &[Gzip, Brotli], Some(Gzip)),
+        let cases: &[(Option<&str>, &[Coding], Coding)] = &[
+            (None, ALL, Identity),
+            (Some(""), ALL, Identity),
+            (Some("   "), ALL, Identity),
+            (Some("br;q=1, gzip;q=0.5"), ALL, Brotli),
+            (Some("gzip"), ALL, Gzip),
+            (Some("GZIP"), ALL, Gzip),
+            (Some("x-gzip"), ALL, Gzip),
+            (Some("gzip"), &[Brotli], Identity),
+            (Some("gzip"), &[], Identity),
+            (Some("gzip, deflate, br, zstd"), ALL, Brotli),
+            (Some("gzip, deflate, br, zstd"), &[Gzip, Zstd], Gzip),
+            (Some("gzip;q=0.5, zstd;q=0.9"), ALL, Zstd),
+            (Some("gzip ; q=0.5 ,zstd;Q=0.9"), ALL, Zstd),
+            (Some("gzip;q=0.001"), ALL, Gzip),
+            (Some("gzip;q=0.5, identity"), ALL, Identity),
+            (Some("gzip, identity"), ALL, Gzip),
+            (Some("gzip;q=0.5, identity;q=0.5"), ALL, Gzip),
+            (Some("identity;q=0"), &[], Identity),
+            (Some("identity;q=0"), ALL, Identity),
+            (Some("identity;q=0, gzip"), ALL, Gzip),
+            (Some("*"), ALL, Brotli),
+            (Some("*"), &[], Identity),
+            (Some("br;q=0, *"), ALL, Zstd),
+            (Some("br;q=0, zstd;q=0, *;q=0.1"), ALL, Gzip),
+            (Some("*;q=0"), ALL, Identity),
+            (Some("*;q=0"), &[], Identity),
+            (Some("*;q=0, identity"), ALL, Identity),
+            (Some("*;q=0, gzip;q=0.2"), ALL, Gzip),
+            (Some("*;q=0.5, identity;q=0.6"), ALL, Identity),
+            (Some("gzip;q=0"), ALL, Identity),
+            (Some("gzip;q=1.0"), ALL, Gzip),
+            (Some("gzip;q=1."), ALL, Gzip),
+            (Some("gzip;q=1.001"), ALL, Identity),
+            (Some("gzip;q=2"), ALL, Identity),
+            (Some("gzip;q=0.1234"), ALL, Identity),
+            (Some("gzip;q=.5"), ALL, Identity),
+            (Some("gzip;q="), ALL, Identity),
+            (Some("gzip;q=abc, *"), ALL, Brotli),
+            (Some("gzip;q=0, gzip"), ALL, Identity),
+            (Some("gzip;level=9"), ALL, Gzip),
+            (Some("gzip;level=9;q=0"), ALL, Identity),
+            (Some("gzip; q = 0"), ALL, Identity),
+            (Some("gzip;q"), ALL, Identity),
+            (Some("compress, deflate"), ALL, Identity),
+            (Some(",,gzip,,"), ALL, Gzip),
+            (Some("br;q=0.5, gzip;q=0.5"), &[Gzip, Brotli], Gzip),
         ];
         for (header, available, want) in cases {
             assert_eq!(

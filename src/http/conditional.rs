@@ -168,6 +168,7 @@ mod tests {
             conn_close: false,
             conn_keep_alive: false,
             content_length: 0,
+            chunked: false,
             if_match: c.im.map(str::as_bytes),
             if_none_match: c.inm.map(str::as_bytes),
             if_modified_since: c.ims.map(str::as_bytes),

@@ -2,6 +2,7 @@
 //! rule can be tested from a table.
 
 pub mod accept;
+pub mod chunked;
 pub mod conditional;
 pub mod date;
 pub mod path;
@@ -20,7 +21,6 @@ pub enum Status {
     Forbidden,
     NotFound,
     MethodNotAllowed,
-    NotAcceptable,
     RequestTimeout,
     PreconditionFailed,
     PayloadTooLarge,
@@ -28,6 +28,7 @@ pub enum Status {
     RangeNotSatisfiable,
     HeaderFieldsTooLarge,
     InternalServerError,
+    NotImplemented,
     ServiceUnavailable,
     VersionNotSupported,
 }
@@ -44,7 +45,6 @@ impl Status {
         Status::Forbidden,
         Status::NotFound,
         Status::MethodNotAllowed,
-        Status::NotAcceptable,
         Status::RequestTimeout,
         Status::PreconditionFailed,
         Status::PayloadTooLarge,
@@ -52,6 +52,7 @@ impl Status {
         Status::RangeNotSatisfiable,
         Status::HeaderFieldsTooLarge,
         Status::InternalServerError,
+        Status::NotImplemented,
         Status::ServiceUnavailable,
         Status::VersionNotSupported,
     ];
@@ -67,7 +68,6 @@ impl Status {
             Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
-            Status::NotAcceptable => 406,
             Status::RequestTimeout => 408,
             Status::PreconditionFailed => 412,
             Status::PayloadTooLarge => 413,
@@ -75,6 +75,7 @@ impl Status {
             Status::RangeNotSatisfiable => 416,
             Status::HeaderFieldsTooLarge => 431,
             Status::InternalServerError => 500,
+            Status::NotImplemented => 501,
             Status::ServiceUnavailable => 503,
             Status::VersionNotSupported => 505,
         }
@@ -92,7 +93,6 @@ impl Status {
             Status::Forbidden => b"HTTP/1.1 403 Forbidden\r\n",
             Status::NotFound => b"HTTP/1.1 404 Not Found\r\n",
             Status::MethodNotAllowed => b"HTTP/1.1 405 Method Not Allowed\r\n",
-            Status::NotAcceptable => b"HTTP/1.1 406 Not Acceptable\r\n",
             Status::RequestTimeout => b"HTTP/1.1 408 Request Timeout\r\n",
             Status::PreconditionFailed => b"HTTP/1.1 412 Precondition Failed\r\n",
             Status::PayloadTooLarge => b"HTTP/1.1 413 Content Too Large\r\n",
@@ -100,6 +100,7 @@ impl Status {
             Status::RangeNotSatisfiable => b"HTTP/1.1 416 Range Not Satisfiable\r\n",
             Status::HeaderFieldsTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
             Status::InternalServerError => b"HTTP/1.1 500 Internal Server Error\r\n",
+            Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",
             Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\n",
             Status::VersionNotSupported => b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
         }

@@ -16,8 +16,9 @@ pub struct ByteRange {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RangeOutcome {
-    /// Ignore the header and send 200: not `bytes=`, a syntax error, or more
-    /// than `max_ranges` ranges.
+    /// Ignore the header and send 200: not `bytes=`, a syntax error, more
+    /// than `max_ranges` ranges, or satisfiable ranges that add up to more
+    /// than the representation.
     Full,
     /// `out` holds one or more satisfiable ranges, in request order.
     Partial,
@@ -69,6 +70,7 @@ fn parse_into(
         return RangeOutcome::Full;
     }
     let mut specs = 0usize;
+    let mut total = 0u64;
     // RFC 9110 §5.6.1.2: recipients skip empty list elements, so `bytes=0-1,,2-3`
     // is two ranges.
     for item in header[eq + 1..].split(|&b| b == b',').map(trim) {
@@ -86,6 +88,15 @@ fn parse_into(
             return RangeOutcome::Full;
         };
         if let Some(r) = clamp(spec, len) {
+            // RFC 9110 §14.2 lets a server ignore ranges that overlap; as
+            // nginx does, ranges that add up to more than the whole are
+            // answered with the whole (16 × `0-` would otherwise send the
+            // file 16 times). Contiguous non-overlapping ranges never add
+            // up to more, so they still get their 206.
+            total = total.saturating_add(r.end - r.start + 1);
+            if total > len {
+                return RangeOutcome::Full;
+            }
             out.push(r);
         }
     }
@@ -173,7 +184,13 @@ mod tests {
                 vec![r(0, 1), r(4, 5), r(8, 9)],
             ),
             ("bytes=8-, 0-1".into(), 10, Partial, vec![r(8, 9), r(0, 1)]),
-            ("bytes=0-5,2-8".into(), 10, Partial, vec![r(0, 5), r(2, 8)]),
+            ("bytes=0-5,2-8".into(), 10, Full, vec![]),
+            ("bytes=0-4,3-5".into(), 10, Partial, vec![r(0, 4), r(3, 5)]),
+            ("bytes=0-4,5-9".into(), 10, Partial, vec![r(0, 4), r(5, 9)]),
+            ("bytes=0-4,4-9".into(), 10, Full, vec![]),
+            ("bytes=0-,0-".into(), 10, Full, vec![]),
+            ("bytes=-10,0-0".into(), 10, Full, vec![]),
+            ("bytes=0-,20-".into(), 10, Partial, vec![r(0, 9)]),
             ("bytes=0-1,,2-3".into(), 10, Partial, vec![r(0, 1), r(2, 3)]),
             ("bytes=\t0-1\t".into(), 10, Partial, vec![r(0, 1)]),
             ("bytes=20-30, 0-1".into(), 10, Partial, vec![r(0, 1)]),
@@ -225,8 +242,9 @@ mod tests {
         }
     }
 
-    /// Whatever the header, Partial ranges lie inside the representation and
-    /// the other outcomes leave `out` empty.
+    /// Whatever the header, Partial ranges lie inside the representation,
+    /// never add up to more than it, and the other outcomes leave `out`
+    /// empty.
     #[test]
     fn exhaustive_invariants() {
         const ALPHABET: &[u8] = b"0129-, ";
@@ -249,6 +267,8 @@ mod tests {
                             for r in &out {
                                 assert!(r.start <= r.end && r.end < size, "{shown} {size}");
                             }
+                            let sent: u64 = out.iter().map(|r| r.end - r.start + 1).sum();
+                            assert!(sent <= size, "{shown} {size}: {sent} bytes");
                         }
                         _ => assert!(out.is_empty(), "{shown} {size}"),
                     }

@@ -35,9 +35,32 @@ pub enum Method {
     Get,
     Head,
     Options,
-    /// Any other syntactically valid method: answered with 405.
-    Other,
+    /// A registered method this server does not allow (POST, PUT, …):
+    /// answered with 405 and `Allow`.
+    NotAllowed,
+    /// Any other syntactically valid method: answered with 501
+    /// (RFC 9110 §9.1; methods are case-sensitive, so `get` is one).
+    Unknown,
 }
+
+/// Methods registered with IANA (RFC 9110 §9, RFC 5789, WebDAV) that a
+/// static server knows and refuses with 405; the rest get 501.
+const KNOWN_METHODS: &[&str] = &[
+    "POST",
+    "PUT",
+    "DELETE",
+    "CONNECT",
+    "TRACE",
+    "PATCH",
+    "PROPFIND",
+    "PROPPATCH",
+    "MKCOL",
+    "COPY",
+    "MOVE",
+    "LOCK",
+    "UNLOCK",
+    "SEARCH",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -63,6 +86,8 @@ pub struct Request<'b> {
     pub conn_keep_alive: bool,
     /// The request body length from Content-Length (0 if absent).
     pub content_length: u64,
+    /// The body is framed by `Transfer-Encoding: chunked` (RFC 9112 §7.1).
+    pub chunked: bool,
     pub if_match: Option<&'b [u8]>,
     pub if_none_match: Option<&'b [u8]>,
     pub if_modified_since: Option<&'b [u8]>,
@@ -97,8 +122,15 @@ pub enum ParseError {
     LengthAndEncoding,
     /// Differing duplicate or unparsable Content-Length → 400.
     BadContentLength,
-    /// Transfer-Encoding on a request: bodies are not accepted → 413.
-    TransferEncoding,
+    /// Transfer-Encoding whose last coding is not `chunked`, `chunked`
+    /// twice, or an empty list: the body's end cannot be found → 400
+    /// (RFC 9112 §6.3).
+    ChunkedNotLast,
+    /// A transfer coding other than `chunked` → 501 (RFC 9112 §6.1).
+    UnknownCoding,
+    /// Transfer-Encoding in an HTTP/1.0 request: faulty framing → 400
+    /// (RFC 9112 §6.1).
+    EncodingOnHttp10,
 }
 
 impl ParseError {
@@ -107,12 +139,14 @@ impl ParseError {
             ParseError::HeadTooLarge | ParseError::TooManyHeaders => Status::HeaderFieldsTooLarge,
             ParseError::UriTooLong => Status::UriTooLong,
             ParseError::VersionNotSupported => Status::VersionNotSupported,
-            ParseError::TransferEncoding => Status::PayloadTooLarge,
+            ParseError::UnknownCoding => Status::NotImplemented,
             ParseError::Malformed
             | ParseError::MissingHost
             | ParseError::BadHost
             | ParseError::LengthAndEncoding
-            | ParseError::BadContentLength => Status::BadRequest,
+            | ParseError::BadContentLength
+            | ParseError::ChunkedNotLast
+            | ParseError::EncodingOnHttp10 => Status::BadRequest,
         }
     }
 
@@ -128,7 +162,9 @@ impl ParseError {
             ParseError::BadHost => "invalid Host header",
             ParseError::LengthAndEncoding => "both Content-Length and Transfer-Encoding",
             ParseError::BadContentLength => "invalid Content-Length",
-            ParseError::TransferEncoding => "request bodies are not accepted",
+            ParseError::ChunkedNotLast => "Transfer-Encoding must end with chunked",
+            ParseError::UnknownCoding => "transfer coding not implemented",
+            ParseError::EncodingOnHttp10 => "Transfer-Encoding in an HTTP/1.0 request",
         }
     }
 }
@@ -211,7 +247,8 @@ fn parse_httparse<'b>(
         "GET" => Method::Get,
         "HEAD" => Method::Head,
         "OPTIONS" => Method::Options,
-        _ => Method::Other,
+        m if KNOWN_METHODS.contains(&m) => Method::NotAllowed,
+        _ => Method::Unknown,
     };
     let version = match req.version {
         Some(0) => Version::Http10,
@@ -276,7 +313,66 @@ fn parse_common<'b>(window: &'b [u8], limits: &Limits) -> Option<Request<'b>> {
 #[derive(Default)]
 struct Framing {
     content_length: Option<u64>,
+    /// Transfer-Encoding was sent (an empty value included).
     transfer_encoding: bool,
+    /// The codings listed so far, across every Transfer-Encoding field.
+    codings: Codings,
+}
+
+/// The transfer codings of a request, in order (RFC 9112 §6.1): what the
+/// framing needs is whether `chunked` came last and only once, and whether
+/// any other coding came at all.
+#[derive(Default, Clone, Copy)]
+struct Codings {
+    /// `chunked` appeared; `chunked_last`: and nothing after it.
+    chunked: bool,
+    chunked_last: bool,
+    /// `chunked` twice, or another coding after it.
+    misplaced: bool,
+    /// A coding other than `chunked`.
+    unknown: bool,
+}
+
+impl Codings {
+    /// Take one Transfer-Encoding field value (a list; several fields
+    /// make one list, RFC 9110 §5.3).
+    fn add(&mut self, value: &[u8]) {
+        for item in value.split(|&b| b == b',') {
+            // A coding's parameters are not needed to frame the body:
+            // `chunked` has none, and any other coding is refused.
+            let name = trim(item.split(|&b| b == b';').next().unwrap_or_default());
+            if trim(item).is_empty() {
+                // RFC 9110 §5.6.1.2: empty list elements are skipped.
+                continue;
+            }
+            if self.chunked {
+                self.misplaced = true;
+            }
+            if name.eq_ignore_ascii_case(b"chunked") {
+                self.chunked = true;
+                self.chunked_last = true;
+            } else {
+                self.unknown = true;
+                self.chunked_last = false;
+            }
+        }
+    }
+
+    /// The framing these codings give a request body.
+    fn check(self) -> Result<(), ParseError> {
+        if self.misplaced {
+            Err(ParseError::ChunkedNotLast)
+        } else if self.unknown {
+            // Not understood, whether or not `chunked` frames it (nginx
+            // answers 501 to both); either way the connection closes.
+            Err(ParseError::UnknownCoding)
+        } else if !self.chunked_last {
+            // Only empty elements: nothing says where the body ends.
+            Err(ParseError::ChunkedNotLast)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl<'b> Request<'b> {
@@ -297,6 +393,7 @@ impl<'b> Request<'b> {
             conn_close: false,
             conn_keep_alive: false,
             content_length: 0,
+            chunked: false,
             if_match: None,
             if_none_match: None,
             if_modified_since: None,
@@ -354,7 +451,10 @@ fn field<'b>(
                 }
             }
         }
-        Field::TransferEncoding => framing.transfer_encoding = true,
+        Field::TransferEncoding => {
+            framing.transfer_encoding = true;
+            framing.codings.add(value);
+        }
         Field::IfMatch => first(&mut out.if_match, value),
         Field::IfNoneMatch => first(&mut out.if_none_match, value),
         Field::IfModifiedSince => first(&mut out.if_modified_since, value),
@@ -373,13 +473,18 @@ fn field<'b>(
 #[inline]
 fn finish(out: &mut Request<'_>, framing: Framing) -> Result<(), ParseError> {
     // RFC 9112 §6.1: a message with both is a smuggling attempt until proven
-    // otherwise; a chunked body alone is simply something we never accept.
+    // otherwise, and Transfer-Encoding from an HTTP/1.0 client is faulty
+    // framing. A chunked body is read and discarded like a Content-Length
+    // one (`conn::answer`).
     if framing.transfer_encoding {
-        return Err(if framing.content_length.is_some() {
-            ParseError::LengthAndEncoding
-        } else {
-            ParseError::TransferEncoding
-        });
+        if framing.content_length.is_some() {
+            return Err(ParseError::LengthAndEncoding);
+        }
+        if out.version == Version::Http10 {
+            return Err(ParseError::EncodingOnHttp10);
+        }
+        framing.codings.check()?;
+        out.chunked = true;
     }
     out.content_length = framing.content_length.unwrap_or(0);
 
@@ -627,6 +732,12 @@ fn version_token_is_wellformed(buf: &[u8]) -> bool {
         None => (rest, false),
     };
     let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // `method SP target SP version` has exactly two spaces: a raw space in
+    // the target makes the version httparse tripped on the target's tail,
+    // a malformed line (RFC 9112 §3.2, 400), not a version to refuse.
+    if line.iter().filter(|&&b| b == b' ').count() != 2 {
+        return false;
+    }
     let token = match line.iter().rposition(|&b| b == b' ') {
         Some(i) => &line[i + 1..],
         None => return false,
@@ -813,8 +924,18 @@ mod tests {
             ("two hosts", b"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", ParseError::Malformed),
             ("CL and TE", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", ParseError::LengthAndEncoding),
             ("TE and CL", b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", ParseError::LengthAndEncoding),
-            ("TE alone", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", ParseError::TransferEncoding),
-            ("TE on 1.0", b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n", ParseError::TransferEncoding),
+            ("TE on 1.0", b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n", ParseError::EncodingOnHttp10),
+            ("TE gzip alone", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", ParseError::UnknownCoding),
+            ("TE gzip then chunked", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", ParseError::UnknownCoding),
+            ("TE chunked then gzip", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", ParseError::ChunkedNotLast),
+            ("TE chunked then gzip field", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", ParseError::ChunkedNotLast),
+            ("TE chunked twice", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", ParseError::ChunkedNotLast),
+            ("TE empty", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \r\n\r\n", ParseError::ChunkedNotLast),
+            ("TE commas only", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , ,\r\n\r\n", ParseError::ChunkedNotLast),
+            ("TE chunked-ish", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n", ParseError::UnknownCoding),
+            ("raw space in target", b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", ParseError::Malformed),
+            ("raw space in target, other version", b"GET /a b HTTP/2.0\r\nHost: a\r\n\r\n", ParseError::Malformed),
+            ("raw spaces still arriving", b"GET /a b HTTP/1", ParseError::Malformed),
             ("CL differs", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", ParseError::BadContentLength),
             ("CL list differs", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 4\r\n\r\n", ParseError::BadContentLength),
             ("CL negative", b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", ParseError::BadContentLength),
@@ -924,7 +1045,9 @@ mod tests {
             ParseError::BadHost,
             ParseError::LengthAndEncoding,
             ParseError::BadContentLength,
-            ParseError::TransferEncoding,
+            ParseError::ChunkedNotLast,
+            ParseError::UnknownCoding,
+            ParseError::EncodingOnHttp10,
         ];
         let messages: std::collections::HashSet<&str> = all.iter().map(|e| e.message()).collect();
         assert_eq!(messages.len(), all.len(), "{messages:?}");
@@ -983,13 +1106,13 @@ mod tests {
             ),
             (
                 b"get / HTTP/1.1\r\nHost: a\r\n\r\n",
-                Method::Other,
+                Method::Unknown,
                 b"/",
                 Version::Http11,
             ),
             (
                 b"POST /p?q=1 HTTP/1.1\r\nHost: a\r\n\r\n",
-                Method::Other,
+                Method::NotAllowed,
                 b"/p?q=1",
                 Version::Http11,
             ),
@@ -1000,6 +1123,18 @@ mod tests {
                 Version::Http10,
             ),
             (b"GET / HTTP/1.0\n\n", Method::Get, b"/", Version::Http10),
+            (
+                b"FOO / HTTP/1.1\r\nHost: a\r\n\r\n",
+                Method::Unknown,
+                b"/",
+                Version::Http11,
+            ),
+            (
+                b"PATCH / HTTP/1.1\r\nHost: a\r\n\r\n",
+                Method::NotAllowed,
+                b"/",
+                Version::Http11,
+            ),
             (
                 b"\r\nGET / HTTP/1.0\r\n\r\n",
                 Method::Get,
@@ -1138,6 +1273,33 @@ mod tests {
     }
 
     #[test]
+    fn chunked_framing() {
+        let cases: &[(&[u8], bool)] = &[
+            (b"", false),
+            (b"Transfer-Encoding: chunked\r\n", true),
+            (b"Transfer-Encoding: CHUNKED\r\n", true),
+            (b"Transfer-Encoding: , chunked\r\n", true),
+            (
+                b"Transfer-Encoding:\r\nTransfer-Encoding: chunked\r\n",
+                true,
+            ),
+            (b"Transfer-Encoding: chunked;x=1\r\n", true),
+        ];
+        for (field, want) in cases {
+            let mut buf = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+            buf.extend_from_slice(field);
+            buf.extend_from_slice(b"\r\n");
+            let r = ok(&buf);
+            assert_eq!(
+                (r.chunked, r.content_length),
+                (*want, 0),
+                "{:?}",
+                String::from_utf8_lossy(field)
+            );
+        }
+    }
+
+    #[test]
     fn content_length() {
         let cases: &[(&[u8], u64)] = &[
             (b"", 0),
@@ -1172,7 +1334,9 @@ mod tests {
             (ParseError::MissingHost, 400),
             (ParseError::LengthAndEncoding, 400),
             (ParseError::BadContentLength, 400),
-            (ParseError::TransferEncoding, 413),
+            (ParseError::ChunkedNotLast, 400),
+            (ParseError::UnknownCoding, 501),
+            (ParseError::EncodingOnHttp10, 400),
         ];
         for (e, code) in cases {
             assert_eq!(e.status().code(), code, "{e:?}");

@@ -1,6 +1,7 @@
 //! Certificate/key pairs: loading and checking them (they parse, the key
-//! matches the certificate, the certificate is in its validity period), and
-//! the set that SNI chooses from. Errors name the config key and the file.
+//! matches the certificate, the certificate is valid already; an expired one
+//! is served with an ERROR line), and the set that SNI chooses from. Errors
+//! name the config key and the file.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -79,10 +80,17 @@ pub fn load(paths: &CertPaths, provider: &CryptoProvider, now: i64) -> anyhow::R
     let not_before = validity.not_before.timestamp();
     let not_after = validity.not_after.timestamp();
     if now > not_after {
-        bail!(
-            "config key `{cert_key}`: the certificate in {cert_file} expired at {} (Unix {not_after})",
-            validity.not_after
-        );
+        // Served all the same, as nginx does: refusing it would take the
+        // whole server down (cleartext included) for what clients judge
+        // themselves; the expiry gauge and its alert say it too.
+        report_expired(&paths.cert, not_after, || {
+            tracing::error!(
+                "config key `{cert_key}`: the certificate in {cert_file} expired at {} \
+                 (Unix {not_after}); serving it anyway, clients will refuse it: \
+                 renew it (the file is reloaded when it changes)",
+                validity.not_after
+            );
+        });
     }
     if now < not_before {
         bail!(
@@ -115,6 +123,23 @@ pub fn load(paths: &CertPaths, provider: &CryptoProvider, now: i64) -> anyhow::R
         not_after,
         label,
     })
+}
+
+/// Run `log` once per process for a certificate file and its notAfter: a
+/// start loads every pair twice (the preflight, then the server) and a
+/// reload loads them all again, and one ERROR line per expired
+/// certificate is what an operator needs.
+fn report_expired(cert: &Path, not_after: i64, log: impl FnOnce()) {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static REPORTED: Mutex<Option<HashSet<(PathBuf, i64)>>> = Mutex::new(None);
+    let mut reported = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
+    if reported
+        .get_or_insert_with(HashSet::new)
+        .insert((cert.to_path_buf(), not_after))
+    {
+        log();
+    }
 }
 
 fn file_name(p: &Path) -> String {

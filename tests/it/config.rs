@@ -148,3 +148,115 @@ fn file_settings_apply_and_flags_override_them() {
     let r = server.get("/index.html");
     assert_eq!(r.must("server"), "fromflag");
 }
+
+/// Issue 27: every configuration error names the file and line where the
+/// key is (value errors found after parsing too, as parse errors do) and
+/// says what to write instead. One row per message.
+#[test]
+fn errors_name_the_file_and_line_and_say_how_to_fix_it() {
+    let site = Site::new("check-located");
+    let missing = site.base().join("no-such-root").display().to_string();
+    let root = toml_root(&site);
+    let cases: Vec<(String, usize, &str)> = vec![
+        // A value the parser takes, refused afterwards.
+        (
+            format!("# site\nroot = {missing:?}\n"),
+            2,
+            "key `root`: ",
+        ),
+        (
+            format!("{root}compress = true\nbrotli_level = 12\n"),
+            3,
+            "key `brotli_level`: must be between 0 and 11",
+        ),
+        (
+            format!("{root}max_ranges = 0\n"),
+            2,
+            "key `max_ranges`: must be at least 1",
+        ),
+        (
+            format!("{root}[error_pages]\n200 = \"ok.html\"\n"),
+            2,
+            "key `error_pages`: `200` is not a 4xx or 5xx status",
+        ),
+        // serde's type error, in an operator's words.
+        (
+            format!("{root}max_ranges = \"lots\"\n"),
+            2,
+            "key `max_ranges`: takes a whole number of 0 or more, e.g. `16`, not the string \"lots\"",
+        ),
+        (
+            format!("{root}max_ranges = \"8\"\n"),
+            2,
+            "not the string \"8\"; write it without quotes",
+        ),
+        // A top-level key after a table belongs to the table.
+        (
+            format!(
+                "{root}[[headers]]\nglob = \"*\"\nset = {{ X-A = \"b\" }}\nkeepalive_timeout = 5\n"
+            ),
+            5,
+            "key `keepalive_timeout` after `[[headers]]` belongs to that table; move it above `[[headers]]`",
+        ),
+    ];
+    for (text, line, want) in &cases {
+        let cfg = write_config(&site, text);
+        let out = run(&["--config", &cfg, "--check", "--admin", "127.0.0.1:0"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {stderr}");
+        let at = format!("config file {cfg}, line {line}: ");
+        assert!(stderr.contains(&at), "{text}: names {at:?}: {stderr}");
+        assert!(stderr.contains(want), "{text}: says {want:?}: {stderr}");
+        assert!(
+            !stderr.contains("did you mean `keepalive_timeout`"),
+            "{text}: {stderr}"
+        );
+    }
+    // The root's message says what to do about it.
+    let cfg = write_config(&site, &format!("root = {missing:?}\n"));
+    let out = run(&["--config", &cfg, "--check", "--admin", "127.0.0.1:0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("does not exist; create it, or point `root` at"),
+        "{stderr}"
+    );
+    // The same value as a flag is named as the flag.
+    let out = run(&["--config", &cfg, "--root", &missing, "--check"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("flag `--root`: "), "{stderr}");
+}
+
+/// A key that does not match its certificate is named by file and line,
+/// with the fix (issue 27).
+#[test]
+fn a_key_that_does_not_match_its_certificate_is_located() {
+    let site = Site::new("check-keypair");
+    let ca = support::tls::Ca::new();
+    let a = ca.leaf(site.base(), "a", &["localhost"]);
+    let b = ca.leaf(site.base(), "b", &["localhost"]);
+    let cfg = write_config(
+        &site,
+        &format!(
+            "{}tls_listen = \"127.0.0.1:0\"\n\n[[tls_certificates]]\ncert = {:?}\nkey = {:?}\n\n\
+             [[tls_certificates]]\ncert = {:?}\nkey = {:?}\n",
+            toml_root(&site),
+            a.cert.display().to_string(),
+            a.key.display().to_string(),
+            a.cert.display().to_string(),
+            b.key.display().to_string(),
+        ),
+    );
+    let out = run(&["--config", &cfg, "--check", "--admin", "127.0.0.1:0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "config file {cfg}, line 8: key `tls_certificates[1].key`: the key in"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("give the key the certificate was issued for"),
+        "{stderr}"
+    );
+}

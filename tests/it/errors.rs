@@ -71,8 +71,40 @@ fn malformed_request_line_is_400() {
                 b"GET /index.html HTTP/1.1\r\nBad Header\r\n\r\n",
                 "header without colon",
             ),
+            // Issue 24: a raw space in the target is a broken request
+            // line (RFC 9112 §3.2), not a version to refuse with 505.
+            (
+                b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n",
+                "raw space in the target",
+            ),
+            (
+                b"GET /a b c HTTP/2.0\r\nHost: x\r\n\r\n",
+                "raw spaces before another version",
+            ),
         ],
     );
+}
+
+/// RFC 9110 §9.1: a method the server does not know is a 501; known
+/// methods it does not allow stay 405 with `Allow` (http_semantics). The
+/// connection stays usable: the request's framing was fine.
+#[test]
+fn unknown_methods_are_501() {
+    let (_site, server) = start("501", &[]);
+    let mut c = server.connect();
+    for method in ["FOO", "get", "BREW"] {
+        let r = c.roundtrip(&request(method, "/index.html", &[]));
+        assert_eq!(r.status, 501, "{method}: {r:?}");
+        assert_common_headers(&r, method);
+        assert!(!r.says_close(), "{method}: {r:?}");
+        assert_eq!(r.header("allow"), None, "{method}: {r:?}");
+    }
+    for method in ["POST", "PATCH", "PROPFIND"] {
+        let r = c.roundtrip(&request(method, "/index.html", &[]));
+        assert_eq!(r.status, 405, "{method}: {r:?}");
+        assert_eq!(r.must("allow"), "GET, HEAD, OPTIONS", "{method}");
+    }
+    assert_eq!(c.roundtrip(&get("/style.css")).body, STYLE_CSS);
 }
 
 #[test]
@@ -103,23 +135,135 @@ fn content_length_with_transfer_encoding_is_400() {
     expect_error(&server, raw, 400, "CL + TE");
 }
 
-/// A request body is never accepted, and `Transfer-Encoding` alone (no
-/// Content-Length) cannot be skipped safely either: 413, then close, and the
-/// request hidden in the "body" is never answered.
+/// A chunked request, its body split into `pieces` on the wire.
+fn chunked_head(method: &str, path: &str) -> String {
+    format!("{method} {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+}
+
+/// Issue 24: every `Transfer-Encoding` body got 413, even the zero-length
+/// chunked one README promises to discard. A chunked body is read past
+/// (extensions and trailers included) and the next request answered; the
+/// request spelled inside its data never is.
 #[test]
-fn chunked_body_on_get_is_refused() {
-    let (_site, server) = start("te-only", &[]);
-    for (method, version) in [("GET", "1.1"), ("POST", "1.1"), ("GET", "1.0")] {
+fn chunked_bodies_are_discarded_like_content_length_ones() {
+    let (_site, server) = start("te-chunked", &[]);
+    // A zero-length body, pipelined with the next request.
+    let mut c = server.connect();
+    c.send(
+        format!(
+            "{}0\r\n\r\n{}",
+            chunked_head("GET", "/index.html"),
+            get("/style.css")
+        )
+        .as_bytes(),
+    );
+    let first = c.read_response().expect("first response");
+    assert_eq!(
+        (first.status, &first.body[..]),
+        (200, INDEX_HTML),
+        "{first:?}"
+    );
+    assert!(!first.says_close(), "{first:?}");
+    let second = c.read_response().expect("second response");
+    assert_eq!(
+        (second.status, &second.body[..]),
+        (200, STYLE_CSS),
+        "{second:?}"
+    );
+
+    // Chunks with extensions, a request hidden in the data, trailers, and
+    // the framing cut anywhere by the writes; the connection stays up.
+    let hidden = "GET /digits.txt HTTP/1.1\r\nHost: x\r\n\r\n";
+    let body = format!(
+        "{:x};name=value;q=\"a;b\"\r\n{hidden}\r\n3\r\nabc\r\n0;last\r\nExpires: never\r\nX-Sum: 1\r\n\r\n",
+        hidden.len()
+    );
+    for method in ["GET", "HEAD", "POST"] {
+        c.send(chunked_head(method, "/index.html").as_bytes());
+        let r = c
+            .read_response_to(method)
+            .expect("answer to the chunked request");
+        let want = if method == "POST" { 405 } else { 200 };
+        assert_eq!(r.status, want, "{method}: {r:?}");
+        for piece in body.as_bytes().chunks(7) {
+            c.send(piece);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        c.send(get("/style.css").as_bytes());
+        let next = c.read_response().expect("the request after the body");
+        assert_eq!(
+            (next.status, &next.body[..]),
+            (200, STYLE_CSS),
+            "after {method}: {next:?}"
+        );
+    }
+}
+
+/// A chunked body's length shows only as it arrives: the answer goes out,
+/// then a body past `max_discard_bytes` (framing included) or with broken
+/// framing closes the connection, and what follows is never answered.
+#[test]
+fn chunked_bodies_too_large_or_broken_close_after_the_answer() {
+    let (_site, server) = start("te-chunked-limit", &["--max-discard-bytes", "100"]);
+    let within = format!("59\r\n{}\r\n0\r\n\r\n", "x".repeat(89));
+    assert_eq!(within.len(), 100);
+    let over = format!("5a\r\n{}\r\n0\r\n\r\n", "x".repeat(90));
+    let mut c = server.connect();
+    c.send(
+        format!(
+            "{}{within}{}",
+            chunked_head("GET", "/index.html"),
+            get("/style.css")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read_response().expect("first").body, INDEX_HTML);
+    assert_eq!(c.read_response().expect("second").body, STYLE_CSS);
+    for (body, what) in [
+        (over.as_str(), "101 bytes with a limit of 100"),
+        ("zz\r\n\r\n", "a chunk size that is not hex"),
+        ("5\r\nhello0\r\n\r\n", "chunk data without its CRLF"),
+        ("5\nhello\r\n0\r\n\r\n", "a bare LF"),
+    ] {
+        let mut c = server.connect();
+        let _ = c.try_send(
+            format!(
+                "{}{body}{}",
+                chunked_head("GET", "/index.html"),
+                get("/style.css")
+            )
+            .as_bytes(),
+        );
+        let r = c.read_response().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!((r.status, &r.body[..]), (200, INDEX_HTML), "{what}: {r:?}");
+        assert_closed(&mut c, what);
+    }
+}
+
+/// RFC 9112 §6.1, §6.3: a coding other than `chunked` is 501, `chunked`
+/// not last is 400, and so is Transfer-Encoding from an HTTP/1.0 client;
+/// each closes, and the request in the "body" is never answered.
+#[test]
+fn transfer_codings_other_than_chunked_are_refused() {
+    let (_site, server) = start("te-codings", &[]);
+    for (te, version, want) in [
+        ("gzip", "1.1", 501),
+        ("gzip, chunked", "1.1", 501),
+        ("identity", "1.1", 501),
+        ("chunked, gzip", "1.1", 400),
+        ("chunked, chunked", "1.1", 400),
+        ("chunked", "1.0", 400),
+    ] {
         let raw = format!(
-            "{method} /index.html HTTP/{version}\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+            "POST /index.html HTTP/{version}\r\nHost: x\r\nTransfer-Encoding: {te}\r\n\r\n\
              0\r\n\r\n{}",
             get("/style.css")
         );
         expect_error(
             &server,
             raw.as_bytes(),
-            413,
-            &format!("{method} with Transfer-Encoding alone, HTTP/{version}"),
+            want,
+            &format!("{te:?} over HTTP/{version}"),
         );
     }
 }

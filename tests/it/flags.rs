@@ -168,3 +168,27 @@ fn sendfile_flag_selects_zero_copy() {
         drop(server);
     }
 }
+
+/// Issue 27: a mistyped flag gets the nearest real one, as a mistyped key
+/// does; something unlike any flag gets no guess.
+#[test]
+fn a_mistyped_flag_gets_a_suggestion() {
+    for (typed, tip) in [
+        ("--kepalive-timeout", Some("--keepalive-timeout")),
+        ("--max-range", Some("--max-ranges")),
+        ("--tls-cret=x", Some("--tls-cert")),
+        ("--no-such-thing-at-all", None),
+    ] {
+        let out = command().args([typed, "5"]).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{typed}: {stderr}");
+        assert!(stderr.contains("unexpected argument"), "{typed}: {stderr}");
+        match tip {
+            Some(flag) => assert!(
+                stderr.contains(&format!("a similar argument exists: '{flag}'")),
+                "{typed}: {stderr}"
+            ),
+            None => assert!(!stderr.contains("similar"), "{typed}: {stderr}"),
+        }
+    }
+}

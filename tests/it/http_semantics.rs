@@ -347,6 +347,47 @@ fn range_count_limit() {
     assert_eq!(three.body, DIGITS);
 }
 
+/// Issue 24: 16 × `bytes=0-` on a 30 MB file gave a 206 of 480 MB. Ranges
+/// that add up to more than the file get the file once, with 200 (as
+/// nginx); overlapping ranges that stay within its size keep their 206.
+#[test]
+fn overlapping_ranges_past_the_file_size_get_the_whole_file_once() {
+    let site = Site::new("range-overlap");
+    // Above `sendfile_threshold`: sent from the file, as the report's was.
+    let big: Vec<u8> = (0..2 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    site.write("big.bin", &big);
+    let server = Server::start(&site.root, &[]);
+    let sixteen = vec!["0-"; 16].join(",");
+    for (path, body) in [("/big.bin", &big[..]), ("/digits.txt", DIGITS)] {
+        let r = server.send(&request(
+            "GET",
+            path,
+            &[("Range", &format!("bytes={sixteen}"))],
+        ));
+        assert_eq!(r.status, 200, "{path}: {:?}", r.status);
+        assert_eq!(r.header("content-range"), None, "{path}");
+        assert_eq!(r.content_length(), Some(body.len() as u64), "{path}");
+        assert!(r.body == body, "{path}: the whole file, once");
+    }
+    let len = DIGITS.len();
+    for spec in ["bytes=0-40,30-", "bytes=-40,0-30", "bytes=0-,0-0"] {
+        let r = range(&server, &[("Range", spec)]);
+        assert_eq!(r.status, 200, "{spec}: {r:?}");
+        assert_eq!(r.body, DIGITS, "{spec}");
+    }
+    // Overlapping, but not more than the file: still a 206.
+    let r = range(&server, &[("Range", "bytes=0-9,5-14")]);
+    assert_eq!(r.status, 206, "{r:?}");
+    let boundary = boundary_of(r.must("content-type")).expect("boundary");
+    let parts = parse_multipart(&r.body, &boundary).expect("multipart");
+    assert_eq!(parts.len(), 2);
+    assert_eq!(parts[1].data, &DIGITS[5..15]);
+    assert_eq!(
+        parts[1].header("content-range"),
+        Some(format!("bytes 5-14/{len}").as_str())
+    );
+}
+
 #[test]
 fn unsatisfiable_range_is_416() {
     let site = Site::new("416");

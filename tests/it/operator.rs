@@ -236,6 +236,59 @@ fn check_passes_and_notes_a_port_held_by_a_running_instance() {
     );
 }
 
+/// Issue 27: `--check` passed (with a note) when the admin port was taken,
+/// then the start failed with exit 2. It fails as it does for `listen`,
+/// naming the address and the fix; an admin port held by a running
+/// shardhttpd (checking next to the running server) is still only a note.
+#[test]
+fn check_fails_when_the_admin_address_is_taken() {
+    let site = Site::new("check-admin-busy");
+    let root = site.root.display().to_string();
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let out = run(&[
+        "--root",
+        &root,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        &busy_addr,
+        "--check",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("admin address {busy_addr} is already in use")),
+        "{err}"
+    );
+    assert!(
+        err.contains("ss -ltnp"),
+        "says how to find the holder: {err}"
+    );
+    drop(busy);
+
+    let server = Server::start(&site.root, &[]);
+    let admin = server.admin_addr().to_string();
+    let out = run(&[
+        "--root",
+        &root,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        &admin,
+        "--check",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout.contains(&format!(
+            "admin address {admin} is in use by a running shardhttpd (pid {})",
+            server.pid()
+        )),
+        "{stdout}"
+    );
+}
+
 /// Every exit status the documentation promises, one row per cause.
 #[test]
 fn exit_code_table() {

@@ -626,8 +626,9 @@ fn openssl_s_client_alpn_sni_resumption_and_no_tls11() {
     );
 }
 
-/// `--check` loads every pair: a key that is not the certificate's, an
-/// expired certificate and a missing file each fail, naming key and file.
+/// `--check` loads every pair: a key that is not the certificate's and a
+/// missing file each fail, naming key and file; an expired certificate
+/// passes with an ERROR line (issue 27: it is served, as nginx does).
 #[test]
 fn check_validates_certificate_pairs() {
     let site = Site::new("tls-check");
@@ -668,9 +669,9 @@ fn check_validates_certificate_pairs() {
     );
     assert!(text.contains("does not match"), "{text}");
     let (ok, text) = check(&old.cert, &old.key);
-    assert!(!ok, "{text}");
+    assert!(ok, "{text}");
     assert!(
-        text.contains("tls_cert") && text.contains("expired"),
+        text.contains("ERROR") && text.contains("tls_cert") && text.contains("expired"),
         "{text}"
     );
     let missing = site.base().join("missing.key");
@@ -791,4 +792,117 @@ fn hsts_over_tls_only() {
         .roundtrip("GET /x HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(r.status, 301, "{r:?}");
     assert!(r.header("strict-transport-security").is_none(), "{r:?}");
+}
+
+/// Issue 24: a `Strict-Transport-Security` set by a `[[headers]]` rule went
+/// out over cleartext too (RFC 6797 §7.2 forbids it). It goes out over TLS
+/// only, on every head the file is sent with, where it replaces the
+/// server-wide `hsts` for the files it matches; the rule's other fields
+/// still go out on both.
+#[test]
+fn hsts_from_a_header_rule_goes_over_tls_only() {
+    let site = Site::new("tls-hsts-rule");
+    let conf = site.base().join("rules.toml");
+    std::fs::write(
+        &conf,
+        "[[headers]]\nglob = \"*.html\"\n\
+         set = { Strict-Transport-Security = \"max-age=600\", X-Frame-Options = \"DENY\" }\n",
+    )
+    .unwrap();
+    let conf = conf.display().to_string();
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let server = TlsServer::start(
+        &site.root,
+        &ca,
+        &leaf,
+        &["--config", &conf, "--hsts", "max-age=31536000"],
+    );
+    let asks = [
+        get("/index.html"),
+        request("GET", "/index.html", &[("Range", "bytes=0-1")]),
+        request(
+            "GET",
+            "/index.html",
+            &[("If-Modified-Since", FIXED_MTIME_HTTP)],
+        ),
+        request("HEAD", "/index.html", &[]),
+    ];
+    let mut plain = server.wire(Transport::Plain);
+    let mut tls = server.wire(Transport::Tls);
+    for raw in &asks {
+        let r = plain.roundtrip(raw);
+        assert!(matches!(r.status, 200 | 206 | 304), "{r:?}");
+        assert_eq!(
+            r.header("strict-transport-security"),
+            None,
+            "{raw:?}: {r:?}"
+        );
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{raw:?}");
+        let r = tls.roundtrip(raw);
+        assert!(matches!(r.status, 200 | 206 | 304), "{r:?}");
+        assert_eq!(
+            r.header_count("strict-transport-security"),
+            1,
+            "{raw:?}: {r:?}"
+        );
+        assert_eq!(
+            r.must("strict-transport-security"),
+            "max-age=600",
+            "{raw:?}"
+        );
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{raw:?}");
+    }
+    // A file no rule matches: the server-wide value over TLS, none over
+    // cleartext.
+    let r = tls.roundtrip(&get("/digits.txt"));
+    assert_eq!(r.must("strict-transport-security"), "max-age=31536000");
+    let r = plain.roundtrip(&get("/digits.txt"));
+    assert_eq!(r.header("strict-transport-security"), None, "{r:?}");
+}
+
+/// Issue 27: an expired certificate refused the whole start, the cleartext
+/// listener included. It is served (clients judge it), with one ERROR line
+/// naming the key, the file and the fix, and the expiry gauge in the past
+/// for the alert; a pair that cannot work at all is still refused.
+#[test]
+fn an_expired_certificate_is_served_with_an_error_line() {
+    let site = Site::new("tls-expired");
+    let ca = Ca::new();
+    let old = ca.leaf_with(site.base(), "old", &["localhost"], |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let server = TlsServer::start(&site.root, &ca, &old, &[]);
+    assert_eq!(
+        server
+            .wire(Transport::Plain)
+            .roundtrip(&get("/index.html"))
+            .status,
+        200
+    );
+    // The certificate is the one offered: a client checking it refuses
+    // it as expired, not for another reason.
+    match Wire::try_tls(server.tls_addr, &server.client, "localhost") {
+        Ok(_) => panic!("the client accepted an expired certificate"),
+        Err(e) => assert!(format!("{e:?}").contains("Expired"), "{e:?}"),
+    }
+    let log = server.server.log_text();
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("expired"))
+        .collect();
+    assert_eq!(errors.len(), 1, "one ERROR line: {log}");
+    assert!(
+        errors[0].contains(&*old.cert.display().to_string()) && errors[0].contains("renew"),
+        "{}",
+        errors[0]
+    );
+    let text = scrape(&server.server);
+    let expiry = metric_sum(
+        &text,
+        "shardhttpd_tls_certificate_expiry_timestamp_seconds",
+        &[],
+    );
+    assert_eq!(expiry, 1_609_459_200.0, "notAfter 2021-01-01: {text}");
 }
