@@ -141,7 +141,7 @@ fn check_tls(config: &Config) -> anyhow::Result<()> {
         crate::tls::load_all(&tls.pairs, &crate::tls::provider())
             .map_err(|e| setup(format!("{e:#}")))?;
         if let Some(path) = &tls.ticket_key_file {
-            crate::tls::tickets::Ticketer::from_file(path).map_err(|e| setup(format!("{e:#}")))?;
+            crate::tls::tickets::read_key_file(path).map_err(|e| setup(format!("{e:#}")))?;
         }
     }
     Ok(())
