@@ -726,3 +726,64 @@ fn hsts_over_tls_only() {
     assert_eq!(r.status, 301, "{r:?}");
     assert!(r.header("strict-transport-security").is_none(), "{r:?}");
 }
+
+/// A request and the client's close_notify in one TCP segment, the TCP
+/// connection left open: the response comes, then the server's
+/// close_notify and its close at once, not after the keep-alive timeout
+/// (issue 24: the close_notify was consumed with the request and no
+/// readiness edge followed it).
+#[test]
+fn close_notify_read_with_the_last_request_closes_after_the_response() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Instant;
+
+    let (_site, _ca, server) = setup("tls-close-notify", &["--keepalive-timeout", "30"]);
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        let client = _ca.client(&[version]);
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut conn = rustls::ClientConnection::new(client, name).unwrap();
+        let mut sock = TcpStream::connect(server.tls_addr).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        while conn.is_handshaking() {
+            conn.complete_io(&mut sock).unwrap();
+        }
+        conn.writer()
+            .write_all(get("/index.html").as_bytes())
+            .unwrap();
+        conn.send_close_notify();
+        let mut wire = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut wire).unwrap();
+        }
+        sock.write_all(&wire).unwrap();
+        let sent = Instant::now();
+        let mut plain = Vec::new();
+        let clean = loop {
+            if conn.wants_read() {
+                match conn.read_tls(&mut sock) {
+                    Ok(0) => break false,
+                    Ok(_) => {}
+                    Err(e) => panic!("{version:?}: {e} after {:?}", sent.elapsed()),
+                }
+                conn.process_new_packets().unwrap();
+            }
+            match conn.reader().read_to_end(&mut plain) {
+                Ok(_) => break true,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{version:?}: {e}"),
+            }
+        };
+        let took = sent.elapsed();
+        let text = String::from_utf8_lossy(&plain);
+        assert!(text.starts_with("HTTP/1.1 200"), "{version:?}: {text}");
+        assert!(clean, "{version:?}: closed without close_notify");
+        assert!(
+            took < Duration::from_secs(2),
+            "{version:?}: closed {took:?} after the request (keep-alive timeout 30 s)"
+        );
+        // And the TCP connection is closed too.
+        let mut rest = [0u8; 64];
+        assert!(matches!(sock.read(&mut rest), Ok(0) | Err(_)));
+    }
+}
