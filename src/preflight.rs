@@ -138,8 +138,9 @@ impl Preflight {
 /// the error names the config key and the file.
 fn check_tls(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
-        crate::tls::load_all(&tls.pairs, &crate::tls::provider())
+        let set = crate::tls::load_all(&tls.pairs, &crate::tls::provider())
             .map_err(|e| setup(format!("{e:#}")))?;
+        crate::tls::warn_unreachable(&set);
         if let Some(path) = &tls.ticket_key_file {
             crate::tls::tickets::read_key_file(path).map_err(|e| setup(format!("{e:#}")))?;
         }

@@ -97,6 +97,17 @@ pub fn load_all(pairs: &[CertPaths], provider: &CryptoProvider) -> anyhow::Resul
     Ok(CertSet::new(loaded))
 }
 
+/// Warn about each pair of `set` that no client can ever be given (at
+/// start, by the preflight, and on every reload).
+pub fn warn_unreachable(set: &CertSet) {
+    for pair in &set.unreachable {
+        tracing::warn!(
+            pair = pair.as_str(),
+            "TLS certificate never chosen: each of its names is served by an earlier pair with the same key type"
+        );
+    }
+}
+
 /// The certificate set and what reloading it needs.
 pub struct CertStore {
     pairs: Vec<CertPaths>,
@@ -129,6 +140,7 @@ impl CertStore {
     pub fn reload(&self) -> bool {
         match load_all(&self.pairs, &self.provider) {
             Ok(set) => {
+                warn_unreachable(&set);
                 self.publish_expiry(&set);
                 self.current.store(Arc::new(set));
                 self.reloads.with_label_values(&["success"]).inc();
@@ -173,14 +185,17 @@ impl CertStore {
     }
 }
 
-/// Chooses the certificate by SNI from the current set.
+/// Chooses the certificate by SNI, then by the client's signature
+/// schemes, from the current set.
 #[derive(Debug)]
 struct Resolver(Arc<CertStore>);
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let set = self.0.current.load();
-        Some(Arc::clone(set.pick(hello.server_name())))
+        Some(Arc::clone(
+            set.pick(hello.server_name(), hello.signature_schemes()),
+        ))
     }
 }
 

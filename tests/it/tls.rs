@@ -744,7 +744,8 @@ fn close_notify_read_with_the_last_request_closes_after_the_response() {
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
         let mut conn = rustls::ClientConnection::new(client, name).unwrap();
         let mut sock = TcpStream::connect(server.tls_addr).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         while conn.is_handshaking() {
             conn.complete_io(&mut sock).unwrap();
         }
@@ -785,5 +786,92 @@ fn close_notify_read_with_the_last_request_closes_after_the_response() {
         // And the TCP connection is closed too.
         let mut rest = [0u8; 64];
         assert!(matches!(sock.read(&mut rest), Ok(0) | Err(_)));
+    }
+}
+
+/// An ECDSA and an RSA certificate for the same name (issue 24): a client
+/// whose signature schemes are all RSA gets the RSA one, a client offering
+/// only ECDSA the ECDSA one, whichever pair comes first in the config; a
+/// third pair whose key type an earlier pair for each of its names already
+/// has is warned about at start (it can never be chosen).
+#[test]
+fn ecdsa_and_rsa_certificates_for_one_name_chosen_by_signature_schemes() {
+    use rustls::SignatureScheme as S;
+
+    let site = Site::new("tls-ecdsa-rsa");
+    let ca = Ca::new();
+    let ecdsa = ca.leaf(site.base(), "ecdsa", &["localhost"]);
+    let Some(rsa) = ca.rsa_leaf(site.base(), "rsa", &["localhost"]) else {
+        support::loud("SKIP: openssl not installed (needed for an RSA key)");
+        return;
+    };
+    let shadowed = ca.leaf(site.base(), "shadowed", &["localhost"]);
+    let rsa_only = |s: S| {
+        matches!(
+            s,
+            S::RSA_PSS_SHA256
+                | S::RSA_PSS_SHA384
+                | S::RSA_PSS_SHA512
+                | S::RSA_PKCS1_SHA256
+                | S::RSA_PKCS1_SHA384
+                | S::RSA_PKCS1_SHA512
+        )
+    };
+    let ecdsa_only = |s: S| {
+        matches!(
+            s,
+            S::ECDSA_NISTP256_SHA256 | S::ECDSA_NISTP384_SHA384 | S::ECDSA_NISTP521_SHA512
+        )
+    };
+    for (order, first, second) in [("ecdsa-first", &ecdsa, &rsa), ("rsa-first", &rsa, &ecdsa)] {
+        let config = site.base().join(format!("{order}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "tls_listen = [\"127.0.0.1:0\"]\ntls_cert = {:?}\ntls_key = {:?}\n\
+                 [[tls_certificates]]\ncert = {:?}\nkey = {:?}\n\
+                 [[tls_certificates]]\ncert = {:?}\nkey = {:?}\n",
+                first.cert, first.key, second.cert, second.key, shadowed.cert, shadowed.key
+            ),
+        )
+        .unwrap();
+        let cfg = config.display().to_string();
+        let server = Server::start(&site.root, &["--config", &cfg]);
+        let addr = tls_addr(&server);
+        for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            for (sni, what, keep, want) in [
+                (
+                    Some("localhost"),
+                    "RSA",
+                    &rsa_only as &dyn Fn(S) -> bool,
+                    &rsa.der,
+                ),
+                (Some("localhost"), "ECDSA", &ecdsa_only, &ecdsa.der),
+                // Without SNI (an IP address): the default name's pairs.
+                (None, "RSA", &rsa_only, &rsa.der),
+                (None, "ECDSA", &ecdsa_only, &ecdsa.der),
+            ] {
+                let client = ca.client_with_schemes(&[version], keep);
+                let mut w = match sni {
+                    Some(name) => Wire::try_tls(addr, &client, name),
+                    None => {
+                        let mut c = (*client).clone();
+                        c.enable_sni = false;
+                        Wire::try_tls(addr, &std::sync::Arc::new(c), "localhost")
+                    }
+                }
+                .unwrap_or_else(|e| panic!("{order} {version:?} {what}-only, SNI {sni:?}: {e}"));
+                let got = w.session().unwrap().peer_certificates().unwrap()[0].to_vec();
+                assert!(
+                    &got == want,
+                    "{order} {version:?} {what}-only, SNI {sni:?}: got the other certificate"
+                );
+                assert_eq!(w.roundtrip(&get("/index.html")).status, 200);
+            }
+        }
+        let log = server.log_text();
+        let warned: Vec<&str> = log.lines().filter(|l| l.contains("never chosen")).collect();
+        assert_eq!(warned.len(), 1, "{log}");
+        assert!(warned[0].contains("tls_certificates[1]"), "{}", warned[0]);
     }
 }
