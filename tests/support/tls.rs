@@ -322,6 +322,14 @@ impl Wire {
         })
     }
 
+    /// The TCP socket under the connection (for socket options).
+    pub fn tcp(&self) -> &TcpStream {
+        match &self.stream {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+
     /// The TLS session, for inspecting what was negotiated.
     pub fn session(&self) -> Option<&ClientConnection> {
         match &self.stream {
