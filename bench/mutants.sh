@@ -6,6 +6,8 @@
 #   respond   src/conn/respond.rs   request → response: the HTTP and large-file suites
 #   output    src/conn/output.rs    the output queue: large-file, pipelining, output_queue suites
 #   counters  src/metrics/counters.rs  per-shard counters: the exact-metrics and histogram suites
+#   tls       src/tls/*.rs, src/conn/tls.rs  TLS: the unit tests (ticket keys under a
+#             test clock, validity bounds, the sans-I/O reader) and every TLS suite
 #
 # Usage: bench/mutants.sh [--iterate] [--in-place] [SET...]   (default: all four sets)
 #   --iterate   re-test only the mutants a previous run of the set missed
@@ -34,11 +36,11 @@ for arg in "$@"; do
   case "$arg" in
     --iterate) iterate=(--iterate) ;;
     --in-place) inplace=(--in-place) ;;
-    http | respond | output | counters) sets+=("$arg") ;;
-    *) echo "usage: $0 [--iterate] [--in-place] [http|respond|output|counters]..." >&2; exit 2 ;;
+    http | respond | output | counters | tls) sets+=("$arg") ;;
+    *) echo "usage: $0 [--iterate] [--in-place] [http|respond|output|counters|tls]..." >&2; exit 2 ;;
   esac
 done
-[ ${#sets[@]} -gt 0 ] || sets=(http respond output counters)
+[ ${#sets[@]} -gt 0 ] || sets=(http respond output counters tls)
 
 command -v cargo-mutants >/dev/null || {
   echo "cargo-mutants not installed: cargo install cargo-mutants" >&2
@@ -90,6 +92,14 @@ for set in "${sets[@]}"; do
     counters)
       run counters --file src/metrics/counters.rs --cargo-arg=--test=metrics_values \
         --cargo-arg=--test=metrics_histograms
+      ;;
+    tls)
+      # One filter for both binaries: `tls` selects the unit tests of
+      # tls::* and conn::tls and the integration suites tls, tls_hostile,
+      # tls_reload, tls_suites, tls_tickets and the TLS memory tests; the
+      # testssl scan is skipped (minutes per mutant).
+      run tls --file 'src/tls/*.rs' --file src/conn/tls.rs \
+        --cargo-arg=--lib --cargo-arg=--test=it -- -- tls --skip tls_scan
       ;;
   esac
 done

@@ -353,9 +353,11 @@ pub struct Settings {
     /// (config file only): `[[tls_certificates]]` tables of `cert`, `key`.
     #[arg(skip)]
     pub tls_certificates: Option<Vec<TlsPair>>,
-    /// Secret (at least 32 random bytes) from which session-ticket keys are
-    /// derived, so replicas resume each other's sessions. Default: random
-    /// per process.
+    /// Session-ticket keys shared by replicas: 1 to 4 keys of exactly 32
+    /// random bytes, concatenated; the first seals, all open. Rotate it
+    /// (prepend a new key, drop the oldest, replace by rename); it is
+    /// reread on change. Default: a random key per 6 h period, forgotten
+    /// after the next.
     #[arg(long, value_name = "FILE")]
     pub tls_ticket_key_file: Option<PathBuf>,
     /// Most open connections per shard; past it a shard stops accepting

@@ -157,7 +157,7 @@ impl Preflight {
 /// the error names the config key and the file.
 fn check_tls(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
-        crate::tls::load_all(&tls.pairs, &crate::tls::provider()).map_err(|e| {
+        let set = crate::tls::load_all(&tls.pairs, &crate::tls::provider()).map_err(|e| {
             let mut msg = format!("{e:#}");
             if let Some(lines) = &config.key_lines {
                 msg = lines.locate(&msg);
@@ -170,8 +170,9 @@ fn check_tls(config: &Config) -> anyhow::Result<()> {
             }
             setup(msg)
         })?;
+        crate::tls::warn_unreachable(&set);
         if let Some(path) = &tls.ticket_key_file {
-            crate::tls::tickets::Ticketer::from_file(path).map_err(|e| setup(format!("{e:#}")))?;
+            crate::tls::tickets::read_key_file(path).map_err(|e| setup(format!("{e:#}")))?;
         }
     }
     Ok(())

@@ -185,11 +185,10 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
     let tls = match &config.tls {
         Some(settings) => {
             let tls = crate::tls::Tls::new(settings).context("loading the TLS certificates")?;
-            for c in tls.store.collectors() {
+            for c in tls.collectors() {
                 metrics.register(c);
             }
-            tls.store
-                .spawn_watcher()
+            tls.spawn_watcher()
                 .context("spawning the certificate watcher")?;
             Some(tls)
         }

@@ -131,6 +131,8 @@ pub struct BufPool {
     read: Vec<Vec<u8>>,
     /// Output buffers given up by connections holding a partial head.
     write: Vec<Vec<u8>>,
+    /// Ciphertext buffers of TLS sessions that hold no ciphertext.
+    cipher: tls::CipherPool,
 }
 
 impl BufPool {
@@ -411,6 +413,9 @@ impl Conn {
     /// Closing: hand the I/O state back to the pool when nothing is left
     /// queued in it (the socket closes when `self` drops).
     pub fn release(mut self, pool: &mut BufPool) {
+        if let Some(tls) = &mut self.tls {
+            tls.release(&mut pool.cipher);
+        }
         let Some(mut io) = self.io.take() else {
             return;
         };
@@ -769,7 +774,12 @@ impl Conn {
             .as_deref_mut()
             .expect("connection I/O state taken before use");
         let mut done = None;
-        let res = session.read(&self.stream, &mut io.rbuf[io.rend..], &mut done);
+        let res = session.read(
+            &self.stream,
+            &mut io.rbuf[io.rend..],
+            &mut done,
+            &mut env.pool.cipher,
+        );
         if let Some((kind, secs)) = done {
             env.counters.handshake(kind, secs);
         }
@@ -786,6 +796,13 @@ impl Conn {
                 Ok(Fill::Drained)
             }
             TlsRead::Eof => {
+                // Answer the client's close_notify (or FIN) with ours,
+                // unless answers are still queued: it must follow them,
+                // which `linger` sees to.
+                if io.out.is_empty() {
+                    session.close_notify();
+                    session.flush_alert(&self.stream);
+                }
                 self.readable = false;
                 Ok(Fill::Eof)
             }
@@ -818,6 +835,9 @@ impl Conn {
     fn park(&mut self, pool: &mut BufPool) {
         if !self.out_empty() {
             return;
+        }
+        if let Some(tls) = &mut self.tls {
+            tls.release(&mut pool.cipher);
         }
         let Some(io) = self.io.as_deref_mut() else {
             return;

@@ -67,12 +67,39 @@ impl Handshake {
     }
 }
 
+/// Ciphertext buffers ([`CIPHER_BUF`] bytes) of sessions that hold no
+/// ciphertext, reused by the shard's connections: an idle session keeps
+/// none, as OpenSSL's `SSL_MODE_RELEASE_BUFFERS` does for nginx.
+#[derive(Default)]
+pub struct CipherPool(Vec<Box<[u8]>>);
+
+impl CipherPool {
+    /// Most buffers kept; beyond that they are freed.
+    const MAX: usize = 1024;
+
+    fn take(&mut self) -> Box<[u8]> {
+        self.0
+            .pop()
+            .unwrap_or_else(|| vec![0; CIPHER_BUF].into_boxed_slice())
+    }
+
+    fn give(&mut self, buf: Box<[u8]>) {
+        if self.0.len() < CipherPool::MAX && buf.len() == CIPHER_BUF {
+            self.0.push(buf);
+        }
+    }
+}
+
 pub struct TlsConn {
     conn: ServerConnection,
-    /// Ciphertext read but not yet handed to rustls.
+    /// Ciphertext read but not yet handed to rustls; empty (no allocation)
+    /// while the session holds none (see [`CipherPool`]).
     cbuf: Box<[u8]>,
     cstart: usize,
     cend: usize,
+    /// The client's close_notify has been processed: no readiness edge
+    /// will follow it, so the end of its plaintext reads as `more`.
+    peer_closed: bool,
     /// No byte has arrived yet (the cleartext-HTTP check looks at the first).
     fresh: bool,
     /// When the connection was accepted: the handshake's start.
@@ -122,9 +149,10 @@ impl TlsConn {
         conn.set_buffer_limit(Some(crate::tls::SEND_BUFFER));
         Ok(TlsConn {
             conn,
-            cbuf: vec![0; CIPHER_BUF].into_boxed_slice(),
+            cbuf: Box::default(),
             cstart: 0,
             cend: 0,
+            peer_closed: false,
             fresh: true,
             started: now,
             established: false,
@@ -161,24 +189,43 @@ impl TlsConn {
         Some((version, cipher))
     }
 
-    /// Read plaintext into `out`. Returns the handshake that just completed
-    /// (if one did) beside the result; `Err` is a fatal TLS or socket error
-    /// (the alert, if any, is queued: flush before closing).
+    /// Give the ciphertext buffer back to `pool` when it holds nothing
+    /// (a partial record keeps it).
+    pub fn release(&mut self, pool: &mut CipherPool) {
+        if self.cstart == self.cend && !self.cbuf.is_empty() {
+            self.cstart = 0;
+            self.cend = 0;
+            pool.give(std::mem::take(&mut self.cbuf));
+        }
+    }
+
+    /// Read plaintext into `out`, reading ciphertext into a buffer from
+    /// `pool` if the session holds none. Returns the handshake that just
+    /// completed (if one did) beside the result; `Err` is a fatal TLS or
+    /// socket error (the alert, if any, is queued: flush before closing).
     pub fn read(
         &mut self,
         stream: &TcpStream,
         out: &mut [u8],
         done: &mut Option<(Handshake, f64)>,
+        pool: &mut CipherPool,
     ) -> io::Result<TlsRead> {
+        if self.cbuf.is_empty() {
+            self.cbuf = pool.take();
+        }
         let mut socket_drained = false;
         loop {
             match self.conn.reader().read(out) {
                 Ok(0) if !out.is_empty() => return Ok(TlsRead::Eof),
                 Ok(n) if n > 0 => {
-                    // A full `out` may have left plaintext inside rustls:
-                    // no readiness edge will announce it, so say there is
-                    // more and the caller comes back for it.
-                    let more = n == out.len() || !socket_drained || self.cstart < self.cend;
+                    // A full `out` may have left plaintext inside rustls,
+                    // and a close_notify read with the last request ends
+                    // the stream: no readiness edge will announce either,
+                    // so say there is more and the caller comes back.
+                    let more = n == out.len()
+                        || !socket_drained
+                        || self.cstart < self.cend
+                        || self.peer_closed;
                     return Ok(TlsRead::Data { n, more });
                 }
                 Ok(_) => {}
@@ -233,12 +280,15 @@ impl TlsConn {
         let res = self.conn.read_tls(&mut rest);
         self.cstart += before - rest.len();
         res?;
-        if let Err(e) = self.conn.process_new_packets() {
-            if !self.established {
-                self.established = true; // counted once, here
-                *done = Some((Handshake::Failed, self.started.elapsed().as_secs_f64()));
+        match self.conn.process_new_packets() {
+            Ok(state) => self.peer_closed = state.peer_has_closed(),
+            Err(e) => {
+                if !self.established {
+                    self.established = true; // counted once, here
+                    *done = Some((Handshake::Failed, self.started.elapsed().as_secs_f64()));
+                }
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
-            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
         if !self.established && !self.conn.is_handshaking() {
             self.established = true;
@@ -370,8 +420,9 @@ mod tests {
         let mut got = Vec::new();
         let mut out = [0u8; 4096];
         let mut done = None;
+        let mut pool = CipherPool::default();
         loop {
-            match server.read(&sock, &mut out, &mut done).unwrap() {
+            match server.read(&sock, &mut out, &mut done, &mut pool).unwrap() {
                 TlsRead::Data { n, more } => {
                     got.extend_from_slice(&out[..n]);
                     if !more {

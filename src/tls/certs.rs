@@ -1,6 +1,9 @@
 //! Certificate/key pairs: loading and checking them (they parse, the key
 //! matches the certificate, the certificate is valid already; an expired one
-//! is served with an ERROR line), and the set that SNI chooses from. Errors
+//! is served with an ERROR line), and the set that SNI chooses from. Several
+//! pairs may serve one name (an ECDSA and an RSA certificate, as nginx
+//! allows): the first in config order whose key can sign with a scheme the
+//! client offers is chosen. Errors
 //! name the config key and the file.
 
 use std::collections::HashMap;
@@ -10,6 +13,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context};
 use rustls::crypto::CryptoProvider;
 use rustls::sign::CertifiedKey;
+use rustls::SignatureScheme;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use x509_parser::extensions::GeneralName;
@@ -35,6 +39,8 @@ pub struct Loaded {
     /// The `name` label of the expiry metric: the first DNS name, else the
     /// subject's CN, else the certificate file name.
     pub label: String,
+    /// Which config keys named it, for warnings.
+    pub origin: String,
 }
 
 /// Load and check one pair. `now` is Unix seconds.
@@ -122,6 +128,7 @@ pub fn load(paths: &CertPaths, provider: &CryptoProvider, now: i64) -> anyhow::R
         names,
         not_after,
         label,
+        origin: origin.clone(),
     })
 }
 
@@ -148,48 +155,87 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// The pairs that serve one name, in config order.
+type Candidates = Vec<Arc<CertifiedKey>>;
+
 /// The pairs SNI chooses from; immutable, swapped whole on reload.
 #[derive(Debug)]
 pub struct CertSet {
-    /// Used when SNI is absent or names no certificate.
-    pub default: Arc<CertifiedKey>,
-    exact: HashMap<String, Arc<CertifiedKey>>,
-    /// `*.example.com` as `.example.com`, first match in config order.
-    wildcards: Vec<(String, Arc<CertifiedKey>)>,
+    /// Used when SNI is absent or names no certificate: the first pair and
+    /// the later pairs for its first name (its RSA twin, say).
+    default: Candidates,
+    exact: HashMap<String, Candidates>,
+    /// `*.example.com` as `.example.com`, in config order.
+    wildcards: Vec<(String, Candidates)>,
     /// (label, notAfter) per pair, for the expiry gauge.
     pub expiry: Vec<(String, i64)>,
+    /// Pairs that no client can ever be given: each of their names is
+    /// served by an earlier pair with the same kind of key (logged as a
+    /// warning at start and on reload).
+    pub unreachable: Vec<String>,
 }
 
 impl CertSet {
-    /// `loaded[0]` is the default. Earlier pairs win a name they share.
+    /// `loaded[0]` is the default. Pairs sharing a name are candidates for
+    /// it in config order.
     pub fn new(loaded: Vec<Loaded>) -> CertSet {
-        let default = Arc::clone(&loaded[0].key);
-        let mut exact = HashMap::new();
-        let mut wildcards = Vec::new();
+        let mut exact: HashMap<String, Candidates> = HashMap::new();
+        let mut wildcards: Vec<(String, Candidates)> = Vec::new();
         let mut expiry = Vec::new();
-        for l in &loaded {
+        let mut unreachable = Vec::new();
+        for (i, l) in loaded.iter().enumerate() {
+            // Chosen for some name: no earlier candidate for it has the
+            // same key algorithm (which would always win before it).
+            let mut reachable = i == 0;
             for name in &l.names {
-                if let Some(suffix) = name.strip_prefix('*') {
-                    wildcards.push((suffix.to_owned(), Arc::clone(&l.key)));
+                let list = if let Some(suffix) = name.strip_prefix('*') {
+                    match wildcards.iter().position(|(s, _)| s == suffix) {
+                        Some(at) => &mut wildcards[at].1,
+                        None => {
+                            wildcards.push((suffix.to_owned(), Vec::new()));
+                            &mut wildcards.last_mut().expect("just pushed").1
+                        }
+                    }
                 } else {
-                    exact
-                        .entry(name.clone())
-                        .or_insert_with(|| Arc::clone(&l.key));
+                    exact.entry(name.clone()).or_default()
+                };
+                let algorithm = l.key.key.algorithm();
+                if !list.iter().any(|k| k.key.algorithm() == algorithm) {
+                    reachable = true;
                 }
+                if !list.iter().any(|k| Arc::ptr_eq(k, &l.key)) {
+                    list.push(Arc::clone(&l.key));
+                }
+            }
+            if !reachable {
+                unreachable.push(format!("{} ({})", l.origin, l.label));
             }
             expiry.push((l.label.clone(), l.not_after));
         }
+        let first = &loaded[0];
+        let default = first
+            .names
+            .first()
+            .and_then(|n| match n.strip_prefix('*') {
+                Some(suffix) => wildcards
+                    .iter()
+                    .find(|(s, _)| s == suffix)
+                    .map(|(_, c)| c.clone()),
+                None => exact.get(n).cloned(),
+            })
+            .unwrap_or_else(|| vec![Arc::clone(&first.key)]);
         CertSet {
             default,
             exact,
             wildcards,
             expiry,
+            unreachable,
         }
     }
 
-    /// The certificate for an SNI name (rustls hands it lowercased and
+    /// The candidates for an SNI name (rustls hands it lowercased and
     /// without a trailing dot). A wildcard covers exactly one label.
-    pub fn pick(&self, sni: Option<&str>) -> &Arc<CertifiedKey> {
+    fn candidates(&self, sni: Option<&str>) -> &Candidates {
         let Some(name) = sni else {
             return &self.default;
         };
@@ -205,5 +251,68 @@ impl CertSet {
             }
         }
         &self.default
+    }
+
+    /// The certificate for an SNI name and the client's signature schemes:
+    /// the first candidate whose key can sign with one of them, else the
+    /// first candidate (the handshake then fails as it must).
+    pub fn pick(&self, sni: Option<&str>, schemes: &[SignatureScheme]) -> &Arc<CertifiedKey> {
+        let list = self.candidates(sni);
+        match list.as_slice() {
+            [only] => only,
+            _ => list
+                .iter()
+                .find(|k| k.key.choose_scheme(schemes).is_some())
+                .unwrap_or(&list[0]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed P-256 pair valid from `nb` to `na` (Unix seconds),
+    /// written to a fresh directory.
+    fn pair(tag: &str, nb: i64, na: i64) -> (PathBuf, CertPaths) {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["a.test".to_owned()]).unwrap();
+        let t =
+            |s: i64| rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(s as u64);
+        params.not_before = t(nb);
+        params.not_after = t(na);
+        let cert = params.self_signed(&key).unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("shardhttpd-certs-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("c.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.join("k.pem"), key.serialize_pem()).unwrap();
+        let paths = CertPaths {
+            cert: dir.join("c.pem"),
+            key: dir.join("k.pem"),
+            origin: "tls_cert".into(),
+        };
+        (dir, paths)
+    }
+
+    /// Loads from notBefore on, not a second before (a certificate not yet
+    /// valid must not load); past notAfter it still loads (an expired
+    /// certificate is served with an ERROR line, as nginx does).
+    #[test]
+    fn validity_period_bounds() {
+        let (nb, na) = (1_800_000_000, 1_900_000_000);
+        let (dir, paths) = pair("validity", nb, na);
+        let provider = crate::tls::provider();
+        for (now, ok) in [(nb - 1, false), (nb, true), (na, true), (na + 1, true)] {
+            let r = load(&paths, &provider, now);
+            assert_eq!(r.is_ok(), ok, "now {now}: {:?}", r.err());
+            if let Ok(l) = r {
+                assert_eq!(l.not_after, na);
+                assert_eq!(l.names, ["a.test"]);
+            }
+        }
+        let e = format!("{:#}", load(&paths, &provider, nb - 1).unwrap_err());
+        assert!(e.contains("not valid before"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -97,6 +97,17 @@ pub fn load_all(pairs: &[CertPaths], provider: &CryptoProvider) -> anyhow::Resul
     Ok(CertSet::new(loaded))
 }
 
+/// Warn about each pair of `set` that no client can ever be given (at
+/// start, by the preflight, and on every reload).
+pub fn warn_unreachable(set: &CertSet) {
+    for pair in &set.unreachable {
+        tracing::warn!(
+            pair = pair.as_str(),
+            "TLS certificate never chosen: each of its names is served by an earlier pair with the same key type"
+        );
+    }
+}
+
 /// The certificate set and what reloading it needs.
 pub struct CertStore {
     pairs: Vec<CertPaths>,
@@ -129,6 +140,7 @@ impl CertStore {
     pub fn reload(&self) -> bool {
         match load_all(&self.pairs, &self.provider) {
             Ok(set) => {
+                warn_unreachable(&set);
                 self.publish_expiry(&set);
                 self.current.store(Arc::new(set));
                 self.reloads.with_label_values(&["success"]).inc();
@@ -154,27 +166,6 @@ impl CertStore {
         ]
     }
 
-    /// Poll the files every [`WATCH_INTERVAL`] and reload when any changes
-    /// (size, mtime, ctime or inode: a rename over it, as Kubernetes secret
-    /// volumes and certbot's symlinks do, counts).
-    pub fn spawn_watcher(self: &Arc<Self>) -> std::io::Result<()> {
-        let store = Arc::clone(self);
-        std::thread::Builder::new()
-            .name("tls-watch".into())
-            .spawn(move || {
-                let mut seen = store.stamps();
-                loop {
-                    std::thread::sleep(WATCH_INTERVAL);
-                    let now = store.stamps();
-                    if now != seen {
-                        seen = now;
-                        store.reload();
-                    }
-                }
-            })?;
-        Ok(())
-    }
-
     fn stamps(&self) -> Vec<Option<(u64, i64, i64, u64)>> {
         use std::os::unix::fs::MetadataExt;
         self.pairs
@@ -194,14 +185,17 @@ impl CertStore {
     }
 }
 
-/// Chooses the certificate by SNI from the current set.
+/// Chooses the certificate by SNI, then by the client's signature
+/// schemes, from the current set.
 #[derive(Debug)]
 struct Resolver(Arc<CertStore>);
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let set = self.0.current.load();
-        Some(Arc::clone(set.pick(hello.server_name())))
+        Some(Arc::clone(
+            set.pick(hello.server_name(), hello.signature_schemes()),
+        ))
     }
 }
 
@@ -209,6 +203,7 @@ impl ResolvesServerCert for Resolver {
 pub struct Tls {
     pub config: Arc<ServerConfig>,
     pub store: Arc<CertStore>,
+    pub tickets: Arc<tickets::Ticketer>,
 }
 
 impl Tls {
@@ -238,10 +233,11 @@ impl Tls {
             .expect("valid metric"),
         });
         store.publish_expiry(&store.current.load());
-        let ticketer: Arc<dyn rustls::server::ProducesTickets> = match &settings.ticket_key_file {
-            Some(path) => Arc::new(tickets::Ticketer::from_file(path)?),
-            None => Arc::new(tickets::Ticketer::random()?),
-        };
+        let clock = Arc::new(tickets::SystemClock);
+        let ticketer = Arc::new(match &settings.ticket_key_file {
+            Some(path) => tickets::Ticketer::from_file(path, clock)?,
+            None => tickets::Ticketer::random(clock)?,
+        });
         let mut config = ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .context("TLS protocol versions")?
@@ -252,11 +248,45 @@ impl Tls {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         // The suites' order is the server's (see `provider`).
         config.ignore_client_order = true;
-        config.ticketer = ticketer;
+        config.ticketer = Arc::clone(&ticketer) as Arc<dyn rustls::server::ProducesTickets>;
         config.send_tls13_tickets = TLS13_TICKETS;
         Ok(Tls {
             config: Arc::new(config),
             store,
+            tickets: ticketer,
         })
+    }
+
+    /// Collectors for the metrics registry.
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        let mut c = self.store.collectors();
+        c.extend(self.tickets.collectors());
+        c
+    }
+
+    /// Every [`WATCH_INTERVAL`]: reload the certificates when a file
+    /// changed (size, mtime, ctime or inode: a rename over it, as
+    /// Kubernetes secret volumes and certbot's symlinks do, counts), and
+    /// bring the ticket keys up to date (a new period's random key, a
+    /// changed key file), so an expired key is dropped even without
+    /// handshakes.
+    pub fn spawn_watcher(&self) -> std::io::Result<()> {
+        let store = Arc::clone(&self.store);
+        let tickets = Arc::clone(&self.tickets);
+        std::thread::Builder::new()
+            .name("tls-watch".into())
+            .spawn(move || {
+                let mut seen = store.stamps();
+                loop {
+                    std::thread::sleep(WATCH_INTERVAL);
+                    let now = store.stamps();
+                    if now != seen {
+                        seen = now;
+                        store.reload();
+                    }
+                    tickets.tick();
+                }
+            })?;
+        Ok(())
     }
 }

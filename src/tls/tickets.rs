@@ -1,27 +1,48 @@
-//! Stateless session tickets whose keys rotate on a schedule and are the
-//! same in every shard, and in every replica given the same
-//! `tls_ticket_key_file`.
+//! Stateless session tickets, the same in every shard, with keys that are
+//! forgotten: a key that no longer exists cannot open a recorded ticket, so
+//! a later compromise of the process or of the key file does not decrypt
+//! the sessions (TLS 1.2 master secrets, TLS 1.3 resumption secrets) of
+//! earlier periods.
 //!
-//! One 32-byte secret (random per process, or read from the key file)
-//! derives the key of each period: `HMAC-SHA256(secret, "key" ‖ period)`,
-//! and a 16-byte key name the same way. Tickets are sealed with the current
-//! period's key and opened with the current or the previous one, so a
-//! ticket lives at most two periods and a key is forgotten after that:
-//! tickets cannot be opened for ever with a key that leaked later. Nothing
-//! is stored and nothing needs coordination: replicas whose clocks agree to
-//! within a period compute the same keys.
+//! Two sources of keys:
+//!
+//! - **Random** (no `tls_ticket_key_file`): each [`ROTATION_SECS`] period
+//!   gets a fresh random key. It seals tickets during its period, opens
+//!   them during the next, and is dropped when the one after begins. Keys
+//!   are never derived from anything long-lived.
+//! - **Key file** (`tls_ticket_key_file`, for replicas behind one load
+//!   balancer): 1 to [`MAX_FILE_KEYS`] keys of [`KEY_LEN`] random bytes,
+//!   concatenated. As with nginx's `ssl_session_ticket_key` and HAProxy's
+//!   `tls-ticket-keys`, the first key seals and every key opens. The
+//!   operator rotates: prepends a new key and drops the oldest (README,
+//!   "Session ticket keys"). The file is reread when it changes; a key
+//!   dropped from it is gone from the process at once.
+//!
+//! Time comes from a [`Clock`], so tests can step through periods.
 
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
+use arc_swap::ArcSwap;
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use rustls::server::ProducesTickets;
 
-/// Length of one key period. Tickets are accepted for up to two.
+/// Length of one random key's period: it seals tickets for this long and
+/// opens them for one period more. Also the lifetime hint with a key file,
+/// whose keys should be rotated no faster (README).
 pub const ROTATION_SECS: u64 = 6 * 3600;
+
+/// Bytes of one key in `tls_ticket_key_file` (`openssl rand 32`).
+pub const KEY_LEN: usize = 32;
+
+/// Most keys a key file may hold: the sealing one, the previous one, and
+/// room to stage a next key for decryption before it starts sealing.
+pub const MAX_FILE_KEYS: usize = 4;
 
 /// Bytes of a ticket before the sealed state: key name, then nonce.
 const NAME_LEN: usize = 16;
@@ -30,73 +51,304 @@ const NONCE_LEN: usize = 12;
 /// Most bytes accepted as a ticket; anything longer is not one of ours.
 const MAX_TICKET: usize = 4096;
 
-pub struct Ticketer {
-    secret: hmac::Key,
-    rng: SystemRandom,
+/// Wall-clock seconds since the Unix epoch.
+pub trait Clock: Send + Sync {
+    fn unix_secs(&self) -> u64;
 }
 
-impl std::fmt::Debug for Ticketer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Ticketer")
-    }
-}
+/// The system's clock.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemClock;
 
-impl Ticketer {
-    /// A random secret: tickets resume on any shard of this process.
-    pub fn random() -> anyhow::Result<Ticketer> {
-        let rng = SystemRandom::new();
-        let mut secret = [0u8; 32];
-        rng.fill(&mut secret)
-            .map_err(|_| anyhow::anyhow!("no randomness for the ticket secret"))?;
-        Ok(Ticketer::with_secret(&secret))
-    }
-
-    /// The secret from `tls_ticket_key_file`: at least 32 bytes (e.g.
-    /// `openssl rand 48 > ticket.key`); all of it is the HMAC key.
-    pub fn from_file(path: &Path) -> anyhow::Result<Ticketer> {
-        let bytes = std::fs::read(path).with_context(|| {
-            format!(
-                "config key `tls_ticket_key_file`: reading {}",
-                path.display()
-            )
-        })?;
-        if bytes.len() < 32 {
-            bail!(
-                "config key `tls_ticket_key_file`: {} holds {} bytes; at least 32 random bytes are needed",
-                path.display(),
-                bytes.len()
-            );
-        }
-        Ok(Ticketer::with_secret(&bytes))
-    }
-
-    fn with_secret(secret: &[u8]) -> Ticketer {
-        Ticketer {
-            secret: hmac::Key::new(hmac::HMAC_SHA256, secret),
-            rng: SystemRandom::new(),
-        }
-    }
-
-    fn period_now() -> u64 {
+impl Clock for SystemClock {
+    fn unix_secs(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
-            / ROTATION_SECS
     }
+}
 
-    /// The key and key name of `period`.
-    fn key(&self, period: u64) -> (LessSafeKey, [u8; NAME_LEN]) {
-        let mut label = [0u8; 12];
-        label[..4].copy_from_slice(b"key:");
-        label[4..].copy_from_slice(&period.to_be_bytes());
-        let k = hmac::sign(&self.secret, &label);
-        label[..4].copy_from_slice(b"nam:");
-        let n = hmac::sign(&self.secret, &label);
+/// The random key period that `unix_secs` falls in.
+fn period_of(unix_secs: u64) -> u64 {
+    unix_secs / ROTATION_SECS
+}
+
+/// One ticket key: a public name that says which key sealed a ticket, and
+/// the AES-256-GCM key.
+struct Key {
+    name: [u8; NAME_LEN],
+    aead: LessSafeKey,
+}
+
+impl Key {
+    /// Name and AEAD key from 32 secret bytes (a key file's key, or random
+    /// bytes): two HMAC-SHA256 outputs, so the public name says nothing
+    /// about the AEAD key.
+    fn from_secret(secret: &[u8; KEY_LEN]) -> Key {
+        let prk = hmac::Key::new(hmac::HMAC_SHA256, secret);
+        let n = hmac::sign(&prk, b"shardhttpd ticket key name");
+        let k = hmac::sign(&prk, b"shardhttpd ticket key aead");
         let mut name = [0u8; NAME_LEN];
         name.copy_from_slice(&n.as_ref()[..NAME_LEN]);
         let key = UnboundKey::new(&aead::AES_256_GCM, k.as_ref())
             .expect("an HMAC-SHA256 output is a valid AES-256 key");
-        (LessSafeKey::new(key), name)
+        Key {
+            name,
+            aead: LessSafeKey::new(key),
+        }
+    }
+
+    fn random(rng: &SystemRandom) -> anyhow::Result<Key> {
+        let mut secret = [0u8; KEY_LEN];
+        rng.fill(&mut secret)
+            .map_err(|_| anyhow::anyhow!("no randomness for a ticket key"))?;
+        let key = Key::from_secret(&secret);
+        secret.fill(0);
+        Ok(key)
+    }
+}
+
+/// The keys in use: `keys[0]` seals, all open. Shared by reference, so a
+/// key exists once in memory and is freed when the last set holding it is.
+struct KeySet {
+    keys: Vec<Arc<Key>>,
+    /// Random keys: the period of `keys[0]`. Unused with a key file.
+    period: u64,
+}
+
+/// Where the keys come from.
+enum Source {
+    Random,
+    File {
+        path: PathBuf,
+        /// The file's (size, mtime ns, ctime, inode) when last read.
+        stamp: Mutex<Option<Stamp>>,
+    },
+}
+
+type Stamp = (u64, i64, i64, u64);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((
+        m.size(),
+        m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        m.ctime(),
+        m.ino(),
+    ))
+}
+
+/// Read and check `tls_ticket_key_file`: 1 to [`MAX_FILE_KEYS`] keys of
+/// exactly [`KEY_LEN`] bytes each, the sealing key first.
+pub fn read_key_file(path: &Path) -> anyhow::Result<Vec<[u8; KEY_LEN]>> {
+    let bytes = std::fs::read(path).with_context(|| {
+        format!(
+            "config key `tls_ticket_key_file`: reading {}",
+            path.display()
+        )
+    })?;
+    let n = bytes.len();
+    if n == 0 || n % KEY_LEN != 0 || n / KEY_LEN > MAX_FILE_KEYS {
+        bail!(
+            "config key `tls_ticket_key_file`: {} holds {n} bytes; it must hold 1 to {MAX_FILE_KEYS} keys of exactly {KEY_LEN} random bytes each, the sealing key first (`openssl rand {KEY_LEN} > ticket.key`)",
+            path.display(),
+        );
+    }
+    let keys = bytes
+        .chunks_exact(KEY_LEN)
+        .map(|c| c.try_into().expect("chunks of KEY_LEN"))
+        .collect();
+    let mut bytes = bytes;
+    bytes.fill(0);
+    Ok(keys)
+}
+
+/// Ticket key changes, by result (a key file that fails to load keeps the
+/// previous keys).
+fn rotations_metric() -> prometheus::IntCounterVec {
+    prometheus::IntCounterVec::new(
+        prometheus::Opts::new(
+            "shardhttpd_tls_ticket_key_rotations_total",
+            "Session-ticket key changes (a new random key per period, or a reread key file), by result.",
+        ),
+        &["result"],
+    )
+    .expect("valid metric")
+}
+
+fn changed_metric() -> prometheus::Gauge {
+    prometheus::Gauge::new(
+        "shardhttpd_tls_ticket_key_changed_timestamp_seconds",
+        "When the session-ticket sealing key last changed, Unix seconds.",
+    )
+    .expect("valid metric")
+}
+
+/// Seals and opens session tickets for every shard.
+pub struct Ticketer {
+    source: Source,
+    keys: ArcSwap<KeySet>,
+    /// Held while replacing `keys`, so concurrent shards rotate once.
+    rotating: Mutex<()>,
+    clock: Arc<dyn Clock>,
+    rng: SystemRandom,
+    rotations: prometheus::IntCounterVec,
+    changed: prometheus::Gauge,
+}
+
+impl fmt::Debug for Ticketer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.source {
+            Source::Random => "random",
+            Source::File { .. } => "file",
+        };
+        f.debug_struct("Ticketer")
+            .field("source", &source)
+            .field("keys", &self.keys.load().keys.len())
+            .finish()
+    }
+}
+
+impl Ticketer {
+    /// Random keys, one per [`ROTATION_SECS`] period.
+    pub fn random(clock: Arc<dyn Clock>) -> anyhow::Result<Ticketer> {
+        let rng = SystemRandom::new();
+        let now = clock.unix_secs();
+        let set = KeySet {
+            keys: vec![Arc::new(Key::random(&rng)?)],
+            period: period_of(now),
+        };
+        Ok(Ticketer::with(Source::Random, set, clock, rng))
+    }
+
+    /// The keys of `tls_ticket_key_file`, reread by [`tick`](Self::tick)
+    /// when the file changes.
+    pub fn from_file(path: &Path, clock: Arc<dyn Clock>) -> anyhow::Result<Ticketer> {
+        let before = stamp(path);
+        let keys = read_key_file(path)?;
+        let set = KeySet {
+            keys: keys.iter().map(|k| Arc::new(Key::from_secret(k))).collect(),
+            period: 0,
+        };
+        let source = Source::File {
+            path: path.to_owned(),
+            stamp: Mutex::new(before),
+        };
+        Ok(Ticketer::with(source, set, clock, SystemRandom::new()))
+    }
+
+    fn with(source: Source, set: KeySet, clock: Arc<dyn Clock>, rng: SystemRandom) -> Ticketer {
+        let t = Ticketer {
+            source,
+            keys: ArcSwap::from_pointee(set),
+            rotating: Mutex::new(()),
+            rng,
+            rotations: rotations_metric(),
+            changed: changed_metric(),
+            clock,
+        };
+        t.changed.set(t.clock.unix_secs() as f64);
+        t
+    }
+
+    /// Collectors for the metrics registry.
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.rotations.clone()),
+            Box::new(self.changed.clone()),
+        ]
+    }
+
+    /// Bring the keys up to date: a new random key when a period has
+    /// begun (the one two periods old is dropped), or the key file reread
+    /// when it changed. Called on every seal and open, and every 250 ms by
+    /// the TLS watcher, so an expired key is forgotten even when no client
+    /// comes.
+    pub fn tick(&self) {
+        match &self.source {
+            Source::Random => {
+                self.current();
+            }
+            Source::File { path, stamp: seen } => {
+                let now = stamp(path);
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                if now != *seen {
+                    *seen = now;
+                    self.reread(path);
+                }
+            }
+        }
+    }
+
+    fn reread(&self, path: &Path) {
+        match read_key_file(path) {
+            Ok(keys) => {
+                let _guard = self.rotating.lock().unwrap_or_else(|e| e.into_inner());
+                self.keys.store(Arc::new(KeySet {
+                    keys: keys.iter().map(|k| Arc::new(Key::from_secret(k))).collect(),
+                    period: 0,
+                }));
+                self.rotations.with_label_values(&["success"]).inc();
+                self.changed.set(self.clock.unix_secs() as f64);
+                tracing::info!(
+                    keys = keys.len(),
+                    "session-ticket key file reread; its first key now seals tickets"
+                );
+            }
+            Err(e) => {
+                self.rotations.with_label_values(&["failure"]).inc();
+                tracing::error!(
+                    error = format!("{e:#}"),
+                    "session-ticket key file unusable; keeping the previous keys"
+                );
+            }
+        }
+    }
+
+    /// The keys for now. For random keys, the first caller in a new period
+    /// makes its key and keeps the previous period's to open tickets.
+    fn current(&self) -> arc_swap::Guard<Arc<KeySet>> {
+        let set = self.keys.load();
+        if !matches!(self.source, Source::Random) {
+            return set;
+        }
+        let period = period_of(self.clock.unix_secs());
+        if set.period == period {
+            return set;
+        }
+        drop(set);
+        let _guard = self.rotating.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.keys.load_full();
+        if old.period == period {
+            return self.keys.load();
+        }
+        let Ok(fresh) = Key::random(&self.rng) else {
+            // Without randomness keep sealing with the old key rather than
+            // failing every handshake; its period will be retried.
+            self.rotations.with_label_values(&["failure"]).inc();
+            return self.keys.load();
+        };
+        let mut keys = vec![Arc::new(fresh)];
+        // The previous period's key still opens; anything older (or a
+        // clock that went back) is dropped.
+        if old.period + 1 == period {
+            keys.extend(old.keys.first().cloned());
+        }
+        self.keys.store(Arc::new(KeySet { keys, period }));
+        self.rotations.with_label_values(&["success"]).inc();
+        self.changed.set(self.clock.unix_secs() as f64);
+        self.keys.load()
+    }
+
+    /// The lifetime hint sent with a ticket sealed now: with random keys,
+    /// until the end of the next period (when its key is dropped), so
+    /// between one and two periods; with a key file, one period.
+    fn lifetime_at(&self, unix_secs: u64) -> u32 {
+        match self.source {
+            Source::Random => (2 * ROTATION_SECS - unix_secs % ROTATION_SECS) as u32,
+            Source::File { .. } => ROTATION_SECS as u32,
+        }
     }
 }
 
@@ -106,22 +358,23 @@ impl ProducesTickets for Ticketer {
     }
 
     fn lifetime(&self) -> u32 {
-        // The client may keep it this long; we accept it for 1-2 periods.
-        ROTATION_SECS as u32
+        self.lifetime_at(self.clock.unix_secs())
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        let (key, name) = self.key(Ticketer::period_now());
+        let set = self.current();
+        let key = set.keys.first()?;
         let mut nonce = [0u8; NONCE_LEN];
         self.rng.fill(&mut nonce).ok()?;
         let mut out = Vec::with_capacity(NAME_LEN + NONCE_LEN + plain.len() + 16);
-        out.extend_from_slice(&name);
+        out.extend_from_slice(&key.name);
         out.extend_from_slice(&nonce);
         out.extend_from_slice(plain);
         let tag = key
+            .aead
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(name),
+                Aad::from(key.name),
                 &mut out[NAME_LEN + NONCE_LEN..],
             )
             .ok()?;
@@ -133,68 +386,230 @@ impl ProducesTickets for Ticketer {
         if cipher.len() > MAX_TICKET || cipher.len() < NAME_LEN + NONCE_LEN + 16 {
             return None;
         }
-        let now = Ticketer::period_now();
-        for period in [now, now.saturating_sub(1)] {
-            let (key, name) = self.key(period);
-            // Not secret: the name only says which key to try.
-            if cipher[..NAME_LEN] != name {
-                continue;
-            }
-            let nonce: [u8; NONCE_LEN] = cipher[NAME_LEN..NAME_LEN + NONCE_LEN].try_into().ok()?;
-            let mut buf = cipher[NAME_LEN + NONCE_LEN..].to_vec();
-            let plain = key
-                .open_in_place(
-                    Nonce::assume_unique_for_key(nonce),
-                    Aad::from(name),
-                    &mut buf,
-                )
-                .ok()?;
-            let n = plain.len();
-            buf.truncate(n);
-            return Some(buf);
-        }
-        None
+        let set = self.current();
+        // Not secret: the name only says which key to try.
+        let key = set.keys.iter().find(|k| cipher[..NAME_LEN] == k.name)?;
+        let nonce: [u8; NONCE_LEN] = cipher[NAME_LEN..NAME_LEN + NONCE_LEN].try_into().ok()?;
+        let mut buf = cipher[NAME_LEN + NONCE_LEN..].to_vec();
+        let n = key
+            .aead
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(key.name),
+                &mut buf,
+            )
+            .ok()?
+            .len();
+        buf.truncate(n);
+        Some(buf)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
-    #[test]
-    fn same_secret_opens_the_other_replicas_ticket() {
-        let a = Ticketer::with_secret(&[7; 48]);
-        let b = Ticketer::with_secret(&[7; 48]);
-        let t = a.encrypt(b"session state").unwrap();
-        assert_eq!(b.decrypt(&t).unwrap(), b"session state");
-        let other = Ticketer::with_secret(&[8; 48]);
-        assert!(other.decrypt(&t).is_none());
-        let mut bad = t.clone();
-        *bad.last_mut().unwrap() ^= 1;
-        assert!(a.decrypt(&bad).is_none());
-        assert!(a.decrypt(&t[..20]).is_none());
+    /// A clock the test sets.
+    struct TestClock(AtomicU64);
+
+    impl Clock for TestClock {
+        fn unix_secs(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    impl TestClock {
+        fn at(secs: u64) -> Arc<TestClock> {
+            Arc::new(TestClock(AtomicU64::new(secs)))
+        }
+        fn set(&self, secs: u64) {
+            self.0.store(secs, Ordering::Relaxed);
+        }
+    }
+
+    /// The start of some period, well after the epoch.
+    const T0: u64 = 20_000 * ROTATION_SECS;
+
+    fn rotations(t: &Ticketer, result: &str) -> u64 {
+        t.rotations.with_label_values(&[result]).get()
+    }
+
+    /// A key file in a fresh directory; replaced by rename, as the README
+    /// tells operators to.
+    struct KeyFile {
+        dir: PathBuf,
+        path: PathBuf,
+    }
+
+    impl KeyFile {
+        fn new(tag: &str, bytes: &[u8]) -> KeyFile {
+            let dir = std::env::temp_dir()
+                .join(format!("shardhttpd-tickets-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let f = KeyFile {
+                path: dir.join("ticket.key"),
+                dir,
+            };
+            f.replace(bytes);
+            f
+        }
+        fn replace(&self, bytes: &[u8]) {
+            let tmp = self.dir.join("ticket.key.tmp");
+            std::fs::write(&tmp, bytes).unwrap();
+            std::fs::rename(&tmp, &self.path).unwrap();
+        }
+    }
+
+    impl Drop for KeyFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn keys(ks: &[u8]) -> Vec<u8> {
+        ks.iter().flat_map(|&k| [k; KEY_LEN]).collect()
     }
 
     #[test]
-    fn previous_period_still_opens_older_does_not() {
-        let t = Ticketer::with_secret(&[1; 32]);
-        let now = Ticketer::period_now();
-        for (period, opens) in [(now - 1, true), (now - 2, false)] {
-            let (key, name) = t.key(period);
-            let nonce = [3u8; NONCE_LEN];
-            let mut sealed = b"state".to_vec();
-            let tag = key
-                .seal_in_place_separate_tag(
-                    Nonce::assume_unique_for_key(nonce),
-                    Aad::from(name),
-                    &mut sealed,
-                )
-                .unwrap();
-            let mut ticket = name.to_vec();
-            ticket.extend_from_slice(&nonce);
-            ticket.extend_from_slice(&sealed);
-            ticket.extend_from_slice(tag.as_ref());
-            assert_eq!(t.decrypt(&ticket).is_some(), opens, "period {period}");
+    fn random_key_seals_for_its_period_opens_for_the_next_then_is_forgotten() {
+        let clock = TestClock::at(T0 + 5);
+        let t = Ticketer::random(clock.clone()).unwrap();
+        let first = t.encrypt(b"state 1").unwrap();
+        // Late in the same period: the same key, no rotation.
+        clock.set(T0 + ROTATION_SECS - 1);
+        assert_eq!(t.decrypt(&first).unwrap(), b"state 1");
+        assert_eq!(t.encrypt(b"x").unwrap()[..NAME_LEN], first[..NAME_LEN]);
+        assert_eq!(rotations(&t, "success"), 0);
+        // The next period: a new key seals, the old one still opens.
+        clock.set(T0 + ROTATION_SECS);
+        let second = t.encrypt(b"state 2").unwrap();
+        assert_ne!(second[..NAME_LEN], first[..NAME_LEN]);
+        assert_eq!(t.decrypt(&first).unwrap(), b"state 1");
+        assert_eq!(rotations(&t, "success"), 1);
+        // The one after: the first key is gone, the second still opens.
+        clock.set(T0 + 2 * ROTATION_SECS);
+        t.tick();
+        assert_eq!(rotations(&t, "success"), 2);
+        assert!(t.decrypt(&first).is_none(), "a key outlived two periods");
+        assert_eq!(t.decrypt(&second).unwrap(), b"state 2");
+        assert_eq!(t.keys.load().keys.len(), 2);
+        // A jump over a whole period forgets every earlier key.
+        clock.set(T0 + 4 * ROTATION_SECS);
+        t.tick();
+        assert!(t.decrypt(&second).is_none());
+        assert_eq!(t.keys.load().keys.len(), 1);
+    }
+
+    #[test]
+    fn random_keys_are_not_shared_between_processes() {
+        let clock = TestClock::at(T0);
+        let a = Ticketer::random(clock.clone()).unwrap();
+        let b = Ticketer::random(clock).unwrap();
+        let ticket = a.encrypt(b"state").unwrap();
+        assert!(b.decrypt(&ticket).is_none());
+        assert_eq!(a.decrypt(&ticket).unwrap(), b"state");
+    }
+
+    /// The hint is how long the ticket will still open: to the end of the
+    /// next period with random keys; one period with a key file.
+    #[test]
+    fn lifetime_hint_runs_to_the_end_of_the_next_period() {
+        let clock = TestClock::at(T0);
+        let t = Ticketer::random(clock.clone()).unwrap();
+        for (at, hint) in [
+            (T0, 2 * ROTATION_SECS),
+            (T0 + 1, 2 * ROTATION_SECS - 1),
+            (T0 + ROTATION_SECS - 1, ROTATION_SECS + 1),
+            (T0 + ROTATION_SECS + 60, 2 * ROTATION_SECS - 60),
+        ] {
+            clock.set(at);
+            assert_eq!(u64::from(t.lifetime()), hint, "at {at}");
         }
+        let f = KeyFile::new("hint", &keys(&[1]));
+        let t = Ticketer::from_file(&f.path, clock).unwrap();
+        assert_eq!(u64::from(t.lifetime()), ROTATION_SECS);
+    }
+
+    #[test]
+    fn key_file_sizes() {
+        let f = KeyFile::new("sizes", &[7; KEY_LEN]);
+        // Exactly one key, the documented size.
+        assert_eq!(read_key_file(&f.path).unwrap(), vec![[7; KEY_LEN]]);
+        f.replace(&keys(&[1, 2, 3, 4]));
+        assert_eq!(read_key_file(&f.path).unwrap().len(), MAX_FILE_KEYS);
+        for bad in [
+            0,
+            1,
+            KEY_LEN - 1,
+            KEY_LEN + 1,
+            48,
+            80,
+            (MAX_FILE_KEYS + 1) * KEY_LEN,
+        ] {
+            f.replace(&vec![9; bad]);
+            let e = format!("{:#}", read_key_file(&f.path).unwrap_err());
+            assert!(
+                e.contains("tls_ticket_key_file") && e.contains("32"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    /// Replicas with the same file resume each other's tickets; the first
+    /// key seals and every key opens; after a rotation a ticket sealed with
+    /// a key that left the file no longer opens, and the file of a past
+    /// period cannot open a current ticket.
+    #[test]
+    fn key_file_rotation_first_seals_all_open_dropped_keys_are_gone() {
+        let clock = TestClock::at(T0);
+        let f = KeyFile::new("rotate", &keys(&[1]));
+        let a = Ticketer::from_file(&f.path, clock.clone()).unwrap();
+        let b = Ticketer::from_file(&f.path, clock.clone()).unwrap();
+        let old = a.encrypt(b"old").unwrap();
+        assert_eq!(b.decrypt(&old).unwrap(), b"old");
+        let mut forged = old.clone();
+        *forged.last_mut().unwrap() ^= 1;
+        assert!(a.decrypt(&forged).is_none());
+        assert!(a.decrypt(&old[..20]).is_none());
+        // The operator keeps the past file (an attacker's copy, say).
+        let past = KeyFile::new("rotate-past", &keys(&[1]));
+        let past = Ticketer::from_file(&past.path, clock.clone()).unwrap();
+
+        // Rotation: a new first key, the old one second.
+        f.replace(&keys(&[2, 1]));
+        a.tick();
+        assert_eq!(rotations(&a, "success"), 1);
+        let current = a.encrypt(b"current").unwrap();
+        assert_ne!(current[..NAME_LEN], old[..NAME_LEN]);
+        assert_eq!(a.decrypt(&old).unwrap(), b"old", "the previous key opens");
+        assert!(
+            past.decrypt(&current).is_none(),
+            "the past period's key file opened a current ticket"
+        );
+        // B has not looked at the file yet: it does not know the new key.
+        assert!(b.decrypt(&current).is_none());
+        b.tick();
+        assert_eq!(b.decrypt(&current).unwrap(), b"current");
+
+        // Next rotation: key 1 leaves the file and the process.
+        f.replace(&keys(&[3, 2]));
+        a.tick();
+        assert!(a.decrypt(&old).is_none(), "a dropped key still opened");
+        assert_eq!(a.decrypt(&current).unwrap(), b"current");
+        // No change, no reread.
+        a.tick();
+        assert_eq!(rotations(&a, "success"), 2);
+
+        // A broken file keeps the previous keys, counted as a failure.
+        f.replace(b"short");
+        a.tick();
+        assert_eq!(rotations(&a, "failure"), 1);
+        assert_eq!(a.decrypt(&current).unwrap(), b"current");
+        // The clock does not rotate file keys.
+        clock.set(T0 + 3 * ROTATION_SECS);
+        a.tick();
+        assert_eq!(a.decrypt(&current).unwrap(), b"current");
     }
 }

@@ -47,6 +47,7 @@ mod tls_hostile;
 mod tls_reload;
 mod tls_scan;
 mod tls_suites;
+mod tls_tickets;
 mod upgrade;
 mod upgrade_tls;
 mod watch_moves;

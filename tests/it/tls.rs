@@ -690,72 +690,6 @@ fn check_validates_certificate_pairs() {
     );
 }
 
-/// Two servers given the same `tls_ticket_key_file` resume each other's
-/// sessions (replicas behind one load balancer); a server with another
-/// secret does a full handshake instead.
-#[test]
-fn replicas_sharing_a_ticket_key_file_resume_each_others_sessions() {
-    let site = Site::new("tls-ticket-file");
-    let ca = Ca::new();
-    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
-    let shared = site.write("../ticket.key", &[0x5a; 48]);
-    let other = site.write("../other.key", &[0xa5; 48]);
-    let shared_s = shared.display().to_string();
-    let other_s = other.display().to_string();
-    let a = TlsServer::start(
-        &site.root,
-        &ca,
-        &leaf,
-        &["--tls-ticket-key-file", &shared_s],
-    );
-    let b = TlsServer::start(
-        &site.root,
-        &ca,
-        &leaf,
-        &["--tls-ticket-key-file", &shared_s],
-    );
-    let c = TlsServer::start(&site.root, &ca, &leaf, &["--tls-ticket-key-file", &other_s]);
-    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
-        let kind = |server: &TlsServer, client: &std::sync::Arc<rustls::ClientConfig>| {
-            let mut w = Wire::tls(server.tls_addr, client, "localhost");
-            assert_eq!(w.roundtrip(&get("/index.html")).status, 200);
-            w.session().unwrap().handshake_kind()
-        };
-        let client = ca.client(&[version]);
-        assert_eq!(kind(&a, &client), Some(rustls::HandshakeKind::Full));
-        assert_eq!(
-            kind(&b, &client),
-            Some(rustls::HandshakeKind::Resumed),
-            "{version:?}: a session from replica A did not resume on B"
-        );
-        let client = ca.client(&[version]);
-        kind(&a, &client);
-        assert_eq!(
-            kind(&c, &client),
-            Some(rustls::HandshakeKind::Full),
-            "{version:?}: a ticket opened with another secret"
-        );
-    }
-    // A secret shorter than 32 bytes is refused at start.
-    let short = site.write("../short.key", b"too short");
-    let out = command()
-        .args(["--check", "--root", &site.root.display().to_string()])
-        .args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
-        .arg(&leaf.cert)
-        .arg("--tls-key")
-        .arg(&leaf.key)
-        .arg("--tls-ticket-key-file")
-        .arg(&short)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        text.contains("tls_ticket_key_file") && text.contains("32"),
-        "{text}"
-    );
-}
-
 /// `hsts` is sent on successful TLS responses only (the redirect from
 /// cleartext that `redirect_https` adds: tests/redirects.rs).
 #[test]
@@ -905,4 +839,153 @@ fn an_expired_certificate_is_served_with_an_error_line() {
         &[],
     );
     assert_eq!(expiry, 1_609_459_200.0, "notAfter 2021-01-01: {text}");
+}
+
+/// A request and the client's close_notify in one TCP segment, the TCP
+/// connection left open: the response comes, then the server's
+/// close_notify and its close at once, not after the keep-alive timeout
+/// (issue 24: the close_notify was consumed with the request and no
+/// readiness edge followed it).
+#[test]
+fn close_notify_read_with_the_last_request_closes_after_the_response() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Instant;
+
+    let (_site, _ca, server) = setup("tls-close-notify", &["--keepalive-timeout", "30"]);
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        let client = _ca.client(&[version]);
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut conn = rustls::ClientConnection::new(client, name).unwrap();
+        let mut sock = TcpStream::connect(server.tls_addr).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        while conn.is_handshaking() {
+            conn.complete_io(&mut sock).unwrap();
+        }
+        conn.writer()
+            .write_all(get("/index.html").as_bytes())
+            .unwrap();
+        conn.send_close_notify();
+        let mut wire = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut wire).unwrap();
+        }
+        sock.write_all(&wire).unwrap();
+        let sent = Instant::now();
+        let mut plain = Vec::new();
+        let clean = loop {
+            if conn.wants_read() {
+                match conn.read_tls(&mut sock) {
+                    Ok(0) => break false,
+                    Ok(_) => {}
+                    Err(e) => panic!("{version:?}: {e} after {:?}", sent.elapsed()),
+                }
+                conn.process_new_packets().unwrap();
+            }
+            match conn.reader().read_to_end(&mut plain) {
+                Ok(_) => break true,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{version:?}: {e}"),
+            }
+        };
+        let took = sent.elapsed();
+        let text = String::from_utf8_lossy(&plain);
+        assert!(text.starts_with("HTTP/1.1 200"), "{version:?}: {text}");
+        assert!(clean, "{version:?}: closed without close_notify");
+        assert!(
+            took < Duration::from_secs(2),
+            "{version:?}: closed {took:?} after the request (keep-alive timeout 30 s)"
+        );
+        // And the TCP connection is closed too.
+        let mut rest = [0u8; 64];
+        assert!(matches!(sock.read(&mut rest), Ok(0) | Err(_)));
+    }
+}
+
+/// An ECDSA and an RSA certificate for the same name (issue 24): a client
+/// whose signature schemes are all RSA gets the RSA one, a client offering
+/// only ECDSA the ECDSA one, whichever pair comes first in the config; a
+/// third pair whose key type an earlier pair for each of its names already
+/// has is warned about at start (it can never be chosen).
+#[test]
+fn ecdsa_and_rsa_certificates_for_one_name_chosen_by_signature_schemes() {
+    use rustls::SignatureScheme as S;
+
+    let site = Site::new("tls-ecdsa-rsa");
+    let ca = Ca::new();
+    let ecdsa = ca.leaf(site.base(), "ecdsa", &["localhost"]);
+    let Some(rsa) = ca.rsa_leaf(site.base(), "rsa", &["localhost"]) else {
+        support::loud("SKIP: openssl not installed (needed for an RSA key)");
+        return;
+    };
+    let shadowed = ca.leaf(site.base(), "shadowed", &["localhost"]);
+    let rsa_only = |s: S| {
+        matches!(
+            s,
+            S::RSA_PSS_SHA256
+                | S::RSA_PSS_SHA384
+                | S::RSA_PSS_SHA512
+                | S::RSA_PKCS1_SHA256
+                | S::RSA_PKCS1_SHA384
+                | S::RSA_PKCS1_SHA512
+        )
+    };
+    let ecdsa_only = |s: S| {
+        matches!(
+            s,
+            S::ECDSA_NISTP256_SHA256 | S::ECDSA_NISTP384_SHA384 | S::ECDSA_NISTP521_SHA512
+        )
+    };
+    for (order, first, second) in [("ecdsa-first", &ecdsa, &rsa), ("rsa-first", &rsa, &ecdsa)] {
+        let config = site.base().join(format!("{order}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "tls_listen = [\"127.0.0.1:0\"]\ntls_cert = {:?}\ntls_key = {:?}\n\
+                 [[tls_certificates]]\ncert = {:?}\nkey = {:?}\n\
+                 [[tls_certificates]]\ncert = {:?}\nkey = {:?}\n",
+                first.cert, first.key, second.cert, second.key, shadowed.cert, shadowed.key
+            ),
+        )
+        .unwrap();
+        let cfg = config.display().to_string();
+        let server = Server::start(&site.root, &["--config", &cfg]);
+        let addr = tls_addr(&server);
+        for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            for (sni, what, keep, want) in [
+                (
+                    Some("localhost"),
+                    "RSA",
+                    &rsa_only as &dyn Fn(S) -> bool,
+                    &rsa.der,
+                ),
+                (Some("localhost"), "ECDSA", &ecdsa_only, &ecdsa.der),
+                // Without SNI (an IP address): the default name's pairs.
+                (None, "RSA", &rsa_only, &rsa.der),
+                (None, "ECDSA", &ecdsa_only, &ecdsa.der),
+            ] {
+                let client = ca.client_with_schemes(&[version], keep);
+                let mut w = match sni {
+                    Some(name) => Wire::try_tls(addr, &client, name),
+                    None => {
+                        let mut c = (*client).clone();
+                        c.enable_sni = false;
+                        Wire::try_tls(addr, &std::sync::Arc::new(c), "localhost")
+                    }
+                }
+                .unwrap_or_else(|e| panic!("{order} {version:?} {what}-only, SNI {sni:?}: {e}"));
+                let got = w.session().unwrap().peer_certificates().unwrap()[0].to_vec();
+                assert!(
+                    &got == want,
+                    "{order} {version:?} {what}-only, SNI {sni:?}: got the other certificate"
+                );
+                assert_eq!(w.roundtrip(&get("/index.html")).status, 200);
+            }
+        }
+        let log = server.log_text();
+        let warned: Vec<&str> = log.lines().filter(|l| l.contains("never chosen")).collect();
+        assert_eq!(warned.len(), 1, "{log}");
+        assert!(warned[0].contains("tls_certificates[1]"), "{}", warned[0]);
+    }
 }

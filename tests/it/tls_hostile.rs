@@ -343,3 +343,49 @@ fn a_thousand_aborted_handshakes_give_their_memory_back() {
         "RSS grew from {before} KiB to {after} KiB over 1000 aborted handshakes (peak {peak})"
     );
 }
+
+/// A TLS client pipelines GETs for a 4 MiB file, reads nothing until the
+/// server's writes block, then resets the connection: the server's next
+/// write fails and the connection closes at once, counted as an error,
+/// instead of waiting as if the socket were only full until the 60 s write
+/// timeout (issue 24's mutant: a reset on a TLS socket taken for
+/// "blocked").
+#[test]
+fn reset_while_tls_writes_are_blocked_closes_at_once() {
+    let (site, _ca, server) = setup("hostile-reset", &["--write-timeout", "60", "--cores", "1"]);
+    site.write("big.bin", &vec![b'x'; 4 << 20]);
+    let mut w = server.wire(Transport::Tls);
+    // The snapshot has the file once it answers for it.
+    assert!(poll_until(Duration::from_secs(10), || {
+        let mut w = server.wire(Transport::Tls);
+        w.roundtrip(&request("HEAD", "/big.bin", &[])).status == 200
+    }));
+    w.send(get("/big.bin").repeat(8).as_bytes());
+    // Let the server fill the socket buffers and block.
+    std::thread::sleep(Duration::from_millis(500));
+    let closed = |text: &str| {
+        metric_sum(
+            text,
+            "shardhttpd_connections_closed_total",
+            &[("reason", "error")],
+        )
+    };
+    let before = closed(&scrape(&server.server));
+    let sock = w.tcp().try_clone().unwrap();
+    socket2::SockRef::from(&sock)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(sock);
+    drop(w);
+    let start = Instant::now();
+    let mut text = String::new();
+    assert!(
+        poll_until(Duration::from_secs(10), || {
+            text = scrape(&server.server);
+            closed(&text) > before
+        }),
+        "the reset connection is still open after 10 s\n{text}"
+    );
+    eprintln!("closed {:?} after the reset", start.elapsed());
+    still_serves(&server);
+}

@@ -81,6 +81,69 @@ impl Ca {
         }
     }
 
+    /// An RSA-2048 leaf (the key made by `openssl genpkey`: *ring* cannot
+    /// generate RSA keys), or None when openssl is not installed.
+    pub fn rsa_leaf(&self, dir: &Path, tag: &str, names: &[&str]) -> Option<Leaf> {
+        let key_path = dir.join(format!("{tag}.key"));
+        let ok = std::process::Command::new("openssl")
+            .args([
+                "genpkey",
+                "-algorithm",
+                "RSA",
+                "-pkeyopt",
+                "rsa_keygen_bits:2048",
+                "-out",
+            ])
+            .arg(&key_path)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            return None;
+        }
+        let pem = std::fs::read_to_string(&key_path).unwrap();
+        let key = KeyPair::from_pem_and_sign_algo(&pem, &rcgen::PKCS_RSA_SHA256).unwrap();
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.distinguished_name.push(DnType::CommonName, tag);
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let cert_path = dir.join(format!("{tag}.crt"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        Some(Leaf {
+            cert: cert_path,
+            key: key_path,
+            der: cert.der().to_vec(),
+        })
+    }
+
+    /// As [`client`](Self::client), offering only the signature schemes
+    /// `keep` accepts (the certificate chain is still verified in full).
+    pub fn client_with_schemes(
+        &self,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        keep: impl Fn(rustls::SignatureScheme) -> bool,
+    ) -> Arc<ClientConfig> {
+        let mut provider = rustls::crypto::ring::default_provider();
+        let algs = &mut provider.signature_verification_algorithms;
+        let mapping: Vec<_> = algs
+            .mapping
+            .iter()
+            .filter(|(s, _)| keep(*s))
+            .copied()
+            .collect();
+        algs.mapping = Vec::leak(mapping);
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(self.cert.der().to_vec()))
+            .unwrap();
+        let mut cfg = ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(cfg)
+    }
+
     /// A rustls client trusting this CA: `versions` empty means 1.3 and 1.2.
     pub fn client(
         &self,
@@ -257,6 +320,14 @@ impl Wire {
             stream: Stream::Tls(Box::new(s)),
             buf: Vec::new(),
         })
+    }
+
+    /// The TCP socket under the connection (for socket options).
+    pub fn tcp(&self) -> &TcpStream {
+        match &self.stream {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
     }
 
     /// The TLS session, for inspecting what was negotiated.

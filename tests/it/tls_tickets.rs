@@ -1,0 +1,175 @@
+//! Session-ticket keys (issue 24): replicas sharing `tls_ticket_key_file`
+//! resume each other's sessions; the file is reread when the operator
+//! rotates it (the first key seals, every key opens); a key dropped from
+//! it no longer opens its tickets, and the file of a past period cannot
+//! open a current ticket. The random keys' periods are unit-tested with a
+//! clock the tests control (`src/tls/tickets.rs`).
+
+use crate::support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::{ClientConfig, HandshakeKind, SupportedProtocolVersion};
+use support::tls::*;
+use support::*;
+
+const VERSIONS: [&SupportedProtocolVersion; 2] = [&rustls::version::TLS13, &rustls::version::TLS12];
+
+/// One request over a new connection; how its handshake went.
+fn handshake(server: &TlsServer, client: &Arc<ClientConfig>) -> Option<HandshakeKind> {
+    let mut w = Wire::tls(server.tls_addr, client, "localhost");
+    assert_eq!(w.roundtrip(&get("/index.html")).status, 200);
+    w.session().unwrap().handshake_kind()
+}
+
+/// `n` keys of 32 bytes, each filled with its byte.
+fn keys(ks: &[u8]) -> Vec<u8> {
+    ks.iter().flat_map(|&k| [k; 32]).collect()
+}
+
+/// Replace the key file by rename, as the README says to rotate it.
+fn rotate(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn rotations(server: &Server) -> f64 {
+    let mut w = Wire::plain(server.admin_addr());
+    let text = w
+        .roundtrip("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+        .body_str();
+    text.lines()
+        .filter(|l| l.starts_with("shardhttpd_tls_ticket_key_rotations_total{result=\"success\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Two servers given the same `tls_ticket_key_file` resume each other's
+/// sessions (replicas behind one load balancer); a server with another
+/// key does a full handshake instead. The files hold exactly one key of
+/// the documented 32 bytes.
+#[test]
+fn replicas_sharing_a_ticket_key_file_resume_each_others_sessions() {
+    let site = Site::new("tls-ticket-file");
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let shared = site.write("../ticket.key", &[0x5a; 32]);
+    let other = site.write("../other.key", &[0xa5; 32]);
+    let shared_s = shared.display().to_string();
+    let other_s = other.display().to_string();
+    let a = TlsServer::start(
+        &site.root,
+        &ca,
+        &leaf,
+        &["--tls-ticket-key-file", &shared_s],
+    );
+    let b = TlsServer::start(
+        &site.root,
+        &ca,
+        &leaf,
+        &["--tls-ticket-key-file", &shared_s],
+    );
+    let c = TlsServer::start(&site.root, &ca, &leaf, &["--tls-ticket-key-file", &other_s]);
+    for version in VERSIONS {
+        let client = ca.client(&[version]);
+        assert_eq!(handshake(&a, &client), Some(HandshakeKind::Full));
+        assert_eq!(
+            handshake(&b, &client),
+            Some(HandshakeKind::Resumed),
+            "{version:?}: a session from replica A did not resume on B"
+        );
+        let client = ca.client(&[version]);
+        handshake(&a, &client);
+        assert_eq!(
+            handshake(&c, &client),
+            Some(HandshakeKind::Full),
+            "{version:?}: a ticket opened with another key"
+        );
+    }
+    // Not a whole number of 32-byte keys: refused at start.
+    for bad in [&b"too short"[..], &[1; 48], &[1; 33], &[1; 5 * 32]] {
+        let file = site.write("../bad.key", bad);
+        let out = command()
+            .args(["--check", "--root", &site.root.display().to_string()])
+            .args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
+            .arg(&leaf.cert)
+            .arg("--tls-key")
+            .arg(&leaf.key)
+            .arg("--tls-ticket-key-file")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{} bytes accepted", bad.len());
+        assert!(
+            text.contains("tls_ticket_key_file") && text.contains("32"),
+            "{text}"
+        );
+    }
+}
+
+/// The operator rotates the file twice, by rename: [K1] → [K2, K1] →
+/// [K3, K2]. A K1 ticket resumes after the first rotation (every key
+/// opens) and not after the second (K1 left the file and the process). A
+/// replica still holding the past file [K1] cannot open a current ticket.
+#[test]
+fn rotated_key_file_drops_old_keys_and_a_past_file_opens_no_current_ticket() {
+    let site = Site::new("tls-ticket-rotate");
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let file = site.write("../ticket.key", &keys(&[1]));
+    let past = site.write("../past.key", &keys(&[1]));
+    let file_s = file.display().to_string();
+    let past_s = past.display().to_string();
+    let a = TlsServer::start(&site.root, &ca, &leaf, &["--tls-ticket-key-file", &file_s]);
+    let p = TlsServer::start(&site.root, &ca, &leaf, &["--tls-ticket-key-file", &past_s]);
+    // Per version, two clients holding a ticket sealed with K1.
+    let k1: Vec<_> = VERSIONS
+        .iter()
+        .flat_map(|v| [ca.client(&[v]), ca.client(&[v])])
+        .collect();
+    for client in &k1 {
+        assert_eq!(handshake(&a, client), Some(HandshakeKind::Full));
+    }
+    let rotated = |n: f64| {
+        assert!(
+            poll_until(Duration::from_secs(5), || rotations(&a.server) == n),
+            "the key file change was not picked up\n{}",
+            a.server.log_text()
+        );
+    };
+    rotate(&file, &keys(&[2, 1]));
+    rotated(1.0);
+    for (i, client) in k1.iter().enumerate().step_by(2) {
+        assert_eq!(
+            handshake(&a, client),
+            Some(HandshakeKind::Resumed),
+            "client {i}: the previous key no longer opens"
+        );
+    }
+    rotate(&file, &keys(&[3, 2]));
+    rotated(2.0);
+    for (i, client) in k1.iter().enumerate().skip(1).step_by(2) {
+        assert_eq!(
+            handshake(&a, client),
+            Some(HandshakeKind::Full),
+            "client {i}: a key dropped from the file still opened its ticket"
+        );
+    }
+    for version in VERSIONS {
+        let client = ca.client(&[version]);
+        assert_eq!(handshake(&a, &client), Some(HandshakeKind::Full));
+        assert_eq!(
+            handshake(&p, &client),
+            Some(HandshakeKind::Full),
+            "{version:?}: the past period's key file opened a current ticket"
+        );
+    }
+    // The replica holding the past file still resumes its own sessions.
+    let client = ca.client(&[]);
+    handshake(&p, &client);
+    assert_eq!(handshake(&p, &client), Some(HandshakeKind::Resumed));
+}
