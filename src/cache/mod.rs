@@ -535,10 +535,12 @@ pub enum Body {
 }
 
 /// A body served from its file. `stamp` is what the file looked like when its
-/// ETag was computed; the connection re-checks it around each piece it sends
-/// and closes instead of sending bytes of a different version. The fd is not
-/// held by the snapshot: [`LargeFile::file`] opens it on demand beneath the
-/// root and keeps it in the bounded [`OpenFiles`] cache.
+/// ETag was computed. The fd is not held by the snapshot: [`LargeFile::file`]
+/// opens it on demand beneath the root (checking it is that very file) and
+/// keeps it in the bounded [`OpenFiles`] cache. A response takes its own
+/// reference to the fd before its head is written and sends every byte from
+/// it, re-checking the file's [`Witness`] around each piece: a rename, unlink
+/// or chmod of the path cannot cut it, a rewrite of the bytes does.
 #[derive(Debug, Clone)]
 pub struct LargeFile {
     pub root: Arc<RootDir>,
@@ -555,8 +557,9 @@ impl LargeFile {
     }
 }
 
-/// Identity of a file's contents as far as the kernel tells: any write changes
-/// `ctime`, and `ctime` cannot be set from user space.
+/// What a build saw of a file: its identity (device, inode) and what any
+/// change to it moves. The build compares whole stamps (a chmod or rename
+/// is worth a re-stat); serving compares only [`FileStamp::same_content`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStamp {
     pub dev: u64,
@@ -592,6 +595,23 @@ impl FileStamp {
         }
     }
 
+    /// Whether `other` is the same file with the same bytes as far as the
+    /// kernel tells: same inode, size and mtime. Not ctime: a rename over
+    /// the file, an unlink, a chmod or a new hard link change the inode's
+    /// ctime without touching a byte, and a download under way must outlive
+    /// them (it is sent from the fd it started on).
+    pub fn same_content(&self, other: &FileStamp) -> bool {
+        (self.dev, self.ino) == (other.dev, other.ino) && self.witness() == other.witness()
+    }
+
+    /// The part of the stamp an open fd of this file is checked against.
+    pub fn witness(&self) -> Witness {
+        Witness {
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+        }
+    }
+
     /// [`FileStamp::of`] from what `sys::lstat_at` says.
     pub fn of_lstat(st: &crate::sys::Lstat) -> Self {
         FileStamp {
@@ -600,6 +620,31 @@ impl FileStamp {
             size: st.size,
             mtime_ns: nanos(st.mtime.0, st.mtime.1),
             ctime_ns: nanos(st.ctime.0, st.ctime.1),
+        }
+    }
+}
+
+/// What the verified copy re-checks on the fd a response is sent from,
+/// around every piece: the size (a truncate or append) and the mtime (a
+/// write sets it before it changes a byte, on every Linux filesystem:
+/// `file_modified` precedes the copy in `generic_perform_write`). The
+/// device and inode cannot change under an open fd, and the ctime is left
+/// out on purpose (see [`FileStamp::same_content`]). What this cannot see:
+/// a rewrite in place that then sets the mtime back to its old value to the
+/// nanosecond (`utimensat`), between our read and our `fstat`; `rsync
+/// --inplace` does not (its mtime is the new source's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Witness {
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+impl Witness {
+    pub fn of(meta: &std::fs::Metadata) -> Witness {
+        use std::os::unix::fs::MetadataExt;
+        Witness {
+            size: meta.size(),
+            mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
         }
     }
 }

@@ -88,8 +88,11 @@ impl OpenFiles {
         (lru.map.len(), lru.opened)
     }
 
-    /// The open file `rel` beneath `root`, which must still match `stamp`
-    /// (an `io::Error` wrapping [`Changed`] otherwise).
+    /// The open file `rel` beneath `root`, which must still be the file of
+    /// `stamp` with the same bytes ([`FileStamp::same_content`]; an
+    /// `io::Error` wrapping [`Changed`] otherwise). Only a response not yet
+    /// started calls this: one under way sends from the fd it holds, so an
+    /// eviction here never makes it reopen by path.
     pub fn get(&self, root: &RootDir, rel: &Path, stamp: &FileStamp) -> io::Result<Arc<File>> {
         let key = (stamp.dev, stamp.ino);
         {
@@ -97,7 +100,7 @@ impl OpenFiles {
             lru.tick += 1;
             let tick = lru.tick;
             if let Some(slot) = lru.map.get_mut(&key) {
-                if slot.stamp == *stamp {
+                if slot.stamp.same_content(stamp) {
                     slot.used = tick;
                     return Ok(Arc::clone(&slot.file));
                 }
@@ -110,7 +113,7 @@ impl OpenFiles {
             }
             other => other?,
         };
-        if FileStamp::of(&file.metadata()?) != *stamp {
+        if !FileStamp::of(&file.metadata()?).same_content(stamp) {
             return Err(io::Error::other(Changed));
         }
         let file = Arc::new(file);

@@ -6,6 +6,7 @@
 //! The representation is chosen first (`Accept-Encoding`), and everything
 //! after applies to it: validators, ranges, Content-Length.
 
+use std::fs::File;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -177,9 +178,7 @@ fn serve_file(
         );
     };
     let repr = entry.repr(coding);
-    serve(
-        req, env, snapshot, index, entry, repr, persist, head_only, out,
-    )
+    serve(req, env, snapshot, entry, repr, persist, head_only, out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -187,7 +186,6 @@ fn serve(
     req: &Request<'_>,
     env: &mut Env<'_>,
     snapshot: &Arc<Snapshot>,
-    index: u32,
     entry: EntryRef<'_>,
     repr: ReprRef<'_>,
     persist: Persist,
@@ -225,14 +223,18 @@ fn serve(
         }
         Precondition::Proceed => {}
     }
+    // A body sent from its file is sent from the fd taken here, before the
+    // head is written: the response finishes from this inode whatever
+    // happens to its name meanwhile (`conn::output`).
+    let mut opened = None;
     if let Body::File(large) = &repr.body {
         // The file changed on disk since the snapshot was built: its bytes
         // no longer match the ETag and length we would announce.
-        let unchanged = large
-            .file()
-            .and_then(|f| f.metadata())
-            .is_ok_and(|m| FileStamp::of(&m) == large.stamp);
-        if !unchanged {
+        opened = large.file().ok().filter(|f| {
+            f.metadata()
+                .is_ok_and(|m| FileStamp::of(&m).same_content(&large.stamp))
+        });
+        if opened.is_none() {
             return error(
                 env,
                 out,
@@ -271,7 +273,8 @@ fn serve(
                 );
             }
             RangeOutcome::Partial => {
-                return partial(env, snapshot, index, entry, repr, persist, head_only, out);
+                let opened = opened.as_ref();
+                return partial(env, snapshot, entry, repr, opened, persist, head_only, out);
             }
         }
     }
@@ -286,7 +289,7 @@ fn serve(
     if head_only {
         return (Status::Ok, 0);
     }
-    out.push_body(snapshot, index, &repr.body, 0, repr.len);
+    out.push_body(snapshot, &repr.body, 0, repr.len, opened.as_ref());
     (Status::Ok, repr.len)
 }
 
@@ -295,9 +298,9 @@ fn serve(
 fn partial(
     env: &mut Env<'_>,
     snapshot: &Arc<Snapshot>,
-    index: u32,
     entry: EntryRef<'_>,
     repr: ReprRef<'_>,
+    opened: Option<&Arc<File>>,
     persist: Persist,
     head_only: bool,
     out: &mut Output,
@@ -322,7 +325,7 @@ fn partial(
             r.start, r.end, repr.len, len
         );
         if !head_only {
-            out.push_body(snapshot, index, &repr.body, r.start, len);
+            out.push_body(snapshot, &repr.body, r.start, len, opened);
         }
         return (Status::PartialContent, if head_only { 0 } else { len });
     }
@@ -359,7 +362,7 @@ fn partial(
     }
     for r in ranges {
         out.buf().extend_from_slice(part_head(r).as_bytes());
-        out.push_body(snapshot, index, &repr.body, r.start, r.end - r.start + 1);
+        out.push_body(snapshot, &repr.body, r.start, r.end - r.start + 1, opened);
     }
     out.buf().extend_from_slice(trailer.as_bytes());
     (Status::PartialContent, total)
@@ -545,7 +548,7 @@ fn error_page(
     if head_only {
         return (status, 0);
     }
-    out.push_body(snapshot, index, &repr.body, 0, repr.len);
+    out.push_body(snapshot, &repr.body, 0, repr.len, None);
     (status, repr.len)
 }
 

@@ -86,6 +86,12 @@ pub struct ShardCounters {
     pub handshake_sum: f64,
     /// Times the shard stopped accepting at `max_connections_per_core`.
     pub conn_limit_hits: u64,
+    /// Large-file bodies sent in full from a file that was renamed over or
+    /// unlinked while they were sent (its link count was 0 at the end).
+    pub downloads_from_replaced: u64,
+    /// Large-file responses cut short because the file's bytes changed in
+    /// place while they were sent.
+    pub downloads_cut_changed: u64,
 }
 
 impl ShardCounters {
@@ -103,6 +109,8 @@ impl ShardCounters {
             handshake_buckets: [0; HANDSHAKE_BUCKETS.len() + 1],
             handshake_sum: 0.0,
             conn_limit_hits: 0,
+            downloads_from_replaced: 0,
+            downloads_cut_changed: 0,
         }
     }
 

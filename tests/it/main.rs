@@ -12,6 +12,7 @@ mod compression;
 mod config;
 mod consistency;
 mod deploy;
+mod downloads;
 mod errors;
 mod fd_exhaustion;
 mod flags;
