@@ -53,6 +53,11 @@ pub struct BuildOptions {
     pub index_files: Vec<String>,
     /// Media type of files whose extension has no known type.
     pub default_type: String,
+    /// Files sent from their fd (at least `sendfile_threshold`) up to this
+    /// size are read once by the build to check their sidecars and, when
+    /// compressible, to build their variants (kept in memory, like every
+    /// variant); larger ones are always sent as identity.
+    pub compress_max_file_bytes: u64,
     /// Precompressed variants; `None` builds identity only.
     pub compress: Option<CompressOptions>,
     /// The compression the configuration asks for, kept while a large
@@ -83,6 +88,10 @@ pub struct BuildOptions {
     /// files then serves in the time its walk takes.
     pub preload_max_files: u64,
 }
+
+/// Default for `compress_max_file_bytes`: a 20 MB JSON file or a large JS
+/// bundle is compressed, a video or disk image never is.
+pub const DEFAULT_COMPRESS_MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Default for `preload_max_files`: a root of 200 000 small files still
 /// starts fully in memory (in about 2-3 s on 2 cores).
@@ -684,6 +693,12 @@ pub struct SnapshotStats {
     pub file_bytes: u64,
     /// Files served from fds (each needs one while it is being sent).
     pub large_files: u64,
+    /// Body bytes of those that get variants when compression is on
+    /// (compressible, at most `compress_max_file_bytes`): with `mem_bytes`,
+    /// what a compressing build has to read and compress (counted as
+    /// files are loaded; the start's choice of compressing before serving
+    /// or in the background reads it).
+    pub compressible_file_bytes: u64,
     /// Compressed variant bytes in the arena: br, zstd, gzip
     /// ([`SIDECARS`] order).
     pub encoded_bytes: [u64; 3],

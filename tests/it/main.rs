@@ -18,6 +18,7 @@ mod fd_exhaustion;
 mod flags;
 mod fs_races;
 mod http_semantics;
+mod large_variants;
 mod lifecycle;
 mod live_reload;
 mod memory_per_connection;

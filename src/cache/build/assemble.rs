@@ -329,6 +329,12 @@ pub(super) fn finish_entry(
         Body::File(_) => {
             stats.file_bytes += identity.len;
             stats.large_files += 1;
+            if opts.compress_configured.is_some()
+                && identity.len <= opts.compress_max_file_bytes
+                && heads.content_type(&job.path, &opts.default_type)
+            {
+                stats.compressible_file_bytes += identity.len;
+            }
         }
     }
     let mut dropped = false;
