@@ -117,11 +117,11 @@ pub enum Resource {
 pub struct Entry {
     /// Last-Modified as Unix seconds.
     pub last_modified: u64,
-    /// The uncompressed representation. The only one whose body may be a
-    /// [`Body::File`]: `conn::output` finds a file chunk's fd through it.
+    /// The uncompressed representation.
     pub identity: Repr,
-    /// Compressed representations, always in memory, in server preference
-    /// order (br, zstd, gzip): ties in `Accept-Encoding` go to the first.
+    /// Compressed representations, in server preference order (br, zstd,
+    /// gzip): ties in `Accept-Encoding` go to the first. In memory, except
+    /// a sidecar of at least `sendfile_threshold`, sent from its own fd.
     pub encoded: Box<[(Coding, Repr)]>,
     /// What the files looked like when read; a rebuild reuses the entry
     /// while they still look the same.
@@ -699,8 +699,8 @@ pub struct SnapshotStats {
     /// files are loaded; the start's choice of compressing before serving
     /// or in the background reads it).
     pub compressible_file_bytes: u64,
-    /// Compressed variant bytes in the arena: br, zstd, gzip
-    /// ([`SIDECARS`] order).
+    /// Compressed variant bytes (in the arena, or in large sidecars sent
+    /// from their fd): br, zstd, gzip ([`SIDECARS`] order).
     pub encoded_bytes: [u64; 3],
     /// Entries carried over unchanged from the previous snapshot.
     pub reused: u64,

@@ -215,3 +215,58 @@ fn files_past_the_cap_go_as_identity() {
     assert_eq!(r.header("vary"), None);
     assert!(r.body == js);
 }
+
+/// A sidecar of at least `sendfile_threshold` is checked against its
+/// source and then sent from its own fd, with ranges on it: truncated on
+/// disk afterwards (no watcher to rebuild), it is no longer served, where
+/// a variant in memory would be.
+#[test]
+fn large_sidecars_are_sent_from_their_fd() {
+    let site = Site::new("large-sidecar-fd");
+    let json = json_records(6_000_000);
+    site.write("data.json", &json);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
+    gz.write_all(&json).unwrap();
+    let gz = gz.finish().unwrap();
+    assert!(gz.len() > 1024 * 1024, "a sidecar past the threshold");
+    let sidecar = site.write("data.json.gz", &gz);
+    let server = Server::start(
+        &site.root,
+        &[
+            "--sendfile-threshold",
+            "1MiB",
+            "--compress",
+            "false",
+            "--watch",
+            "false",
+        ],
+    );
+    let r = get_with(&server, "/data.json", "gzip", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    assert!(r.body == gz, "the sidecar's bytes");
+    let etag = r.must("etag").to_owned();
+    let r = get_with(
+        &server,
+        "/data.json",
+        "gzip",
+        &[("Range", "bytes=1000000-1000999")],
+    );
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert!(r.body == gz[1_000_000..1_001_000]);
+    let identity = get_with(&server, "/data.json", "br", &[]);
+    assert_eq!(identity.header("content-encoding"), None);
+    assert!(identity.body == json);
+    assert_ne!(identity.must("etag"), etag);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&sidecar)
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+    let r = get_with(&server, "/data.json", "gzip", &[]);
+    assert_eq!(r.status, 503, "a changed sidecar is not served: {r:?}");
+    assert!(get_with(&server, "/data.json", "identity", &[]).body == json);
+}

@@ -54,7 +54,7 @@ pub(super) enum Loaded {
         file: LoadedFile,
         /// Variants in [`SIDECARS`] order (br, zstd, gzip), already judged
         /// worth keeping.
-        variants: Vec<(Coding, Vec<u8>)>,
+        variants: Vec<(Coding, Variant)>,
         /// Stamps of the sidecars used.
         sidecars: [Option<FileStamp>; 3],
     },
@@ -62,6 +62,19 @@ pub(super) enum Loaded {
     Skip,
     /// Being written throughout: keep the old version if there is one.
     Unsettled,
+}
+
+/// A variant's bytes: in memory, or (a sidecar of at least
+/// `sendfile_threshold`, checked against its source) sent from its own fd.
+pub(super) enum Variant {
+    Mem(Vec<u8>),
+    File {
+        /// The sidecar's walked path.
+        path: std::path::PathBuf,
+        stamp: FileStamp,
+        /// Its content's xxh3-128 (its ETag's).
+        hash: u128,
+    },
 }
 
 /// Pass 2: load every `Step::Load` on [`Mode::loaders`] scoped
@@ -318,8 +331,14 @@ fn load_one(
                     used[slot] = Some(stamp);
                     let source = (&file.stamp, source_len, source_hash);
                     match sidecar_verdict(coding, &bytes, &stamp, source) {
+                        None if stamp.size >= opts.sendfile_threshold => {
+                            let hash = xxh3_128(&bytes);
+                            let path = side.path.clone();
+                            variants.push((coding, Variant::File { path, stamp, hash }));
+                            continue;
+                        }
                         None => {
-                            variants.push((coding, bytes));
+                            variants.push((coding, Variant::Mem(bytes)));
                             continue;
                         }
                         // Compressed from the source below instead.
@@ -351,7 +370,7 @@ fn load_one(
         }
         match compress::encode(coding, bytes, &copts) {
             Ok(enc) if compress::worth_keeping(bytes.len() as u64, enc.len() as u64) => {
-                variants.push((coding, enc));
+                variants.push((coding, Variant::Mem(enc)));
             }
             Ok(_) => {}
             Err(err) => {
