@@ -314,6 +314,14 @@ fn load_one(
         None => (file.len, file.hash),
     };
     let source_checkable = !matches!(file.body, LoadedBody::File(_)) || large.is_some();
+    if !source_checkable && sidecars.iter().any(Option::is_some) {
+        tracing::info!(
+            path = %job.path.display(),
+            size = file.len,
+            compress_max_file_bytes = opts.compress_max_file_bytes,
+            "sidecars of a file larger than compress_max_file_bytes are not used"
+        );
+    }
     // A large file's sidecar may be as large as a variant built in memory
     // would be; a small file's is smaller than the file.
     let sidecar_max = match large {
