@@ -411,3 +411,84 @@ matrix!(
     rewrite_in_place_cuts_the_download,
     more_than_max_open_files,
 );
+
+/// The reproduction behind a CDN: nginx `proxy_cache` fills a
+/// 200 MiB file from the server, and the file is renamed over as soon as
+/// the response head reaches the client. nginx must receive the whole old
+/// version (it logged "upstream prematurely closed connection" and cached
+/// nothing before), pass it on complete, and serve it from its cache next.
+#[test]
+fn a_cache_fill_across_a_deploy_is_complete_and_cached() {
+    const SIZE: usize = 200 * 1024 * 1024;
+    let site = Site::new("downloads-cdn");
+    let old = pattern(4, SIZE);
+    site.write("big.bin", &old);
+    let under = start(
+        &site,
+        Transport::Plain,
+        Mode::VerifiedCopy,
+        &["--cache-control-default", "max-age=3600"],
+    );
+    let Some(cache) = support::caches::Cache::start(support::caches::Kind::Nginx, under.addr)
+    else {
+        return;
+    };
+    // Written ahead (beside the root, same filesystem), so the deploy is
+    // the rename alone.
+    let aside = write_file(site.base(), "new.bin", &pattern(5, SIZE));
+    let fill = |deploy: bool| -> (Option<String>, usize) {
+        let mut s = TcpStream::connect(cache.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: origin.test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = vec![0u8; 256 * 1024];
+        let end = loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0, "nginx closed before the head");
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        if deploy {
+            fs::rename(&aside, site.root.join("big.bin")).unwrap();
+        }
+        let head = parse_head(&buf[..end]).unwrap();
+        assert_eq!(head.status, 200, "{head:?}");
+        if !deploy {
+            assert_eq!(
+                head.header("x-cache-status"),
+                Some("HIT"),
+                "nginx cached the fill"
+            );
+        }
+        assert_eq!(head.content_length(), Some(SIZE as u64));
+        // Compared as it streams: 200 MiB need not be held twice.
+        let mut at = 0;
+        let mut check = |bytes: &[u8], at: &mut usize| {
+            let want = &old[*at..(*at + bytes.len()).min(SIZE)];
+            assert!(
+                bytes[..want.len()] == *want,
+                "byte {} on is not the old version's",
+                *at
+            );
+            *at += bytes.len();
+        };
+        check(&buf[end + 4..], &mut at);
+        loop {
+            match s.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => check(&chunk[..n], &mut at),
+                Err(e) => panic!("after {at} body bytes: {e}"),
+            }
+        }
+        (head.header("x-cache-status").map(str::to_owned), at)
+    };
+    let (status, got) = fill(true);
+    assert_eq!(got, SIZE, "the fill ({status:?}) was cut");
+    // The rename landed while the server was still sending.
+    await_value(under.server.admin_addr(), FROM_REPLACED, &[], 1.0);
+    let (_, got) = fill(false);
+    assert_eq!(got, SIZE);
+}
