@@ -466,7 +466,7 @@ fn a_cache_fill_across_a_deploy_is_complete_and_cached() {
         assert_eq!(head.content_length(), Some(SIZE as u64));
         // Compared as it streams: 200 MiB need not be held twice.
         let mut at = 0;
-        let mut check = |bytes: &[u8], at: &mut usize| {
+        let check = |bytes: &[u8], at: &mut usize| {
             let want = &old[*at..(*at + bytes.len()).min(SIZE)];
             assert!(
                 bytes[..want.len()] == *want,
