@@ -183,10 +183,24 @@ mod tests {
         // A hit does not open again.
         cache.get(&root, Path::new("f2"), &stamps[2]).unwrap();
         assert_eq!(cache.counts(), (2, 3));
-        // A changed file is refused.
-        let mut stale = stamps[0];
+        // A chmod, link or rename over changes only the ctime: still a hit.
+        let mut chmodded = stamps[2];
+        chmodded.ctime_ns += 1;
+        cache.get(&root, Path::new("f2"), &chmodded).unwrap();
+        assert_eq!(cache.counts(), (2, 3));
+        // ...and opened again (evicted meanwhile) it is still the file.
+        let mut chmodded = stamps[0];
+        chmodded.ctime_ns += 1;
+        cache.get(&root, Path::new("f0"), &chmodded).unwrap();
+        assert_eq!(cache.counts(), (2, 4));
+        // A changed file is refused: another size, another mtime.
+        let mut stale = stamps[1];
         stale.size += 1;
-        let err = cache.get(&root, Path::new("f0"), &stale).unwrap_err();
+        let err = cache.get(&root, Path::new("f1"), &stale).unwrap_err();
+        assert!(err.get_ref().is_some_and(|e| e.is::<Changed>()));
+        let mut stale = stamps[1];
+        stale.mtime_ns += 1;
+        let err = cache.get(&root, Path::new("f1"), &stale).unwrap_err();
         assert!(err.get_ref().is_some_and(|e| e.is::<Changed>()));
         std::fs::remove_dir_all(&base).unwrap();
     }
