@@ -298,6 +298,11 @@ pub struct Settings {
     /// zstd level, 1-22.
     #[arg(long, value_name = "N")]
     pub zstd_level: Option<i32>,
+    /// Files sent from disk (at least `sendfile_threshold`) up to this size
+    /// are compressed too (at the fast levels at most), and their
+    /// precompressed sidecars used; larger ones always go as identity.
+    #[arg(long, value_name = "SIZE")]
+    pub compress_max_file_bytes: Option<Size>,
     /// Roots holding more in-memory body bytes than this are compressed at
     /// the fast levels (brotli 5, gzip 6, zstd 9) so their variants are
     /// ready in minutes rather than hours; `0` never does.
@@ -460,6 +465,10 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("gzip_level", c.gzip_level.to_string()),
         ("zstd_level", c.zstd_level.to_string()),
         ("compress_fast_above", format_size(c.fast_above)),
+        (
+            "compress_max_file_bytes",
+            format_size(crate::cache::DEFAULT_COMPRESS_MAX_FILE_BYTES),
+        ),
         (
             "cache_control_default",
             "none (no Cache-Control header)".into(),
@@ -715,7 +724,7 @@ impl Settings {
             metrics, access_log, access_log_format, log_format, log_level,
             watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
             preload_max_files, compress, compress_min_bytes,
-            brotli_level, gzip_level, zstd_level, compress_fast_above, cache_control, cache_control_default,
+            brotli_level, gzip_level, zstd_level, compress_fast_above, compress_max_file_bytes, cache_control, cache_control_default,
             error_pages, spa_fallback, dotfile_allow, index_files, default_type,
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,

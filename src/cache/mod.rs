@@ -53,6 +53,11 @@ pub struct BuildOptions {
     pub index_files: Vec<String>,
     /// Media type of files whose extension has no known type.
     pub default_type: String,
+    /// Files sent from their fd (at least `sendfile_threshold`) up to this
+    /// size are read once by the build to check their sidecars and, when
+    /// compressible, to build their variants (kept in memory, like every
+    /// variant); larger ones are always sent as identity.
+    pub compress_max_file_bytes: u64,
     /// Precompressed variants; `None` builds identity only.
     pub compress: Option<CompressOptions>,
     /// The compression the configuration asks for, kept while a large
@@ -84,6 +89,10 @@ pub struct BuildOptions {
     pub preload_max_files: u64,
 }
 
+/// Default for `compress_max_file_bytes`: a 20 MB JSON file or a large JS
+/// bundle is compressed, a video or disk image never is.
+pub const DEFAULT_COMPRESS_MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Default for `preload_max_files`: a root of 200 000 small files still
 /// starts fully in memory (in about 2-3 s on 2 cores).
 pub const DEFAULT_PRELOAD_MAX_FILES: u64 = 250_000;
@@ -108,11 +117,11 @@ pub enum Resource {
 pub struct Entry {
     /// Last-Modified as Unix seconds.
     pub last_modified: u64,
-    /// The uncompressed representation. The only one whose body may be a
-    /// [`Body::File`]: `conn::output` finds a file chunk's fd through it.
+    /// The uncompressed representation.
     pub identity: Repr,
-    /// Compressed representations, always in memory, in server preference
-    /// order (br, zstd, gzip): ties in `Accept-Encoding` go to the first.
+    /// Compressed representations, in server preference order (br, zstd,
+    /// gzip): ties in `Accept-Encoding` go to the first. In memory, except
+    /// a sidecar of at least `sendfile_threshold`, sent from its own fd.
     pub encoded: Box<[(Coding, Repr)]>,
     /// What the files looked like when read; a rebuild reuses the entry
     /// while they still look the same.
@@ -557,10 +566,12 @@ pub enum Body {
 }
 
 /// A body served from its file. `stamp` is what the file looked like when its
-/// ETag was computed; the connection re-checks it around each piece it sends
-/// and closes instead of sending bytes of a different version. The fd is not
-/// held by the snapshot: [`LargeFile::file`] opens it on demand beneath the
-/// root and keeps it in the bounded [`OpenFiles`] cache.
+/// ETag was computed. The fd is not held by the snapshot: [`LargeFile::file`]
+/// opens it on demand beneath the root (checking it is that very file) and
+/// keeps it in the bounded [`OpenFiles`] cache. A response takes its own
+/// reference to the fd before its head is written and sends every byte from
+/// it, re-checking the file's [`Witness`] around each piece: a rename, unlink
+/// or chmod of the path cannot cut it, a rewrite of the bytes does.
 #[derive(Debug, Clone)]
 pub struct LargeFile {
     pub root: Arc<RootDir>,
@@ -577,8 +588,9 @@ impl LargeFile {
     }
 }
 
-/// Identity of a file's contents as far as the kernel tells: any write changes
-/// `ctime`, and `ctime` cannot be set from user space.
+/// What a build saw of a file: its identity (device, inode) and what any
+/// change to it moves. The build compares whole stamps (a chmod or rename
+/// is worth a re-stat); serving compares only [`FileStamp::same_content`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStamp {
     pub dev: u64,
@@ -614,6 +626,23 @@ impl FileStamp {
         }
     }
 
+    /// Whether `other` is the same file with the same bytes as far as the
+    /// kernel tells: same inode, size and mtime. Not ctime: a rename over
+    /// the file, an unlink, a chmod or a new hard link change the inode's
+    /// ctime without touching a byte, and a download under way must outlive
+    /// them (it is sent from the fd it started on).
+    pub fn same_content(&self, other: &FileStamp) -> bool {
+        (self.dev, self.ino) == (other.dev, other.ino) && self.witness() == other.witness()
+    }
+
+    /// The part of the stamp an open fd of this file is checked against.
+    pub fn witness(&self) -> Witness {
+        Witness {
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+        }
+    }
+
     /// [`FileStamp::of`] from what `sys::lstat_at` says.
     pub fn of_lstat(st: &crate::sys::Lstat) -> Self {
         FileStamp {
@@ -622,6 +651,31 @@ impl FileStamp {
             size: st.size,
             mtime_ns: nanos(st.mtime.0, st.mtime.1),
             ctime_ns: nanos(st.ctime.0, st.ctime.1),
+        }
+    }
+}
+
+/// What the verified copy re-checks on the fd a response is sent from,
+/// around every piece: the size (a truncate or append) and the mtime (a
+/// write sets it before it changes a byte, on every Linux filesystem:
+/// `file_modified` precedes the copy in `generic_perform_write`). The
+/// device and inode cannot change under an open fd, and the ctime is left
+/// out on purpose (see [`FileStamp::same_content`]). What this cannot see:
+/// a rewrite in place that then sets the mtime back to its old value to the
+/// nanosecond (`utimensat`), between our read and our `fstat`; `rsync
+/// --inplace` does not (its mtime is the new source's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Witness {
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+impl Witness {
+    pub fn of(meta: &std::fs::Metadata) -> Witness {
+        use std::os::unix::fs::MetadataExt;
+        Witness {
+            size: meta.size(),
+            mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
         }
     }
 }
@@ -661,8 +715,14 @@ pub struct SnapshotStats {
     pub file_bytes: u64,
     /// Files served from fds (each needs one while it is being sent).
     pub large_files: u64,
-    /// Compressed variant bytes in the arena: br, zstd, gzip
-    /// ([`SIDECARS`] order).
+    /// Body bytes of those that get variants when compression is on
+    /// (compressible, at most `compress_max_file_bytes`): with `mem_bytes`,
+    /// what a compressing build has to read and compress (counted as
+    /// files are loaded; the start's choice of compressing before serving
+    /// or in the background reads it).
+    pub compressible_file_bytes: u64,
+    /// Compressed variant bytes (in the arena, or in large sidecars sent
+    /// from their fd): br, zstd, gzip ([`SIDECARS`] order).
     pub encoded_bytes: [u64; 3],
     /// Entries carried over unchanged from the previous snapshot.
     pub reused: u64,

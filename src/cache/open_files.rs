@@ -88,8 +88,11 @@ impl OpenFiles {
         (lru.map.len(), lru.opened)
     }
 
-    /// The open file `rel` beneath `root`, which must still match `stamp`
-    /// (an `io::Error` wrapping [`Changed`] otherwise).
+    /// The open file `rel` beneath `root`, which must still be the file of
+    /// `stamp` with the same bytes ([`FileStamp::same_content`]; an
+    /// `io::Error` wrapping [`Changed`] otherwise). Only a response not yet
+    /// started calls this: one under way sends from the fd it holds, so an
+    /// eviction here never makes it reopen by path.
     pub fn get(&self, root: &RootDir, rel: &Path, stamp: &FileStamp) -> io::Result<Arc<File>> {
         let key = (stamp.dev, stamp.ino);
         {
@@ -97,7 +100,7 @@ impl OpenFiles {
             lru.tick += 1;
             let tick = lru.tick;
             if let Some(slot) = lru.map.get_mut(&key) {
-                if slot.stamp == *stamp {
+                if slot.stamp.same_content(stamp) {
                     slot.used = tick;
                     return Ok(Arc::clone(&slot.file));
                 }
@@ -110,7 +113,7 @@ impl OpenFiles {
             }
             other => other?,
         };
-        if FileStamp::of(&file.metadata()?) != *stamp {
+        if !FileStamp::of(&file.metadata()?).same_content(stamp) {
             return Err(io::Error::other(Changed));
         }
         let file = Arc::new(file);
@@ -180,10 +183,24 @@ mod tests {
         // A hit does not open again.
         cache.get(&root, Path::new("f2"), &stamps[2]).unwrap();
         assert_eq!(cache.counts(), (2, 3));
-        // A changed file is refused.
-        let mut stale = stamps[0];
+        // A chmod, link or rename over changes only the ctime: still a hit.
+        let mut chmodded = stamps[2];
+        chmodded.ctime_ns += 1;
+        cache.get(&root, Path::new("f2"), &chmodded).unwrap();
+        assert_eq!(cache.counts(), (2, 3));
+        // ...and opened again (evicted meanwhile) it is still the file.
+        let mut chmodded = stamps[0];
+        chmodded.ctime_ns += 1;
+        cache.get(&root, Path::new("f0"), &chmodded).unwrap();
+        assert_eq!(cache.counts(), (2, 4));
+        // A changed file is refused: another size, another mtime.
+        let mut stale = stamps[1];
         stale.size += 1;
-        let err = cache.get(&root, Path::new("f0"), &stale).unwrap_err();
+        let err = cache.get(&root, Path::new("f1"), &stale).unwrap_err();
+        assert!(err.get_ref().is_some_and(|e| e.is::<Changed>()));
+        let mut stale = stamps[1];
+        stale.mtime_ns += 1;
+        let err = cache.get(&root, Path::new("f1"), &stale).unwrap_err();
         assert!(err.get_ref().is_some_and(|e| e.is::<Changed>()));
         std::fs::remove_dir_all(&base).unwrap();
     }

@@ -17,9 +17,10 @@ use super::{BuildOptions, Snapshot, SIDECARS};
 /// racing the start should not stop the server from starting.
 const OPEN_ATTEMPTS: usize = 3;
 
-/// Roots with at most this many bytes of in-memory bodies are compressed
-/// before the server starts listening; larger ones start with identity
-/// bodies and get their variants from a background rebuild.
+/// Roots with at most this many bytes of in-memory bodies (and of large
+/// files that get variants) are compressed before the server starts
+/// listening; larger ones start with identity bodies and get their
+/// variants from a background rebuild.
 const SYNC_COMPRESS_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Name of the span around the start-up build that repeats the identity
@@ -125,7 +126,10 @@ impl Store {
                 preload_max_files = opts.preload_max_files,
                 "more files than preload_max_files: serving them from disk until they are loaded"
             );
-        } else if opts.compress.is_some() && snapshot.stats.mem_bytes <= SYNC_COMPRESS_MAX_BYTES {
+        } else if opts.compress.is_some()
+            && snapshot.stats.mem_bytes + snapshot.stats.compressible_file_bytes
+                <= SYNC_COMPRESS_MAX_BYTES
+        {
             let started = Instant::now();
             // The same tree again, with variants: what it would log (the
             // build line, warnings about the same files) the identity build

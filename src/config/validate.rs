@@ -61,6 +61,8 @@ pub struct Config {
     pub max_open_files: usize,
     /// Past this many files a start serves from disk while it loads.
     pub preload_max_files: u64,
+    /// Files sent from disk up to this size get variants.
+    pub compress_max_file_bytes: u64,
     /// `None`: no variants are built (sidecars are still used).
     pub compress: Option<crate::cache::CompressOptions>,
     pub cache_control: crate::cache::CacheControl,
@@ -371,6 +373,9 @@ impl Config {
             preload_max_files: s
                 .preload_max_files
                 .unwrap_or(crate::cache::DEFAULT_PRELOAD_MAX_FILES),
+            compress_max_file_bytes: s
+                .compress_max_file_bytes
+                .map_or(crate::cache::DEFAULT_COMPRESS_MAX_FILE_BYTES, |b| b.0),
             compress,
             cache_control,
             status_cache_control: site.status_cache_control,
@@ -427,6 +432,7 @@ impl Config {
             spa_fallback: self.spa_fallback,
             open_files: std::sync::Arc::new(crate::cache::OpenFiles::new(self.max_open_files)),
             preload_max_files: self.preload_max_files,
+            compress_max_file_bytes: self.compress_max_file_bytes,
         }
     }
 

@@ -590,7 +590,12 @@ impl Conn {
         loop {
             let stalled = self.answer(env);
             if !self.out_empty() && !self.write_blocked {
-                match self.flush_out() {
+                let flushed = self.flush_out();
+                let replaced = std::mem::take(&mut self.io().out.from_replaced);
+                if replaced > 0 && env.counters.enabled {
+                    env.counters.downloads_from_replaced += u64::from(replaced);
+                }
+                match flushed {
                     Ok(Flush::Done) => self.flushed(env),
                     Ok(Flush::Blocked) => {
                         self.write_blocked = true;
@@ -601,7 +606,13 @@ impl Conn {
                         self.deadline = env.now + env.cfg.write_timeout;
                         break;
                     }
-                    Err(_) => return Step::Close(CloseReason::Error),
+                    Err(WriteError::FileChanged) => {
+                        if env.counters.enabled {
+                            env.counters.downloads_cut_changed += 1;
+                        }
+                        return Step::Close(CloseReason::Error);
+                    }
+                    Err(WriteError::Io(_)) => return Step::Close(CloseReason::Error),
                 }
             }
             if self.out_empty() {

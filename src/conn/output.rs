@@ -11,10 +11,10 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
 
-use crate::cache::{Body, FileStamp, LargeFile, Snapshot};
+use crate::cache::{Body, Snapshot, Witness};
 use crate::sys;
 
 /// Bodies up to this size are copied into the output buffer: a copy of a few
@@ -40,6 +40,13 @@ const MAX_WRITES_PER_FLUSH: usize = 8;
 /// the `pread` + `fstat` per piece, small enough not to matter per connection.
 const COPY_CHUNK: usize = 128 * 1024;
 
+/// Stop answering pipelined requests while this many large-file bodies
+/// are queued. Each holds its file's fd (shared with the open-file cache
+/// while cached there, its own once evicted), so this bounds what one
+/// connection can keep open beyond `max_open_files`; the socket is busy
+/// with the first body anyway.
+const MAX_QUEUED_FILES: usize = 4;
+
 /// A piece of the queue that is not in the owned buffer's tail.
 #[derive(Debug)]
 enum Chunk {
@@ -47,8 +54,19 @@ enum Chunk {
     Own { end: usize },
     /// Bytes in the pinned snapshot's arena.
     Mem { off: usize, len: usize },
-    /// Bytes of a large file of the pinned snapshot: `len` bytes from `off`.
-    File { entry: u32, off: u64, len: u64 },
+    /// `len` bytes from `off` of a large file, read from the fd the
+    /// response started on (never reopened by path: a rename, unlink or
+    /// chmod of the file cannot cut it), checked against `witness`.
+    File {
+        file: Arc<File>,
+        witness: Witness,
+        off: u64,
+        len: u64,
+    },
+    /// A large body whose file could not be opened as the snapshot's
+    /// version when it was queued: the connection closes here, after what
+    /// is queued before it.
+    Cut { changed: bool },
 }
 
 /// How far a [`Output::flush`] got.
@@ -67,8 +85,8 @@ pub enum Flush {
 #[derive(Debug)]
 pub enum WriteError {
     Io(io::Error),
-    /// A file sent with `sendfile` changed since its snapshot was built:
-    /// the bytes sent so far cannot be completed into one version.
+    /// A large file's bytes changed (size or mtime) since its response
+    /// started: the bytes sent so far cannot be completed into one version.
     FileChanged,
 }
 
@@ -131,6 +149,12 @@ pub struct Output {
     /// Verified bytes of the front file chunk not yet written (copy mode).
     stage: Vec<u8>,
     staged: usize,
+    /// `File` chunks queued (see [`MAX_QUEUED_FILES`]).
+    files: usize,
+    /// Large-file bodies sent in full whose file had no name left when
+    /// they ended (link count 0: renamed over or unlinked meanwhile), for
+    /// the connection to count and reset.
+    pub from_replaced: u32,
 }
 
 impl std::fmt::Debug for Output {
@@ -169,6 +193,7 @@ impl Output {
     pub fn is_backlogged(&self, current: &Arc<Snapshot>) -> bool {
         self.pending_owned() >= HIGH_WATER
             || self.chunks.len() >= MAX_IOVECS
+            || self.files >= MAX_QUEUED_FILES
             || self.pin.as_ref().is_some_and(|p| !Arc::ptr_eq(p, current))
     }
 
@@ -185,14 +210,16 @@ impl Output {
     }
 
     /// Queue a body by reference. `snapshot` is the one `body` belongs to;
-    /// it is pinned until the body has been sent.
+    /// it is pinned until the body has been sent. A [`Body::File`] is sent
+    /// from `opened` (the fd its response checked before writing the head),
+    /// or from the fd the open-file cache gives now.
     pub fn push_body(
         &mut self,
         snapshot: &Arc<Snapshot>,
-        entry: u32,
         body: &Body,
         off: u64,
         len: u64,
+        opened: Option<&Arc<File>>,
     ) {
         if len == 0 {
             return;
@@ -223,7 +250,26 @@ impl Output {
                 off: base + off as usize,
                 len: len as usize,
             },
-            Body::File(_) => Chunk::File { entry, off, len },
+            Body::File(large) => {
+                let file = match opened {
+                    Some(file) => Ok(Arc::clone(file)),
+                    None => large.file(),
+                };
+                match file {
+                    Ok(file) => {
+                        self.files += 1;
+                        Chunk::File {
+                            file,
+                            witness: large.stamp.witness(),
+                            off,
+                            len,
+                        }
+                    }
+                    Err(e) => Chunk::Cut {
+                        changed: matches!(WriteError::from(e), WriteError::FileChanged),
+                    },
+                }
+            }
         });
     }
 
@@ -249,6 +295,10 @@ impl Output {
             }
             let progressed = match self.chunks.front() {
                 Some(Chunk::File { .. }) => self.send_file(stream)?,
+                Some(Chunk::Cut { changed: true }) => return Err(WriteError::FileChanged),
+                Some(Chunk::Cut { changed: false }) => {
+                    return Err(io::Error::other("large file could not be opened").into())
+                }
                 _ => self.write_gathered(stream)?,
             };
             if !progressed {
@@ -266,6 +316,7 @@ impl Output {
         self.buf.clear();
         self.sent = 0;
         self.chunks.clear();
+        self.files = 0;
         self.pin = None;
     }
 
@@ -310,7 +361,7 @@ impl Output {
                     iov[n_iov] = IoSlice::new(snap.mem(*off, *len));
                     n_iov += 1;
                 }
-                Chunk::File { .. } => {
+                Chunk::File { .. } | Chunk::Cut { .. } => {
                     before_file = true;
                     break;
                 }
@@ -368,7 +419,9 @@ impl Output {
                         self.chunks.pop_front();
                     }
                 }
-                Some(Chunk::File { .. }) => unreachable!("writev never covers a file chunk"),
+                Some(Chunk::File { .. } | Chunk::Cut { .. }) => {
+                    unreachable!("writev never covers a file chunk")
+                }
                 None => {
                     self.sent += n;
                     n = 0;
@@ -394,11 +447,14 @@ impl Output {
     }
 
     /// Verified copy: `pread` a piece into the staging buffer, check with
-    /// `fstat` that the file is still the snapshot's version, then write it.
-    /// A write to the file updates ctime (and a truncate the size) before it
-    /// changes any byte, so every byte sent was read from the snapshot's
-    /// version. Unlike `sendfile`, the bytes are ours once read: a later
-    /// rewrite cannot reach into data already queued on the socket.
+    /// `fstat` that the file's bytes are still the response's version (its
+    /// [`Witness`]: size and mtime), then write it. A write to the file
+    /// updates the mtime (and a truncate the size) before it changes any
+    /// byte, so every byte sent was read from that version. Unlike
+    /// `sendfile`, the bytes are ours once read: a later rewrite cannot
+    /// reach into data already queued on the socket. The fd is the one the
+    /// response started on, so a rename, unlink or chmod of the path (which
+    /// change only the inode's ctime and link count) never cuts it.
     fn copy_file<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {
         if self.staged < self.stage.len() {
             return match stream.write(&self.stage[self.staged..]) {
@@ -409,7 +465,7 @@ impl Output {
                         self.staged = 0;
                         self.stage.clear();
                         if let Some(Chunk::File { len: 0, .. }) = self.chunks.front() {
-                            self.chunks.pop_front();
+                            self.pop_file();
                             // Don't hold a large buffer on an idle connection.
                             self.stage = Vec::new();
                         }
@@ -420,9 +476,16 @@ impl Output {
                 Err(e) => Err(e.into()),
             };
         }
-        let (large, off, len) = front_file(&self.pin, &mut self.chunks);
+        let Some(Chunk::File {
+            file,
+            witness,
+            off,
+            len,
+        }) = self.chunks.front_mut()
+        else {
+            unreachable!("the front chunk is a file")
+        };
         let n = (*len as usize).min(COPY_CHUNK);
-        let file = large.file()?;
         self.stage.resize(n, 0);
         match file.read_exact_at(&mut self.stage, *off) {
             Ok(()) => {}
@@ -431,27 +494,40 @@ impl Output {
             }
             Err(e) => return Err(e.into()),
         }
-        if FileStamp::of(&file.metadata()?) != large.stamp {
+        let meta = file.metadata()?;
+        if Witness::of(&meta) != *witness {
             return Err(WriteError::FileChanged);
         }
         *off += n as u64;
         *len -= n as u64;
+        if *len == 0 && meta.nlink() == 0 {
+            self.from_replaced += 1;
+        }
         self.staged = 0;
         Ok(true)
     }
 
     /// Zero-copy: all but the last byte go by `sendfile`; the last byte is
-    /// read with `pread` and sent only after `fstat` shows the file
-    /// unchanged. This catches a file changed before the end of the send,
-    /// but TCP keeps referencing the page cache until the peer has read the
-    /// data, so a rewrite in place can still reach bytes already queued:
-    /// only for roots that change by rename (`sendfile = true`).
+    /// read with `pread` and sent only after `fstat` shows the file's
+    /// [`Witness`] unchanged. This catches a file changed before the end of
+    /// the send, but TCP keeps referencing the page cache until the peer has
+    /// read the data, so a rewrite in place can still reach bytes already
+    /// queued: only for roots that change by rename (`sendfile = true`). A
+    /// rename over the file, unlink or chmod leaves the body whole, as in
+    /// the verified copy.
     fn sendfile<S: Sink>(&mut self, stream: &mut S) -> Result<bool, WriteError> {
-        let (large, off, len) = front_file(&self.pin, &mut self.chunks);
-        let file = large.file()?;
+        let Some(Chunk::File {
+            file,
+            witness,
+            off,
+            len,
+        }) = self.chunks.front_mut()
+        else {
+            unreachable!("the front chunk is a file")
+        };
         if *len > 1 {
             let count = ((*len - 1) as usize).min(SENDFILE_CHUNK);
-            match stream.sendfile(&file, off, count) {
+            match stream.sendfile(file, off, count) {
                 Ok(0) => return Err(WriteError::FileChanged),
                 Ok(n) => {
                     *len -= n as u64;
@@ -464,12 +540,15 @@ impl Output {
         let mut last = [0u8; 1];
         let read = file.read_at(&mut last, *off)?;
         let meta = file.metadata()?;
-        if read != 1 || FileStamp::of(&meta) != large.stamp {
+        if read != 1 || Witness::of(&meta) != *witness {
             return Err(WriteError::FileChanged);
         }
         match stream.write(&last) {
             Ok(1) => {
-                self.chunks.pop_front();
+                if meta.nlink() == 0 {
+                    self.from_replaced += 1;
+                }
+                self.pop_file();
                 Ok(true)
             }
             Ok(_) => Err(io::Error::from(io::ErrorKind::WriteZero).into()),
@@ -477,21 +556,10 @@ impl Output {
             Err(e) => Err(e.into()),
         }
     }
-}
 
-/// The large file behind the front chunk, and that chunk's position. Takes
-/// the two fields rather than `&mut Output` so the staging buffer stays
-/// borrowable beside it.
-fn front_file<'a>(
-    pin: &'a Option<Arc<Snapshot>>,
-    chunks: &'a mut VecDeque<Chunk>,
-) -> (&'a LargeFile, &'a mut u64, &'a mut u64) {
-    let snap = pin.as_ref().expect("File chunk without pinned snapshot");
-    let Some(Chunk::File { entry, off, len }) = chunks.front_mut() else {
-        unreachable!("the front chunk is a file")
-    };
-    let Body::File(large) = &snap.entry(*entry).entry().identity.body else {
-        unreachable!("File chunk for a memory body")
-    };
-    (large, off, len)
+    /// Drop the front file chunk, sent in full, and its fd reference.
+    fn pop_file(&mut self) {
+        self.chunks.pop_front();
+        self.files -= 1;
+    }
 }

@@ -6,6 +6,7 @@
 //! The representation is chosen first (`Accept-Encoding`), and everything
 //! after applies to it: validators, ranges, Content-Length.
 
+use std::fs::File;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -199,9 +200,7 @@ fn serve_file(
     let entry = snapshot.entry(index);
     let coding = accept::negotiate(req.accept_encoding, entry.codings());
     let repr = entry.repr(coding);
-    serve(
-        req, env, snapshot, index, entry, repr, persist, head_only, out,
-    )
+    serve(req, env, snapshot, entry, repr, persist, head_only, out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -209,7 +208,6 @@ fn serve(
     req: &Request<'_>,
     env: &mut Env<'_>,
     snapshot: &Arc<Snapshot>,
-    index: u32,
     entry: EntryRef<'_>,
     repr: ReprRef<'_>,
     persist: Persist,
@@ -247,14 +245,18 @@ fn serve(
         }
         Precondition::Proceed => {}
     }
+    // A body sent from its file is sent from the fd taken here, before the
+    // head is written: the response finishes from this inode whatever
+    // happens to its name meanwhile (`conn::output`).
+    let mut opened = None;
     if let Body::File(large) = &repr.body {
         // The file changed on disk since the snapshot was built: its bytes
         // no longer match the ETag and length we would announce.
-        let unchanged = large
-            .file()
-            .and_then(|f| f.metadata())
-            .is_ok_and(|m| FileStamp::of(&m) == large.stamp);
-        if !unchanged {
+        opened = large.file().ok().filter(|f| {
+            f.metadata()
+                .is_ok_and(|m| FileStamp::of(&m).same_content(&large.stamp))
+        });
+        if opened.is_none() {
             return error(
                 env,
                 out,
@@ -293,7 +295,8 @@ fn serve(
                 );
             }
             RangeOutcome::Partial => {
-                return partial(env, snapshot, index, entry, repr, persist, head_only, out);
+                let opened = opened.as_ref();
+                return partial(env, snapshot, entry, repr, opened, persist, head_only, out);
             }
         }
     }
@@ -308,7 +311,7 @@ fn serve(
     if head_only {
         return (Status::Ok, 0);
     }
-    out.push_body(snapshot, index, &repr.body, 0, repr.len);
+    out.push_body(snapshot, &repr.body, 0, repr.len, opened.as_ref());
     (Status::Ok, repr.len)
 }
 
@@ -317,9 +320,9 @@ fn serve(
 fn partial(
     env: &mut Env<'_>,
     snapshot: &Arc<Snapshot>,
-    index: u32,
     entry: EntryRef<'_>,
     repr: ReprRef<'_>,
+    opened: Option<&Arc<File>>,
     persist: Persist,
     head_only: bool,
     out: &mut Output,
@@ -344,7 +347,7 @@ fn partial(
             r.start, r.end, repr.len, len
         );
         if !head_only {
-            out.push_body(snapshot, index, &repr.body, r.start, len);
+            out.push_body(snapshot, &repr.body, r.start, len, opened);
         }
         return (Status::PartialContent, if head_only { 0 } else { len });
     }
@@ -381,7 +384,7 @@ fn partial(
     }
     for r in ranges {
         out.buf().extend_from_slice(part_head(r).as_bytes());
-        out.push_body(snapshot, index, &repr.body, r.start, r.end - r.start + 1);
+        out.push_body(snapshot, &repr.body, r.start, r.end - r.start + 1, opened);
     }
     out.buf().extend_from_slice(trailer.as_bytes());
     (Status::PartialContent, total)
@@ -567,7 +570,7 @@ fn error_page(
     if head_only {
         return (status, 0);
     }
-    out.push_body(snapshot, index, &repr.body, 0, repr.len);
+    out.push_body(snapshot, &repr.body, 0, repr.len, None);
     (status, repr.len)
 }
 

@@ -117,6 +117,12 @@ pub struct ShardCounters {
     pub conn_limit_hits: u64,
     /// Connections closed by the shutdown, by [`DrainClose`].
     pub drain_closes: [u64; 3],
+    /// Large-file bodies sent in full from a file that was renamed over or
+    /// unlinked while they were sent (its link count was 0 at the end).
+    pub downloads_from_replaced: u64,
+    /// Large-file responses cut short because the file's bytes changed in
+    /// place while they were sent.
+    pub downloads_cut_changed: u64,
 }
 
 impl ShardCounters {
@@ -135,6 +141,8 @@ impl ShardCounters {
             handshake_sum: 0.0,
             conn_limit_hits: 0,
             drain_closes: [0; 3],
+            downloads_from_replaced: 0,
+            downloads_cut_changed: 0,
         }
     }
 

@@ -251,6 +251,16 @@ impl Metrics {
             "Time from accept to the end of the TLS handshake (failed ones too).",
             MetricType::HISTOGRAM,
         );
+        let mut from_replaced = family(
+            "shardhttpd_downloads_from_replaced_file_total",
+            "Large-file bodies sent in full from a file renamed over or unlinked while they were sent.",
+            MetricType::COUNTER,
+        );
+        let mut cut_changed = family(
+            "shardhttpd_downloads_cut_file_changed_total",
+            "Large-file responses cut short because the file's bytes changed in place while they were sent.",
+            MetricType::COUNTER,
+        );
         let mut info = family(
             "shardhttpd_shard_info",
             "One series per running shard: its core label and the CPU it is pinned to.",
@@ -304,6 +314,12 @@ impl Metrics {
                 &c.handshake_buckets,
                 c.handshake_sum,
             ));
+            from_replaced
+                .mut_metric()
+                .push(counter(&[("core", core)], c.downloads_from_replaced as f64));
+            cut_changed
+                .mut_metric()
+                .push(counter(&[("core", core)], c.downloads_cut_changed as f64));
             if *running {
                 info.mut_metric()
                     .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
@@ -320,6 +336,8 @@ impl Metrics {
             limit,
             handshakes,
             handshake_duration,
+            from_replaced,
+            cut_changed,
             info,
         ]
     }

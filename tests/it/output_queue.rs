@@ -29,8 +29,10 @@ use support::*;
 /// What the server may queue, from `src/conn/output.rs`: owned bytes
 /// (heads and copied bodies) before it stops answering...
 const HIGH_WATER: usize = 256 * 1024;
-/// ...and queue pieces (an owned run and a referenced body per answer).
+/// ...and queue pieces (an owned run and a referenced body per answer)...
 const MAX_IOVECS: usize = 64;
+/// ...and bodies sent from their fd (each holds the fd).
+const MAX_QUEUED_FILES: usize = 4;
 
 /// `len` bytes, period 251 from `seed`, so an offset or a mix-up shows.
 fn pattern(seed: usize, len: usize) -> Vec<u8> {
@@ -217,6 +219,15 @@ fn backlog_is_bounded(tag: &str, size: usize, n: usize, queued_max: usize) {
             .expect("sender thread")
             .expect("all requests sent");
     });
+}
+
+/// Bodies sent from their fd (4 MiB, past the 1 MiB threshold): each holds
+/// its file's fd, so at most 4 are queued, where the bound on queue pieces
+/// alone would let 32 wait.
+#[test]
+fn backlog_of_file_bodies_is_bounded() {
+    let size = 4 * 1024 * 1024 + 1;
+    backlog_is_bounded("oq-backlog-files", size, 16, MAX_QUEUED_FILES);
 }
 
 /// Copied bodies: the owned buffer stops answering at 256 KiB.

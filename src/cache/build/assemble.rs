@@ -2,13 +2,14 @@
 //! the final path index, error pages, and a fresh arena holding every
 //! in-memory body (reused bodies copied from the old one).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::arrivals::Arrivals;
-use super::load::{Loaded, LoadedBody, LoadedFile};
+use super::load::{Loaded, LoadedBody, LoadedFile, Variant};
 use super::plan::{add_dir_slashes, Plan, Step};
 use super::render::{render_entry, Heads};
 use super::walk::{FileJob, Walk};
@@ -27,6 +28,8 @@ pub(super) enum Bytes {
         len: usize,
     },
     New(Vec<u8>),
+    /// A variant sent from its own fd (a large sidecar): not in any arena.
+    File(Box<LargeFile>),
 }
 
 /// The inputs [`render_entry`] needs for one representation.
@@ -85,7 +88,12 @@ pub(super) fn lay_out(
         if let Step::Reuse(o) = step {
             let old = old.expect("reuse needs an old snapshot");
             let entry = old.entry(o);
-            let variant_bytes: u64 = entry.encoded.iter().map(|(_, r)| r.len).sum();
+            let variant_bytes: u64 = entry
+                .encoded
+                .iter()
+                .filter(|(_, r)| matches!(r.body, Body::Mem { .. }))
+                .map(|(_, r)| r.len)
+                .sum();
             if variant_bytes <= variant_budget {
                 // Its heads are a pure function of inputs that did not
                 // change: copy them rather than render them again.
@@ -273,10 +281,18 @@ pub(super) fn loaded_parts(
     walk: &Walk<'_>,
     job: &FileJob,
     file: LoadedFile,
-    variants: Vec<(Coding, Vec<u8>)>,
+    variants: Vec<(Coding, Variant)>,
     sidecars: [Option<FileStamp>; 3],
     arena: &mut ArenaPlan,
 ) -> EntryParts {
+    let large = |rel: &Path, stamp: FileStamp| {
+        Box::new(LargeFile {
+            root: Arc::clone(&walk.root_dir),
+            rel: rel.into(),
+            stamp,
+            files: Arc::clone(&opts.open_files),
+        })
+    };
     let body = match file.body {
         LoadedBody::Mem(bytes) => arena.push(Bytes::New(bytes)),
         LoadedBody::Placed { off } => arena.place(off, file.len),
@@ -287,12 +303,7 @@ pub(super) fn loaded_parts(
                 opts.open_files.seed(file.stamp, f);
             }
             let rel = walk.rel(&job.path).unwrap_or(&job.path);
-            Body::File(Box::new(LargeFile {
-                root: Arc::clone(&walk.root_dir),
-                rel: rel.into(),
-                stamp: file.stamp,
-                files: Arc::clone(&opts.open_files),
-            }))
+            Body::File(large(rel, file.stamp))
         }
     };
     let identity = ReprParts {
@@ -302,7 +313,13 @@ pub(super) fn loaded_parts(
     };
     let variants: Vec<_> = variants
         .into_iter()
-        .map(|(c, bytes)| (c, bytes.len() as u64, xxh3_128(&bytes), Bytes::New(bytes)))
+        .map(|(c, variant)| match variant {
+            Variant::Mem(bytes) => (c, bytes.len() as u64, xxh3_128(&bytes), Bytes::New(bytes)),
+            Variant::File { path, stamp, hash } => {
+                let rel = walk.rel(&path).unwrap_or(&path);
+                (c, stamp.size, hash, Bytes::File(large(rel, stamp)))
+            }
+        })
         .collect();
     let source = Source {
         stamp: file.stamp,
@@ -329,16 +346,25 @@ pub(super) fn finish_entry(
         Body::File(_) => {
             stats.file_bytes += identity.len;
             stats.large_files += 1;
+            if opts.compress_configured.is_some()
+                && identity.len <= opts.compress_max_file_bytes
+                && heads.content_type(&job.path, &opts.default_type)
+            {
+                stats.compressible_file_bytes += identity.len;
+            }
         }
     }
     let mut dropped = false;
     let mut kept = Vec::with_capacity(variants.len());
     for (coding, len, hash, bytes) in variants {
-        if len > *variant_budget {
-            dropped = true;
-            continue;
+        // A variant sent from its fd costs the arena nothing.
+        if !matches!(bytes, Bytes::File(_)) {
+            if len > *variant_budget {
+                dropped = true;
+                continue;
+            }
+            *variant_budget -= len;
         }
-        *variant_budget -= len;
         let slot = SIDECARS.iter().position(|(c, _)| *c == coding).unwrap_or(0);
         stats.encoded_bytes[slot] += len;
         kept.push((
@@ -366,14 +392,15 @@ pub(super) fn finish_entry(
 }
 
 impl Bytes {
-    /// The in-memory body of an old representation.
+    /// The body of an old representation: where it is in the arena, or
+    /// the file it is sent from.
     pub(super) fn from_old(repr: &Repr) -> Bytes {
-        match repr.body {
+        match &repr.body {
             Body::Mem { off } => Bytes::Old {
-                off,
+                off: *off,
                 len: repr.len as usize,
             },
-            Body::File(_) => unreachable!("variants are always in memory"),
+            Body::File(large) => Bytes::File(large.clone()),
         }
     }
 }
@@ -415,7 +442,7 @@ impl ArenaPlan {
             .into_iter()
             .map(|p| match p {
                 Bytes::New(v) => v,
-                Bytes::Old { .. } => unreachable!("only new bytes are laid out"),
+                Bytes::Old { .. } | Bytes::File(_) => unreachable!("only new bytes are laid out"),
             })
             .collect();
         (parts, self.len)
@@ -442,6 +469,7 @@ impl ArenaPlan {
                 }
                 Body::Mem { off }
             }
+            Bytes::File(large) => Body::File(large),
         }
     }
 
@@ -483,7 +511,9 @@ impl ArenaPlan {
         for (coding, repr) in entry.encoded.iter_mut() {
             let slot = SIDECARS.iter().position(|(c, _)| c == coding).unwrap_or(0);
             stats.encoded_bytes[slot] += repr.len;
-            repr.body = self.push(Bytes::from_old(repr));
+            if let Body::Mem { .. } = repr.body {
+                repr.body = self.push(Bytes::from_old(repr));
+            }
         }
     }
 

@@ -54,7 +54,7 @@ pub(super) enum Loaded {
         file: LoadedFile,
         /// Variants in [`SIDECARS`] order (br, zstd, gzip), already judged
         /// worth keeping.
-        variants: Vec<(Coding, Vec<u8>)>,
+        variants: Vec<(Coding, Variant)>,
         /// Stamps of the sidecars used.
         sidecars: [Option<FileStamp>; 3],
     },
@@ -62,6 +62,19 @@ pub(super) enum Loaded {
     Skip,
     /// Being written throughout: keep the old version if there is one.
     Unsettled,
+}
+
+/// A variant's bytes: in memory, or (a sidecar of at least
+/// `sendfile_threshold`, checked against its source) sent from its own fd.
+pub(super) enum Variant {
+    Mem(Vec<u8>),
+    File {
+        /// The sidecar's walked path.
+        path: std::path::PathBuf,
+        stamp: FileStamp,
+        /// Its content's xxh3-128 (its ETag's).
+        hash: u128,
+    },
 }
 
 /// Pass 2: load every `Step::Load` on [`Mode::loaders`] scoped
@@ -281,18 +294,59 @@ fn load_one(
     }
     // Only compression needs the media type.
     let compressible = opts.compress.is_some() && content_type(&job.path, &opts.default_type).1;
+    let sidecars = walk.sidecars(job);
+    // A body sent from its fd was not read (its validator is its stamp's):
+    // to check its sidecars against it or compress it, it is read once
+    // here, up to `compress_max_file_bytes`.
+    let large = match &file.body {
+        LoadedBody::File(Some(f)) if file.len <= opts.compress_max_file_bytes => {
+            let wanted = sidecars.iter().any(Option::is_some)
+                || (compressible && opts.compress.is_some_and(|c| file.len >= c.min_bytes));
+            match wanted {
+                true => read_large(f, &file)?,
+                false => None,
+            }
+        }
+        _ => None,
+    };
+    let (source_len, source_hash) = match &large {
+        Some((bytes, hash)) => (bytes.len() as u64, *hash),
+        None => (file.len, file.hash),
+    };
+    let source_checkable = !matches!(file.body, LoadedBody::File(_)) || large.is_some();
+    if !source_checkable && sidecars.iter().any(Option::is_some) {
+        tracing::info!(
+            path = %job.path.display(),
+            size = file.len,
+            compress_max_file_bytes = opts.compress_max_file_bytes,
+            "sidecars of a file larger than compress_max_file_bytes are not used"
+        );
+    }
+    // A large file's sidecar may be as large as a variant built in memory
+    // would be; a small file's is smaller than the file.
+    let sidecar_max = match large {
+        Some(_) => opts.sendfile_threshold.max(opts.compress_max_file_bytes),
+        None => opts.sendfile_threshold,
+    };
     let mut variants = Vec::new();
     let mut used = [None; 3];
-    for (slot, sidecar) in walk.sidecars(job).into_iter().enumerate() {
+    for (slot, sidecar) in sidecars.into_iter().enumerate() {
         let coding = SIDECARS[slot].0;
-        if let Some((j, _)) = sidecar {
+        if let Some((j, _)) = sidecar.filter(|_| source_checkable) {
             let side = &walk.files[j as usize];
-            match read_sidecar(walk, side, opts.sendfile_threshold) {
+            match read_sidecar(walk, side, sidecar_max) {
                 Ok(Some((bytes, stamp))) => {
                     used[slot] = Some(stamp);
-                    match sidecar_verdict(coding, &bytes, &stamp, &file) {
+                    let source = (&file.stamp, source_len, source_hash);
+                    match sidecar_verdict(coding, &bytes, &stamp, source) {
+                        None if stamp.size >= opts.sendfile_threshold => {
+                            let hash = xxh3_128(&bytes);
+                            let path = side.path.clone();
+                            variants.push((coding, Variant::File { path, stamp, hash }));
+                            continue;
+                        }
                         None => {
-                            variants.push((coding, bytes));
+                            variants.push((coding, Variant::Mem(bytes)));
                             continue;
                         }
                         // Compressed from the source below instead.
@@ -309,15 +363,22 @@ fn load_one(
                 }
             }
         }
-        let (Some(copts), LoadedBody::Mem(bytes)) = (&opts.compress, &file.body) else {
+        let Some(copts) = &opts.compress else {
             continue;
+        };
+        let (bytes, copts) = match (&file.body, &large) {
+            (LoadedBody::Mem(bytes), _) => (bytes, *copts),
+            // A large file is compressed at the fast levels at most: 20 MB
+            // at brotli 11 would hold a builder for half a minute.
+            (_, Some((bytes, _))) => (bytes, copts.for_root(u64::MAX)),
+            _ => continue,
         };
         if !compressible || (bytes.len() as u64) < copts.min_bytes {
             continue;
         }
-        match compress::encode(coding, bytes, copts) {
+        match compress::encode(coding, bytes, &copts) {
             Ok(enc) if compress::worth_keeping(bytes.len() as u64, enc.len() as u64) => {
-                variants.push((coding, enc));
+                variants.push((coding, Variant::Mem(enc)));
             }
             Ok(_) => {}
             Err(err) => {
@@ -330,6 +391,18 @@ fn load_one(
         variants,
         sidecars: used,
     })
+}
+
+/// The bytes of a large file the load did not read, and their xxh3-128, as
+/// of `file.stamp`; `None` when the file changed meanwhile (the rebuild its
+/// change triggers reads it again).
+fn read_large(f: &File, file: &LoadedFile) -> io::Result<Option<(Vec<u8>, u128)>> {
+    let bytes = read_prefix(f, file.len)?;
+    if bytes.len() as u64 != file.len || FileStamp::of(&f.metadata()?) != file.stamp {
+        return Ok(None);
+    }
+    let hash = xxh3_128(&bytes);
+    Ok(Some((bytes, hash)))
 }
 
 /// Open a file the walk saw as regular, beneath the root's fd (no lookup

@@ -26,7 +26,8 @@ pub(super) const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
 /// entries are simply rendered again.
 ///
 /// `Vary: Accept-Encoding` goes on every file that has variants or will get
-/// them (compressible, in memory, at least `compress_min_bytes`, with
+/// them (compressible, in memory or at most `compress_max_file_bytes`, at
+/// least `compress_min_bytes`, with
 /// compression configured), so a cache never stores a response that will
 /// later depend on `Accept-Encoding` as if it did not: during a large root's
 /// fast start, before the variants exist, too. Then, and only then, such a
@@ -45,7 +46,8 @@ pub(super) fn render_entry(
     let compressible = heads.content_type(path, &opts.default_type);
     let last_modified = last_modified_secs(i128::from(source.stamp.mtime_ns), SystemTime::now());
     let will_compress = compressible
-        && matches!(identity.body, Body::Mem { .. })
+        && (matches!(identity.body, Body::Mem { .. })
+            || identity.len <= opts.compress_max_file_bytes)
         && opts
             .compress_configured
             .is_some_and(|c| identity.len >= c.min_bytes);
@@ -136,7 +138,7 @@ pub(super) struct Heads {
 impl Heads {
     /// Look up (or make) the `Content-Type` line of `path`'s extension for
     /// [`Heads::frame`]; whether the type is worth compressing.
-    fn content_type(&mut self, path: &Path, default_type: &str) -> bool {
+    pub(super) fn content_type(&mut self, path: &Path, default_type: &str) -> bool {
         self.ext.clear();
         if let Some(ext) = path.extension() {
             self.ext.push(b'.');

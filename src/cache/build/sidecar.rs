@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use super::load::{open_regular, read_prefix, unsettled, LoadedFile, MAX_READ_ATTEMPTS};
+use super::load::{open_regular, read_prefix, unsettled, MAX_READ_ATTEMPTS};
 use super::walk::{FileJob, Walk};
 use crate::cache::{compress, FileStamp};
 use crate::http::accept::Coding;
@@ -37,18 +37,19 @@ impl Rejected {
 /// a rebuild that changes neither file reuses the entry and counts it once.
 pub(crate) static SIDECARS_REJECTED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
-/// Whether a sidecar may stand in for its source: not older than it (by
-/// mtime), and decoding to exactly its bytes (same length and xxh3-128;
-/// the build has both at hand, and decoding streams).
+/// Whether a sidecar may stand in for its source (`source`: its stamp,
+/// length and content xxh3-128): not older than it (by mtime), and decoding
+/// to exactly its bytes (same length and hash; the build has both at hand,
+/// and decoding streams).
 pub(super) fn sidecar_verdict(
     coding: Coding,
     bytes: &[u8],
     stamp: &FileStamp,
-    source: &LoadedFile,
+    (source_stamp, len, hash): (&FileStamp, u64, u128),
 ) -> Option<Rejected> {
-    if stamp.mtime_ns < source.stamp.mtime_ns {
+    if stamp.mtime_ns < source_stamp.mtime_ns {
         Some(Rejected::Older)
-    } else if !compress::decodes_to(coding, bytes, source.len, source.hash) {
+    } else if !compress::decodes_to(coding, bytes, len, hash) {
         Some(Rejected::Mismatch)
     } else {
         None
