@@ -10,6 +10,7 @@
 //! when large bodies are referenced in place).
 
 mod answer;
+mod h2;
 pub mod output;
 pub mod respond;
 pub mod tls;
@@ -77,6 +78,9 @@ pub struct ConnConfig {
     pub hsts_line: Vec<u8>,
     /// `redirect_https`: cleartext requests get a 301 to this HTTPS port.
     pub redirect_https: Option<u16>,
+    /// Cleartext connections opening with the HTTP/2 preface speak h2c.
+    pub h2c: bool,
+    pub h2: crate::h2::H2Config,
 }
 
 impl ConnConfig {
@@ -86,8 +90,11 @@ impl ConnConfig {
                 max_head: cfg.max_head_bytes,
                 max_uri: cfg.max_uri_bytes,
             },
-            // Room for a maximal head plus pipelined requests behind it.
-            read_buf: (cfg.max_head_bytes + 1).max(16 * 1024),
+            // Room for a maximal head plus pipelined requests behind it,
+            // and for a whole HTTP/2 frame of the largest size we allow.
+            read_buf: (cfg.max_head_bytes + 1)
+                .max(16 * 1024)
+                .max(crate::h2::MAX_FRAME_IN + crate::h2::frame::HEAD_LEN),
             max_discard: cfg.max_discard_bytes,
             max_requests: cfg.max_requests_per_connection,
             max_ranges: cfg.max_ranges,
@@ -109,6 +116,13 @@ impl ConnConfig {
                     .map(|a| a.port())
             } else {
                 None
+            },
+            h2c: cfg.h2c,
+            h2: crate::h2::H2Config {
+                max_concurrent: cfg.h2_max_concurrent_streams,
+                max_header_list: cfg.max_head_bytes,
+                max_uri: cfg.max_uri_bytes,
+                max_body: cfg.max_discard_bytes,
             },
         }
     }
@@ -226,6 +240,9 @@ struct ConnIo {
     answered_at: Instant,
     /// Answers queued since the last complete flush.
     unflushed: u64,
+    /// The HTTP/2 state of a connection that speaks it (`conn/h2.rs`); an
+    /// HTTP/2 connection keeps its `ConnIo` while idle.
+    h2: Option<Box<crate::h2::H2>>,
 }
 
 /// The client's address, packed into 24 bytes (`Option<SocketAddr>` takes
@@ -384,6 +401,7 @@ impl Conn {
         io.rend = 0;
         io.discard = 0;
         io.unflushed = 0;
+        io.h2 = None;
         io.out.clear();
         if io.out.buf().capacity() > POOLED_WRITE_MAX {
             drop(io.out.take_buf());
@@ -442,6 +460,9 @@ impl Conn {
 
     /// The deadline passed (the caller checked `now >= deadline`).
     pub fn on_timeout(&mut self, env: &mut ShardEnv<'_>) -> Step {
+        if self.is_h2() {
+            return self.h2_timeout(env);
+        }
         match self.reading {
             Reading::Lingering(reason) | Reading::Done(reason) if self.out_empty() => {
                 Step::Close(reason)
@@ -475,6 +496,9 @@ impl Conn {
     /// Before its first answer a connection is not idle: bytes came (deferred
     /// accept), so a request or TLS handshake is under way.
     pub fn on_drain(&mut self) -> Step {
+        if self.is_h2() {
+            return self.h2_drain();
+        }
         match self.reading {
             Reading::Idle if self.served > 0 && self.out_empty() && self.buffered() == 0 => {
                 Step::Close(CloseReason::Shutdown)
@@ -579,7 +603,7 @@ impl Conn {
         }
         // Before the first request (a TLS handshake flight) the header
         // timeout from accept still runs, as nginx's client_header_timeout.
-        if self.reading == Reading::Idle && self.served > 0 {
+        if self.reading == Reading::Idle && self.served > 0 && !self.is_h2() {
             self.deadline = env.now + env.cfg.keepalive_timeout;
         }
     }
@@ -734,6 +758,12 @@ impl Conn {
         let Some(io) = self.io.as_deref_mut() else {
             return;
         };
+        if io.h2.is_some() {
+            if io.rstart == io.rend && !self.resume {
+                h2::park(io, pool);
+            }
+            return;
+        }
         match self.reading {
             Reading::Idle if io.rstart == io.rend => {}
             Reading::Head if !self.resume => {
@@ -786,6 +816,7 @@ impl ConnIo {
             out: Output::default(),
             answered_at: Instant::now(),
             unflushed: 0,
+            h2: None,
         })
     }
 

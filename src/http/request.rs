@@ -43,6 +43,8 @@ pub enum Method {
 pub enum Version {
     Http10,
     Http11,
+    /// A request on an HTTP/2 stream (`h2`).
+    Http2,
 }
 
 /// A parsed request head. Header values are raw bytes, trimmed.
@@ -280,7 +282,8 @@ struct Framing {
 }
 
 impl<'b> Request<'b> {
-    fn new(
+    /// A request with no fields yet (HTTP/2 fills them from its header list).
+    pub(crate) fn new(
         method: Method,
         method_name: &'b str,
         target: &'b [u8],

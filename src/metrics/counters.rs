@@ -86,6 +86,8 @@ pub struct ShardCounters {
     pub handshake_sum: f64,
     /// Times the shard stopped accepting at `max_connections_per_core`.
     pub conn_limit_hits: u64,
+    /// HTTP/2 streams, resets, GOAWAYs, defences (`h2`).
+    pub h2: crate::h2::H2Counters,
 }
 
 impl ShardCounters {
@@ -103,6 +105,7 @@ impl ShardCounters {
             handshake_buckets: [0; HANDSHAKE_BUCKETS.len() + 1],
             handshake_sum: 0.0,
             conn_limit_hits: 0,
+            h2: crate::h2::H2Counters::default(),
         }
     }
 
