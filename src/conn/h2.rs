@@ -79,6 +79,8 @@ impl Conn {
         let mut h2c = std::mem::take(&mut answer.counters.h2);
         let (used, recv) = h2.recv(input, &mut io.out, &mut answer, &mut h2c, env.now);
         let answered = answer.answered;
+        // Counted here: `answer` saw the shard's H2 counters taken out.
+        h2c.requests += answered as u64;
         io.rstart += used;
         if io.rstart == io.rend {
             io.rstart = 0;
@@ -216,7 +218,6 @@ impl Answer<'_> {
     fn record(&mut self, req: Option<&request::Request<'_>>, status: Status, bytes: u64) {
         self.answered += 1;
         self.counters.request(status, bytes);
-        self.counters.h2.requests += 1;
         if let Some(log) = self.log.as_deref_mut() {
             let session = self.tls.and_then(TlsConn::session_info);
             log.line(

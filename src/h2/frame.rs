@@ -61,6 +61,19 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    pub const ALL: [ErrorCode; 10] = [
+        ErrorCode::NoError,
+        ErrorCode::Protocol,
+        ErrorCode::Internal,
+        ErrorCode::FlowControl,
+        ErrorCode::StreamClosed,
+        ErrorCode::FrameSize,
+        ErrorCode::RefusedStream,
+        ErrorCode::Cancel,
+        ErrorCode::Compression,
+        ErrorCode::EnhanceYourCalm,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             ErrorCode::NoError => "no_error",

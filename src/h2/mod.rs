@@ -12,6 +12,7 @@
 //! - `frame`: pure frame decode/encode.
 //! - `hpack`: header block decode (loona-hpack) and response encoding.
 //! - `conn`: the frame handlers, stream states, limits and defences.
+//! - `request`: header list → `Request`, RFC 9113 §8 validity.
 //! - `stream`: per-stream state, response bodies and the DATA scheduler
 //!   (RFC 9218 urgency, incremental round-robin).
 
@@ -19,6 +20,7 @@ pub mod frame;
 pub mod hpack;
 
 mod conn;
+mod request;
 mod stream;
 
 use std::collections::VecDeque;

@@ -10,6 +10,7 @@
 pub mod access_log;
 pub mod admin;
 mod counters;
+mod h2;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -278,7 +279,7 @@ impl Metrics {
                     .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
             }
         }
-        vec![
+        let mut out = vec![
             requests,
             duration,
             bytes,
@@ -289,7 +290,9 @@ impl Metrics {
             handshakes,
             handshake_duration,
             info,
-        ]
+        ];
+        out.extend(h2::families(&shards));
+        out
     }
 }
 
