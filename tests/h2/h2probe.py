@@ -46,6 +46,17 @@ S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_S
 MAX_WINDOW = 2**31 - 1
 
 
+# Streams listed one by one in a summary; the rest only counted.
+SHOWN = 40
+
+
+def histogram(values):
+    out = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
 def err_name(code):
     return ERRORS[code] if code < len(ERRORS) else "0x%x" % code
 
@@ -257,9 +268,15 @@ class Wire:
             "closed": self.closed,
             "close_reason": self.close_reason,
             "goaways": [{"last_stream_id": l, "error": e, "debug": d} for l, e, d in self.goaways],
-            "resets": {str(k): v for k, v in sorted(self.resets.items())},
+            # The first streams only (an attack opens thousands), with
+            # totals and a histogram.
+            "resets": {str(k): v for k, v in sorted(self.resets.items())[:SHOWN]},
+            "resets_total": len(self.resets),
+            "resets_by_error": histogram(self.resets.values()),
             "server_settings": {str(k): v for k, v in sorted(self.server_settings.items())},
-            "statuses": {str(s): self.status(s) for s in sorted(self.headers)},
+            "statuses": {str(s): self.status(s) for s in sorted(self.headers)[:SHOWN]},
+            "statuses_total": len(self.headers),
+            "statuses_by_code": histogram(str(self.status(s)) for s in self.headers),
             "frames_received": self.frame_counts(),
         }
         out.update(extra)

@@ -51,9 +51,7 @@ fn assert_goaway(v: &serde_json::Value, error: &str, what: &str) {
     assert_eq!(v["closed"], true, "{what}: connection left open: {v}");
 }
 
-/// The sum of an h2 counter over `filter`, or a loud note when the server
-/// does not export it (the name is the implementation's, see
-/// src/metrics/).
+/// The sum of a counter over `filter`, scraped now.
 fn counter(server: &Server, name: &str, filter: &[(&str, &str)]) -> f64 {
     let samples = metrics::scrape(server.admin_addr());
     metrics::sum(&samples, name, filter)
@@ -77,6 +75,12 @@ fn await_counter_at_least(server: &Server, name: &str, filter: &[(&str, &str)], 
             .collect::<Vec<_>>()
     );
 }
+
+/// The implementation's counters (src/metrics/h2.rs).
+const DEFENCES: &str = "shardhttpd_h2_defences_total";
+const GOAWAYS: &str = "shardhttpd_h2_goaways_sent_total";
+const RESETS: &str = "shardhttpd_h2_resets_sent_total";
+const STALLS: &str = "shardhttpd_h2_flow_control_stalls_total";
 
 fn python(what: &str) -> Option<std::path::PathBuf> {
     h2::python_or_skip(what)
@@ -104,10 +108,11 @@ fn rapid_reset_is_answered_with_enhance_your_calm() {
         );
         assert_still_serving(&v, &what);
     }
+    await_counter_at_least(both.server(), DEFENCES, &[("defence", "rapid_reset")], 2.0);
     await_counter_at_least(
         both.server(),
-        "shardhttpd_h2_goaways_total",
-        &[("reason", "enhance_your_calm")],
+        GOAWAYS,
+        &[("code", "enhance_your_calm")],
         2.0,
     );
 }
@@ -129,14 +134,15 @@ fn server_provoked_resets_spend_the_same_budget() {
         &t,
         &["--count", "20000", "--batch", "100"],
     );
-    let resets = v["resets"].as_object().unwrap();
     assert!(
-        resets.values().any(|e| e == "PROTOCOL_ERROR"),
+        v["resets_by_error"]["PROTOCOL_ERROR"].as_u64() > Some(0),
         "a WINDOW_UPDATE of 0 on a stream is a stream error: {v}"
     );
     assert_goaway(&v, "ENHANCE_YOUR_CALM", "MadeYouReset");
     assert!(v["streams_opened"].as_u64().unwrap() < 20_000, "{v}");
     assert_still_serving(&v, "MadeYouReset");
+    await_counter_at_least(&server, RESETS, &[("code", "protocol_error")], 1.0);
+    await_counter_at_least(&server, DEFENCES, &[("defence", "rapid_reset")], 1.0);
 }
 
 #[test]
@@ -166,6 +172,7 @@ fn continuation_flood_is_cut_short() {
     let grown = rss_kib(server.pid()).saturating_sub(before);
     assert!(grown < 16 * 1024, "RSS grew {grown} KiB during the flood");
     assert_still_serving(&v, "CONTINUATION flood");
+    await_counter_at_least(&server, DEFENCES, &[("defence", "continuation_flood")], 1.0);
 }
 
 #[test]
@@ -205,6 +212,15 @@ fn hpack_bomb_is_refused_not_decoded() {
     let grown = rss_kib(server.pid()).saturating_sub(before);
     assert!(grown < 16 * 1024, "RSS grew {grown} KiB decoding the bomb");
     assert_still_serving(&v, "HPACK bomb");
+    // The decoded-size cap (431) or the header block cap, whichever the
+    // bomb reaches first.
+    let mut fired = 0.0;
+    poll_until(Duration::from_secs(10), || {
+        fired = counter(&server, DEFENCES, &[("defence", "header_list_size")])
+            + counter(&server, DEFENCES, &[("defence", "continuation_flood")]);
+        fired >= 1.0
+    });
+    assert!(fired >= 1.0, "no defence counted the HPACK bomb");
 }
 
 fn flood(kind: &str, count: &str) {
@@ -223,6 +239,8 @@ fn flood(kind: &str, count: &str) {
     let what = format!("{kind} flood");
     assert_goaway(&v, "ENHANCE_YOUR_CALM", &what);
     assert_still_serving(&v, &what);
+    await_counter_at_least(&server, DEFENCES, &[("defence", "control_flood")], 1.0);
+    await_counter_at_least(&server, GOAWAYS, &[("code", "enhance_your_calm")], 1.0);
 }
 
 #[test]
@@ -273,6 +291,7 @@ fn zero_window_stall_is_closed_after_the_write_timeout() {
             "{what}: closed after {took} s with write_timeout 1 s: {v}"
         );
     }
+    await_counter_at_least(both.server(), STALLS, &[], 2.0);
 }
 
 /// RFC 9113 §5.1.2: streams past the advertised limit are refused with a
@@ -325,6 +344,12 @@ fn streams_past_max_concurrent_streams_are_refused() {
         );
     }
     assert_eq!(SIZES[7], 200_000);
+    await_counter_at_least(
+        &server,
+        DEFENCES,
+        &[("defence", "max_concurrent_streams")],
+        4.0,
+    );
 }
 
 /// An idle h2 connection is closed after `keepalive_timeout`, with a
@@ -349,6 +374,7 @@ fn idle_connection_gets_goaway_and_close() {
         );
         assert_goaway(&v, "NO_ERROR", &what);
     }
+    await_counter_at_least(both.server(), GOAWAYS, &[("code", "no_error")], 2.0);
 }
 
 /// A header block that never ends is closed after `header_timeout`, as

@@ -275,21 +275,33 @@ pub fn from_hex(s: &str) -> Vec<u8> {
 pub struct Curl {
     pub response: Response,
     pub log: String,
+    /// curl's `%{size_download}`: body bytes received.
+    pub size_download: u64,
 }
 
 /// One request with curl over `target`: `--http2-prior-knowledge` on h2c,
 /// `--http2` (ALPN) over TLS, plus `extra` arguments (`-I` for HEAD, `-H`
-/// for headers). The body is kept as sent: no `--compressed`.
+/// for headers). The body is kept as sent: no `--compressed`. With `-I`
+/// curl writes the head where the body would go: the body is then left
+/// empty, and [`Curl::size_download`] says whether any came.
 #[track_caller]
 pub fn curl(target: &Target, path: &str, extra: &[&str]) -> Curl {
     let dir = super::TempDir::new("curl");
     let head = dir.path().join("head");
     let body = dir.path().join("body");
     let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "-v", "--max-time", "10", "-D"])
-        .arg(&head)
-        .arg("-o")
-        .arg(&body);
+    cmd.args([
+        "-sS",
+        "-v",
+        "--max-time",
+        "10",
+        "-w",
+        "\n%{size_download}\n",
+        "-D",
+    ])
+    .arg(&head)
+    .arg("-o")
+    .arg(&body);
     match &target.ca {
         Some(ca) => {
             let resolve = format!("localhost:{}:{}", target.addr.port(), target.addr.ip());
@@ -310,10 +322,22 @@ pub fn curl(target: &Target, path: &str, extra: &[&str]) -> Curl {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "curl {extra:?} {path} failed: {log}");
+    let size_download = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no size_download in curl's output: {log}"));
     let head = std::fs::read_to_string(&head).expect("curl's header dump");
     let mut response = parse_curl_head(&head).unwrap_or_else(|e| panic!("{e}\n{log}"));
-    response.body = std::fs::read(&body).unwrap_or_default();
-    Curl { response, log }
+    if !extra.contains(&"-I") {
+        response.body = std::fs::read(&body).unwrap_or_default();
+    }
+    Curl {
+        response,
+        log,
+        size_download,
+    }
 }
 
 /// The last response head of a curl `-D` dump (`HTTP/2 200` then
