@@ -21,9 +21,8 @@ pub fn h2_site(tag: &str) -> Site {
     let site = Site::new(tag);
     site.write("app.js", &script());
     site.write("big.bin", &big_body());
-    for (i, size) in SIZES.iter().enumerate() {
+    for i in 0..SIZES.len() {
         site.write(&format!("sized/{i}.txt"), &sized_body(i));
-        let _ = size;
     }
     site
 }
@@ -429,11 +428,11 @@ fn nghttp_fetches_every_file_on_one_connection() {
                 seen.insert(cols[6].to_owned(), (cols[4].to_owned(), cols[5].to_owned()));
             }
         }
-        for i in 0..SIZES.len() {
+        for (i, size) in SIZES.iter().enumerate() {
             let path = format!("/sized/{i}.txt");
             assert_eq!(
                 seen.get(&path),
-                Some(&("200".to_owned(), nghttp_size(SIZES[i]))),
+                Some(&("200".to_owned(), nghttp_size(*size))),
                 "{}: {path}: {text}",
                 t.name()
             );

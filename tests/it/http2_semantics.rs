@@ -16,9 +16,16 @@ use support::*;
 
 use crate::http2::{h2_site, Both};
 
-/// (method, path, headers); `{etag}` in a value is replaced by the ETag
-/// of `/index.html`, `{etag_js}` by that of `/app.js` (identity).
-const TABLE: &[(&str, &str, &[(&str, &str)])] = &[
+/// One request of the table: method, path, headers.
+type Row = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+/// `{etag}` in a value is replaced by the ETag of `/index.html`,
+/// `{etag_js}` by that of `/app.js` (identity).
+const TABLE: &[Row] = &[
     ("GET", "/index.html", &[]),
     ("GET", "/", &[]),
     ("GET", "/style.css", &[]),
