@@ -111,6 +111,7 @@ class Wire:
         self.headers = {}  # stream -> decoded response header list
         self.data = {}  # stream -> bytearray
         self.ended = set()  # streams the server ended
+        self.end_order = []  # the same, in the order their last frame came
         self.pending_block = None  # (stream, bytes) while a header block continues
         out = PREFACE + settings_frame(list(settings))
         if window:
@@ -210,7 +211,7 @@ class Wire:
                                  payload[8:].decode("utf-8", "replace")))
         elif ftype == RST_STREAM:
             self.resets[stream] = err_name(struct.unpack(">I", payload[:4])[0])
-            self.ended.add(stream)
+            self.end(stream)
         elif ftype in (HEADERS, CONTINUATION):
             if ftype == HEADERS:
                 body = payload
@@ -230,20 +231,25 @@ class Wire:
                            for k, v in self.decoder.decode(body, raw=True)]
                 self.headers.setdefault(s, []).append(decoded)
                 if es:
-                    self.ended.add(s)
+                    self.end(s)
         elif ftype == DATA:
             body = payload
             if flags & PADDED:
                 body = body[1:len(body) - body[0]]
             self.data.setdefault(stream, bytearray()).extend(body)
             if flags & END_STREAM:
-                self.ended.add(stream)
+                self.end(stream)
             if self.auto_window and payload:
                 self.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", len(payload)))
                           + frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", len(payload))))
 
     answer_pings = True
     auto_window = True
+
+    def end(self, stream):
+        if stream not in self.ended:
+            self.ended.add(stream)
+            self.end_order.append(stream)
 
     def pump(self, seconds, until=None):
         """Reads for up to `seconds`, or until `until()` holds or the server
@@ -635,6 +641,36 @@ def scenario_stall_headers(args):
     emit(w.summary(closed_after=took))
 
 
+def scenario_priority(args):
+    """RFC 9218: two streams for --path, the first at urgency 7, the second
+    at urgency 0, given by the `priority` header (--kind header) or by a
+    PRIORITY_UPDATE frame after both are open at the default urgency
+    (--kind update). Stream windows start at 0 so nothing flows until both
+    are known; then every window opens and the order in which the streams
+    end is recorded."""
+    w = Wire(args, settings=[(S_INITIAL_WINDOW_SIZE, 0)])
+    w.auto_window = False
+    w.wait_settings()
+    if args.kind == "header":
+        out = (w.request(1, args.path, extra=[("priority", "u=7")])
+               + w.request(3, args.path, extra=[("priority", "u=0")]))
+    else:
+        out = w.request(1, args.path) + w.request(3, args.path)
+        # PRIORITY_UPDATE (type 0x10) on stream 0: prioritized stream id,
+        # then the Priority Field Value.
+        for sid, value in ((1, b"u=7"), (3, b"u=0")):
+            out += frame(0x10, 0, 0, struct.pack(">I", sid) + value)
+    w.send(out)
+    w.pump(3, lambda: 1 in w.headers and 3 in w.headers)
+    w.auto_window = True
+    w.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - 65535))
+           + settings_frame([(S_INITIAL_WINDOW_SIZE, MAX_WINDOW)]))
+    w.pump(args.wait, lambda: 1 in w.ended and 3 in w.ended)
+    # Which stream's DATA came first after the windows opened.
+    first_data = next((f[2] for f in w.frames if f[0] == DATA and f[2] in (1, 3)), None)
+    emit(w.summary(end_order=w.end_order, first_data=first_data, sha256=w.digests([1, 3])))
+
+
 def scenario_get(args):
     """One GET for --path: the server's SETTINGS, the status and the body's
     length and digest."""
@@ -739,6 +775,7 @@ SCENARIOS = {
     "max-streams": scenario_max_streams,
     "get": scenario_get,
     "stall-headers": scenario_stall_headers,
+    "priority": scenario_priority,
     "idle": scenario_idle,
     "drain": scenario_drain,
     "preface": scenario_preface,

@@ -564,3 +564,32 @@ fn access_log_and_metrics_by_protocol() {
     metrics::await_value(admin, "shardhttpd_h2_connections_total", &[], 2.0);
     metrics::await_value(admin, "shardhttpd_h2_streams_total", &[], 6.0);
 }
+
+/// RFC 9218: of two streams both waiting, the one at urgency 0 is sent
+/// before the one at urgency 7, whether the urgency came in the `priority`
+/// header or in a PRIORITY_UPDATE frame (a page's CSS is not stuck behind
+/// an image).
+#[test]
+fn urgency_orders_streams() {
+    let Some(py) = h2::python_or_skip("priorities") else {
+        return;
+    };
+    let site = h2_site("h2-priority");
+    let server = Server::start(&site.root, &[]);
+    let t = Target::h2c(server.plain_addr());
+    let want = ring::digest::digest(&ring::digest::SHA256, &big_body());
+    let want: String = want.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    for kind in ["header", "update"] {
+        let v = h2::probe(
+            &py,
+            "priority",
+            &t,
+            &["--kind", kind, "--path", "/big.bin", "--wait", "10"],
+        );
+        assert_eq!(v["first_data"], 3, "{kind}: u=0 stream first: {v}");
+        assert_eq!(v["end_order"], serde_json::json!([3, 1]), "{kind}: {v}");
+        for id in ["1", "3"] {
+            assert_eq!(v["sha256"][id], want.as_str(), "{kind}: stream {id}");
+        }
+    }
+}
