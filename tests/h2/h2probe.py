@@ -671,6 +671,29 @@ def scenario_priority(args):
     emit(w.summary(end_order=w.end_order, first_data=first_data, sha256=w.digests([1, 3])))
 
 
+def scenario_hold(args):
+    """Opens --count h2 connections, one GET for --path answered on each,
+    says `{"ready": ...}`, and keeps them all open, idle, until stdin
+    closes; then checks each still answers a second GET."""
+    wires = []
+    for _ in range(args.count):
+        w = Wire(args)
+        w.wait_settings()
+        w.send(w.request(1, args.path))
+        w.pump(5, lambda: 1 in w.ended)
+        wires.append(w)
+    ok = sum(1 for w in wires if w.status(1) == 200)
+    emit({"ready": True, "opened": len(wires), "answered": ok})
+    sys.stdin.read()
+    for w in wires:
+        w.send(w.request(3, args.path))
+    again = 0
+    for w in wires:
+        w.pump(5, lambda: 3 in w.ended)
+        again += w.status(3) == 200
+    emit({"answered_again": again, "closed": sum(1 for w in wires if w.closed)})
+
+
 def scenario_get(args):
     """One GET for --path: the server's SETTINGS, the status and the body's
     length and digest."""
@@ -776,6 +799,7 @@ SCENARIOS = {
     "get": scenario_get,
     "stall-headers": scenario_stall_headers,
     "priority": scenario_priority,
+    "hold": scenario_hold,
     "idle": scenario_idle,
     "drain": scenario_drain,
     "preface": scenario_preface,

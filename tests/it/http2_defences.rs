@@ -443,3 +443,64 @@ fn sigterm_sends_goaway_and_finishes_streams_in_flight() {
         assert!(status.success(), "{what}: exited {status}");
     }
 }
+
+/// Issue 25: an idle h2 connection over TLS costs at most 16 KiB of server
+/// memory (RSS growth over 300 connections that each had one request
+/// answered, one shard, after a warm-up of 32 held open; the same method
+/// as `memory_per_connection`).
+#[test]
+fn idle_h2_connections_over_tls_cost_at_most_16_kib_each() {
+    const CONNS: u64 = 300;
+    const PER_CONN: u64 = 16 * 1024;
+    const ALLOWANCE: u64 = 256 * 1024;
+    let Some(py) = python("h2 memory") else {
+        return;
+    };
+    let site = h2_site("h2-memory");
+    let both = Both::start(
+        &site,
+        &[
+            "--cores",
+            "1",
+            "--keepalive-timeout",
+            "300",
+            "--header-timeout",
+            "300",
+        ],
+    );
+    let t = both.h2();
+    let pid = both.server().pid();
+    let settled = || {
+        let mut last = rss_kib(pid);
+        for _ in 0..30 {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = rss_kib(pid);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        last * 1024
+    };
+    let path = ["--path", "/index.html"];
+    let warm = h2::Running::start(&py, "hold", &t, &[&path[..], &["--count", "32"]].concat());
+    assert_eq!(warm.first["answered"], 32, "{}", warm.first);
+    let before = settled();
+    let count = CONNS.to_string();
+    let held = h2::Running::start(&py, "hold", &t, &[&path[..], &["--count", &count]].concat());
+    assert_eq!(held.first["answered"], CONNS, "{}", held.first);
+    let after = settled();
+    let grown = after.saturating_sub(before);
+    eprintln!(
+        "idle h2 over TLS: RSS {before} -> {after} B, +{grown} B for {CONNS} connections ({} B each)",
+        grown / CONNS
+    );
+    assert!(
+        grown <= CONNS * PER_CONN + ALLOWANCE,
+        "RSS grew {grown} B for {CONNS} idle h2 connections ({} B each), over {PER_CONN} B each",
+        grown / CONNS
+    );
+    let v = held.finish();
+    assert_eq!(v["answered_again"], CONNS, "they still serve: {v}");
+    warm.finish();
+}

@@ -185,6 +185,7 @@ impl Running {
     #[track_caller]
     pub fn start(py: &Path, scenario: &str, target: &Target, args: &[&str]) -> Running {
         let mut child = probe_command(py, scenario, target, args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -203,9 +204,10 @@ impl Running {
         }
     }
 
-    /// The final JSON object.
+    /// The final JSON object (stdin is closed first: `hold` waits on it).
     #[track_caller]
     pub fn finish(mut self) -> serde_json::Value {
+        drop(self.child.stdin.take());
         let last = self.lines.next().and_then(Result::ok).unwrap_or_default();
         let status = self.child.wait().unwrap();
         assert!(status.success(), "h2probe.py failed ({status}): {last}");
