@@ -504,3 +504,49 @@ fn idle_h2_connections_over_tls_cost_at_most_16_kib_each() {
     assert_eq!(v["answered_again"], CONNS, "they still serve: {v}");
     warm.finish();
 }
+
+/// Issue 25's lifecycle bar: a SIGUSR2 upgrade under h2load (h2c, 4
+/// connections × 10 streams) loses no stream: the old process sends
+/// GOAWAY, finishes what it took, and h2load carries on with the new one.
+#[test]
+fn upgrade_under_h2load_loses_no_stream() {
+    use support::upgrade::{process_gone, signal, status_pid, Successors};
+    if !installed("h2load") {
+        loud("SKIP: h2load not installed (Debian nghttp2-client)");
+        return;
+    }
+    let site = h2_site("h2-upgrade");
+    let server = Server::start(&site.root, &[]);
+    let successors = Successors::default();
+    let (addr, admin) = (server.plain_addr(), server.admin_addr());
+    let old = server.pid();
+    let load = std::process::Command::new("h2load")
+        .args(["-D", "6", "-c", "4", "-m", "10"])
+        .arg(format!("http://{addr}/sized/3.txt"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run h2load");
+    std::thread::sleep(Duration::from_secs(2));
+    signal(old, "USR2");
+    assert!(
+        poll_until(Duration::from_secs(20), || process_gone(old)),
+        "old process still running after SIGUSR2\n{}",
+        server.log_text()
+    );
+    let new = status_pid(admin).expect("status.json after the upgrade");
+    successors.push(new);
+    assert_ne!(new, old);
+    let out = load.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let r = h2::parse_h2load(&text);
+    assert!(r.succeeded > 0, "{text}");
+    assert_eq!(
+        (r.failed, r.errored, r.total - r.succeeded),
+        (0, 0, 0),
+        "streams lost across the upgrade: {text}\n{}",
+        server.log_text()
+    );
+    assert_eq!(r.status_2xx, r.succeeded, "{text}");
+}
