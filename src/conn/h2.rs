@@ -159,6 +159,11 @@ impl Conn {
     /// Drain: GOAWAY with the last stream id; streams in flight finish,
     /// then the connection closes (`answer_h2` sees it finished).
     pub(super) fn h2_drain(&mut self) -> Step {
+        if matches!(self.reading, Reading::Done(_) | Reading::Lingering(_)) {
+            // Already closing: the client reads what is queued (lingering
+            // keeps its WINDOW_UPDATEs from resetting the connection).
+            return Step::Keep;
+        }
         let Some(io) = self.io.as_deref_mut() else {
             return Step::Close(CloseReason::Shutdown);
         };

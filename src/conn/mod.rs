@@ -38,6 +38,12 @@ use tls::{TlsConn, TlsRead};
 /// response (RFC 9112 §9.6; nginx's `lingering_timeout`).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// [`LINGER_TIMEOUT`] for HTTP/2 (nginx's `lingering_time`): its client
+/// may still be reading megabytes of DATA queued in the socket, sending
+/// WINDOW_UPDATEs as it goes; closing on it would reset the connection and
+/// destroy what it has not read. It closes when it has read the GOAWAY.
+const H2_LINGER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// `scheduled` of a connection not yet in the timer wheel: later than any
 /// deadline, so the first event inserts it.
 const NOT_SCHEDULED: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -626,7 +632,10 @@ impl Conn {
             tls.close_notify();
             tls.flush_alert(&self.stream);
         }
-        let unread = self.buffered() > 0 || reason == CloseReason::Error;
+        // An HTTP/2 client keeps sending (WINDOW_UPDATE, PING) while it
+        // reads: closing with those unread would reset the connection and
+        // could destroy responses it has not read yet.
+        let unread = self.buffered() > 0 || reason == CloseReason::Error || self.is_h2();
         if !unread || self.stream.shutdown(Shutdown::Write).is_err() {
             return false;
         }
@@ -635,7 +644,12 @@ impl Conn {
         io.rstart = 0;
         io.rend = 0;
         self.readable = true;
-        self.deadline = now + LINGER_TIMEOUT;
+        self.deadline = now
+            + if self.is_h2() {
+                H2_LINGER_TIMEOUT
+            } else {
+                LINGER_TIMEOUT
+            };
         true
     }
 

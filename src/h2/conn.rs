@@ -123,7 +123,7 @@ impl H2 {
                 }
                 self.peer_goaway = true;
             }
-            frame::WINDOW_UPDATE => self.on_window_update(head, payload, out.buf(), counters),
+            frame::WINDOW_UPDATE => self.on_window_update(head, payload, out.buf(), counters, now),
             frame::CONTINUATION => self.on_continuation(head, payload, out, handler, counters, now),
             frame::PRIORITY_UPDATE => {
                 if head.stream != 0 {
@@ -687,6 +687,7 @@ impl H2 {
         payload: &[u8],
         out: &mut Vec<u8>,
         counters: &mut H2Counters,
+        now: Instant,
     ) {
         if payload.len() != 4 {
             return self.fail(out, ErrorCode::FrameSize, counters);
@@ -708,14 +709,14 @@ impl H2 {
             Known::Open => {
                 let id = head.stream;
                 if increment == 0 {
-                    return self.reset_stream(out, id, ErrorCode::Protocol, counters);
+                    return self.client_reset(out, id, ErrorCode::Protocol, counters, now);
                 }
                 let Some(s) = self.streams.get(id) else {
                     return;
                 };
                 s.send_window += increment;
                 if s.send_window > frame::MAX_WINDOW {
-                    self.reset_stream(out, id, ErrorCode::FlowControl, counters);
+                    self.client_reset(out, id, ErrorCode::FlowControl, counters, now);
                 }
             }
         }
