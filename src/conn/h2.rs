@@ -93,8 +93,9 @@ impl Conn {
             io.unflushed += answered as u64;
         }
         self.served = self.served.saturating_add(answered as u32).max(1);
-        if env.draining && h2.goaway(io.out.buf()) {
-            h2c.goaways_sent[crate::h2::ErrorCode::NoError as usize] += 1;
+        if env.draining {
+            // The first of the pair; the final one is counted.
+            h2.goaway(io.out.buf());
         }
         let sent = h2.send(io.out.buf(), &mut h2c, env.now);
         env.counters.h2 = h2c;
@@ -144,7 +145,7 @@ impl Conn {
         self.prepare_out(env.pool);
         let io = self.io();
         if let Some(h2) = io.h2.as_deref_mut() {
-            if h2.goaway(io.out.buf()) {
+            if h2.goaway_now(io.out.buf()) {
                 env.counters.h2.goaways_sent[crate::h2::ErrorCode::NoError as usize] += 1;
             }
         }
@@ -156,8 +157,8 @@ impl Conn {
         })
     }
 
-    /// Drain: GOAWAY with the last stream id; streams in flight finish,
-    /// then the connection closes (`answer_h2` sees it finished).
+    /// Drain: the graceful GOAWAY pair (`H2::goaway`); streams in flight
+    /// finish, then the connection closes (`answer_h2` sees it finished).
     pub(super) fn h2_drain(&mut self) -> Step {
         if matches!(self.reading, Reading::Done(_) | Reading::Lingering(_)) {
             // Already closing: the client reads what is queued (lingering
@@ -170,16 +171,16 @@ impl Conn {
         let Some(h2) = io.h2.as_deref_mut() else {
             return Step::Close(CloseReason::Shutdown);
         };
-        // Counted when the connection is next driven (no counters here).
+        // Not counted (no counters here): the final GOAWAY is. The client's
+        // PING ACK drives the connection on: final GOAWAY, streams finish,
+        // close (`answer_h2`); one that never answers is closed when the
+        // shutdown grace runs out.
         h2.goaway(io.out.buf());
-        let idle = h2.active() == 0;
-        if matches!(self.flush_out(), Ok(Flush::Done)) && idle && self.buffered() == 0 {
-            return Step::Close(CloseReason::Shutdown);
+        match self.flush_out() {
+            Ok(Flush::Blocked) => self.write_blocked = true,
+            Err(_) => return Step::Close(CloseReason::Error),
+            Ok(_) => {}
         }
-        if idle {
-            self.reading = Reading::Done(CloseReason::Shutdown);
-        }
-        // The shard drives it again on its next event.
         Step::Keep
     }
 }

@@ -109,7 +109,17 @@ impl H2 {
                 if payload.len() != 8 {
                     return self.fail(out.buf(), ErrorCode::FrameSize, counters);
                 }
-                if !self.spend_control(out.buf(), counters, now) || head.has(frame::FLAG_ACK) {
+                if head.has(frame::FLAG_ACK) {
+                    // A round trip since our first GOAWAY: every stream the
+                    // client sent before reading it has arrived.
+                    if self.drain_pinged && payload == DRAIN_PING && !self.goaway_sent {
+                        self.goaway_sent = true;
+                        frame::write_goaway(out.buf(), self.last_stream, ErrorCode::NoError);
+                        counters.goaways_sent[ErrorCode::NoError as usize] += 1;
+                    }
+                    return;
+                }
+                if !self.spend_control(out.buf(), counters, now) {
                     return;
                 }
                 frame::write_ping_ack(out.buf(), payload);

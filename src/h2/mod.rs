@@ -66,6 +66,9 @@ const CONTROL_RATE: f64 = 200.0;
 /// has been consumed: batching, one update per half window.
 const WINDOW_BATCH: i64 = frame::DEFAULT_WINDOW / 2;
 
+/// The PING payload of a graceful shutdown (see [`H2::goaway`]).
+const DRAIN_PING: &[u8; 8] = b"draining";
+
 /// Scratch capacity an idle connection keeps (header block, decoded
 /// fields, rendered response); more is freed by [`H2::shrink`].
 const SCRATCH_KEEP: usize = 1024;
@@ -222,6 +225,8 @@ pub struct H2 {
     control: Bucket,
     /// GOAWAY sent (drain, or error): streams above `last_stream` ignored.
     goaway_sent: bool,
+    /// The first GOAWAY of a graceful shutdown and its PING went out.
+    drain_pinged: bool,
     /// The client sent GOAWAY: close once the streams are done.
     peer_goaway: bool,
     /// When streams first had data but no window, for the write timeout.
@@ -274,6 +279,7 @@ impl H2 {
             resets: Bucket::new(RESET_BURST, now),
             control: Bucket::new(CONTROL_BURST, now),
             goaway_sent: false,
+            drain_pinged: false,
             peer_goaway: false,
             stalled_since: None,
         })
@@ -320,10 +326,25 @@ impl H2 {
         self.stalled_since
     }
 
-    /// Graceful GOAWAY (drain, upgrade, idle timeout): the streams we have
-    /// seen are finished, no new ones are taken. False when one was sent
-    /// already (or the connection failed).
+    /// Graceful shutdown (drain, upgrade), RFC 9113 §6.8: a GOAWAY with
+    /// the largest stream id and a PING first, so requests the client sent
+    /// before it read the GOAWAY are still served; the final GOAWAY, with
+    /// the last stream id really taken, follows the PING's ACK (`conn`).
+    /// False when shutdown had already begun (or the connection failed).
     pub fn goaway(&mut self, out: &mut Vec<u8>) -> bool {
+        if self.goaway_sent || self.drain_pinged || matches!(self.phase, Phase::Failed(_)) {
+            return false;
+        }
+        self.drain_pinged = true;
+        frame::write_goaway(out, frame::MAX_WINDOW as u32, ErrorCode::NoError);
+        frame::write_head(out, 8, frame::PING, 0, 0);
+        out.extend_from_slice(DRAIN_PING);
+        true
+    }
+
+    /// The final GOAWAY at once (idle timeout): the streams seen are
+    /// finished, no new ones are taken.
+    pub fn goaway_now(&mut self, out: &mut Vec<u8>) -> bool {
         if self.goaway_sent || matches!(self.phase, Phase::Failed(_)) {
             return false;
         }
