@@ -378,6 +378,19 @@ pub struct Settings {
     /// and path over HTTPS (on the first `tls_listen` port).
     #[arg(long, value_name = "BOOL")]
     pub redirect_https: Option<bool>,
+    /// HTTP/2 over TLS: TLS listeners offer ALPN `h2` before `http/1.1`.
+    #[arg(long, value_name = "BOOL")]
+    pub h2: Option<bool>,
+    /// HTTP/2 over cleartext with prior knowledge (h2c): cleartext
+    /// listeners take a connection that opens with the HTTP/2 client
+    /// preface as HTTP/2 (no `Upgrade: h2c`, which RFC 9113 dropped).
+    #[arg(long, value_name = "BOOL")]
+    pub h2c: Option<bool>,
+    /// Most concurrent streams per HTTP/2 connection
+    /// (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with
+    /// REFUSED_STREAM.
+    #[arg(long, value_name = "N")]
+    pub h2_max_concurrent_streams: Option<u32>,
 }
 
 /// One `[[tls_certificates]]` entry.
@@ -482,6 +495,12 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("tls_listen", "none (no TLS listener)".into()),
         ("hsts", "none (no Strict-Transport-Security)".into()),
         ("redirect_https", "false".into()),
+        ("h2", "true".into()),
+        ("h2c", "true".into()),
+        (
+            "h2_max_concurrent_streams",
+            crate::h2::DEFAULT_MAX_CONCURRENT_STREAMS.to_string(),
+        ),
         (
             "max_connections_per_core",
             "(RLIMIT_NOFILE - 64 - max_open_files) / shards, at least 64".into(),
@@ -728,7 +747,7 @@ impl Settings {
             error_pages, spa_fallback, dotfile_allow, index_files, default_type,
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
-            max_connections_per_core, hsts, redirect_https,
+            max_connections_per_core, hsts, redirect_https, h2, h2c, h2_max_concurrent_streams,
         )
     }
 

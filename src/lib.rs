@@ -9,6 +9,8 @@
 //!   epoll loop, timer wheel and Date cache.
 //! - [`conn`]: the per-connection state machine, buffers and output queue;
 //!   `conn::tls` is the TLS transport under it.
+//! - [`h2`]: HTTP/2 as a sans-I/O frame layer beside HTTP/1 (HPACK by
+//!   `loona-hpack`), answered by the same `conn::respond`.
 //! - [`tls`]: the shared rustls configuration: certificates chosen by SNI
 //!   and reloaded in place, session tickets.
 //! - [`http`]: pure HTTP/1.x code: request parsing, path normalisation,
@@ -22,6 +24,7 @@
 pub mod cache;
 pub mod config;
 pub mod conn;
+pub mod h2;
 pub mod http;
 pub mod logging;
 pub mod metrics;

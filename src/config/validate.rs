@@ -83,6 +83,11 @@ pub struct Config {
     pub hsts: Option<String>,
     /// Cleartext listeners redirect to HTTPS.
     pub redirect_https: bool,
+    /// HTTP/2 by ALPN on TLS listeners.
+    pub h2: bool,
+    /// HTTP/2 with prior knowledge on cleartext listeners.
+    pub h2c: bool,
+    pub h2_max_concurrent_streams: u32,
 }
 
 /// How connections are spread over the shards' listeners.
@@ -409,6 +414,15 @@ impl Config {
                 ),
                 v => v.unwrap_or(false),
             },
+            h2: s.h2.unwrap_or(true),
+            h2c: s.h2c.unwrap_or(true),
+            h2_max_concurrent_streams: match s.h2_max_concurrent_streams {
+                Some(0) => bail!(
+                    "{}: must be at least 1",
+                    s.name("h2_max_concurrent_streams")
+                ),
+                v => v.unwrap_or(crate::h2::DEFAULT_MAX_CONCURRENT_STREAMS),
+            },
             tls,
         })
     }
@@ -702,6 +716,7 @@ fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>>
         listen,
         pairs,
         ticket_key_file: s.tls_ticket_key_file.clone(),
+        h2: s.h2.unwrap_or(true),
     }))
 }
 

@@ -11,6 +11,9 @@ impl Conn {
     /// when it stopped on the backlog with bytes still buffered: the caller
     /// must come back once the output drains.
     pub(super) fn answer(&mut self, env: &mut ShardEnv<'_>) -> bool {
+        if self.is_h2() || self.starts_h2(env) {
+            return self.answer_h2(env);
+        }
         loop {
             match self.reading {
                 Reading::Done(_) | Reading::Lingering(_) => return false,
@@ -176,7 +179,7 @@ fn persistence(
     env: &ShardEnv<'_>,
 ) -> (Persist, CloseReason) {
     let client_closes = match version {
-        Version::Http11 => close,
+        Version::Http11 | Version::Http2 => close,
         Version::Http10 => close || !keep_alive,
     };
     if client_closes {

@@ -10,6 +10,7 @@
 //! when large bodies are referenced in place).
 
 mod answer;
+mod h2;
 pub mod output;
 pub mod respond;
 pub mod tls;
@@ -37,6 +38,12 @@ use tls::{TlsConn, TlsRead};
 /// that closing does not reset the connection before the client has read the
 /// response (RFC 9112 §9.6; nginx's `lingering_timeout`).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// [`LINGER_TIMEOUT`] for HTTP/2 (nginx's `lingering_time`): its client
+/// may still be reading megabytes of DATA queued in the socket, sending
+/// WINDOW_UPDATEs as it goes; closing on it would reset the connection and
+/// destroy what it has not read. It closes when it has read the GOAWAY.
+const H2_LINGER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `scheduled` of a connection not yet in the timer wheel: later than any
 /// deadline, so the first event inserts it.
@@ -81,6 +88,9 @@ pub struct ConnConfig {
     pub hsts_line: Vec<u8>,
     /// `redirect_https`: cleartext requests get a 301 to this HTTPS port.
     pub redirect_https: Option<u16>,
+    /// Cleartext connections opening with the HTTP/2 preface speak h2c.
+    pub h2c: bool,
+    pub h2: crate::h2::H2Config,
 }
 
 impl ConnConfig {
@@ -90,8 +100,11 @@ impl ConnConfig {
                 max_head: cfg.max_head_bytes,
                 max_uri: cfg.max_uri_bytes,
             },
-            // Room for a maximal head plus pipelined requests behind it.
-            read_buf: (cfg.max_head_bytes + 1).max(16 * 1024),
+            // Room for a maximal head plus pipelined requests behind it,
+            // and for a whole HTTP/2 frame of the largest size we allow.
+            read_buf: (cfg.max_head_bytes + 1)
+                .max(16 * 1024)
+                .max(crate::h2::MAX_FRAME_IN + crate::h2::frame::HEAD_LEN),
             max_discard: cfg.max_discard_bytes,
             max_requests: cfg.max_requests_per_connection,
             max_ranges: cfg.max_ranges,
@@ -114,6 +127,13 @@ impl ConnConfig {
                     .map(|a| a.port())
             } else {
                 None
+            },
+            h2c: cfg.h2c,
+            h2: crate::h2::H2Config {
+                max_concurrent: cfg.h2_max_concurrent_streams,
+                max_header_list: cfg.max_head_bytes,
+                max_uri: cfg.max_uri_bytes,
+                max_body: cfg.max_discard_bytes,
             },
         }
     }
@@ -260,6 +280,9 @@ struct ConnIo {
     answered_at: Instant,
     /// Answers queued since the last complete flush.
     unflushed: u64,
+    /// The HTTP/2 state of a connection that speaks it (`conn/h2.rs`); an
+    /// HTTP/2 connection keeps its `ConnIo` while idle.
+    h2: Option<Box<crate::h2::H2>>,
 }
 
 /// The client's address, packed into 24 bytes (`Option<SocketAddr>` takes
@@ -426,6 +449,7 @@ impl Conn {
         io.rend = 0;
         io.discard = 0;
         io.unflushed = 0;
+        io.h2 = None;
         io.out.clear();
         if io.out.buf().capacity() > POOLED_WRITE_MAX {
             drop(io.out.take_buf());
@@ -490,6 +514,9 @@ impl Conn {
 
     /// The deadline passed (the caller checked `now >= deadline`).
     pub fn on_timeout(&mut self, env: &mut ShardEnv<'_>) -> Step {
+        if self.is_h2() {
+            return self.h2_timeout(env);
+        }
         match self.reading {
             Reading::Lingering(reason) | Reading::Done(reason) if self.out_empty() => {
                 Step::Close(reason)
@@ -527,7 +554,11 @@ impl Conn {
     /// to send it, as HAProxy's `idle-close-on-response` does; after that
     /// [`on_timeout`](Self::on_timeout) parts with it (see `part`). A
     /// lingering connection finishes lingering.
+    /// An HTTP/2 connection sends GOAWAY and finishes its streams.
     pub fn on_drain(&mut self, env: &ShardEnv<'_>) -> Step {
+        if self.is_h2() {
+            return self.h2_drain();
+        }
         if self.at_rest() {
             let by = env.now + env.cfg.drain_idle_grace;
             if self.deadline > by {
@@ -680,7 +711,7 @@ impl Conn {
         }
         // Before the first request (a TLS handshake flight) the header
         // timeout from accept still runs, as nginx's client_header_timeout.
-        if self.reading == Reading::Idle && self.served > 0 {
+        if self.reading == Reading::Idle && self.served > 0 && !self.is_h2() {
             self.deadline = env.now + env.cfg.keepalive_timeout;
         }
         if env.stop == Stop::Draining {
@@ -706,7 +737,10 @@ impl Conn {
             tls.close_notify();
             tls.flush_alert(&self.stream);
         }
-        let unread = self.buffered() > 0 || reason == CloseReason::Error;
+        // An HTTP/2 client keeps sending (WINDOW_UPDATE, PING) while it
+        // reads: closing with those unread would reset the connection and
+        // could destroy responses it has not read yet.
+        let unread = self.buffered() > 0 || reason == CloseReason::Error || self.is_h2();
         if !unread || self.stream.shutdown(Shutdown::Write).is_err() {
             return false;
         }
@@ -715,7 +749,12 @@ impl Conn {
         io.rstart = 0;
         io.rend = 0;
         self.readable = true;
-        self.deadline = now + LINGER_TIMEOUT;
+        self.deadline = now
+            + if self.is_h2() {
+                H2_LINGER_TIMEOUT
+            } else {
+                LINGER_TIMEOUT
+            };
         true
     }
 
@@ -853,6 +892,12 @@ impl Conn {
         let Some(io) = self.io.as_deref_mut() else {
             return;
         };
+        if io.h2.is_some() {
+            if io.rstart == io.rend && !self.resume {
+                h2::park(io, pool);
+            }
+            return;
+        }
         match self.reading {
             Reading::Idle if io.rstart == io.rend => {}
             // What a lingering connection reads is dropped: it needs no
@@ -909,6 +954,7 @@ impl ConnIo {
             out: Output::default(),
             answered_at: Instant::now(),
             unflushed: 0,
+            h2: None,
         })
     }
 

@@ -103,6 +103,30 @@ impl From<io::Error> for WriteError {
     }
 }
 
+/// One piece of a queued response, as [`Output::for_each_piece`] lists
+/// them: HTTP/2 takes a response rendered by `conn::respond` apart into a
+/// header block and DATA frames.
+#[derive(Debug, Clone, Copy)]
+pub enum Piece<'a> {
+    Bytes(&'a [u8]),
+    /// Bytes in the pinned snapshot's arena.
+    Mem {
+        off: usize,
+        len: usize,
+    },
+    /// Bytes of a large file: the fd the response started on, and what it
+    /// is checked against around every read (as [`Output::flush`] does).
+    File {
+        file: &'a Arc<File>,
+        witness: Witness,
+        off: u64,
+        len: u64,
+    },
+    /// The large file could not be opened as the snapshot's version: the
+    /// response ends here, incomplete.
+    Cut,
+}
+
 /// Where the queue's bytes go: the socket itself (cleartext), or a TLS
 /// session that encrypts them (`conn::tls`). Generic, so the cleartext
 /// path compiles to the same direct calls as before the seam existed.
@@ -195,6 +219,42 @@ impl Output {
             || self.chunks.len() >= MAX_IOVECS
             || self.files >= MAX_QUEUED_FILES
             || self.pin.as_ref().is_some_and(|p| !Arc::ptr_eq(p, current))
+    }
+
+    /// The unsent queue in order (see [`Piece`]).
+    pub fn for_each_piece(&self, mut f: impl FnMut(Piece<'_>)) {
+        let mut cursor = self.sent;
+        for chunk in &self.chunks {
+            match *chunk {
+                Chunk::Own { end } => {
+                    if end > cursor {
+                        f(Piece::Bytes(&self.buf[cursor..end]));
+                        cursor = end;
+                    }
+                }
+                Chunk::Mem { off, len } => f(Piece::Mem { off, len }),
+                Chunk::File {
+                    ref file,
+                    witness,
+                    off,
+                    len,
+                } => f(Piece::File {
+                    file,
+                    witness,
+                    off,
+                    len,
+                }),
+                Chunk::Cut { .. } => f(Piece::Cut),
+            }
+        }
+        if cursor < self.buf.len() {
+            f(Piece::Bytes(&self.buf[cursor..]));
+        }
+    }
+
+    /// The snapshot the queue's `Mem` and `File` pieces belong to.
+    pub fn pinned(&self) -> Option<&Arc<Snapshot>> {
+        self.pin.as_ref()
     }
 
     /// Give the buffer's memory back when idle (see `Conn::park`).

@@ -159,6 +159,11 @@ impl TlsConn {
         })
     }
 
+    /// The handshake is done and ALPN chose HTTP/2.
+    pub fn alpn_h2(&self) -> bool {
+        self.established && self.conn.alpn_protocol() == Some(b"h2")
+    }
+
     /// Still handshaking (a close now counts as a failed handshake).
     pub fn handshaking(&self) -> bool {
         !self.established

@@ -43,6 +43,20 @@ pub enum Method {
     Unknown,
 }
 
+impl Method {
+    /// The kind of a method token (case-sensitive, RFC 9110 §9.1), the
+    /// same for every protocol.
+    pub fn of(name: &str) -> Method {
+        match name {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "OPTIONS" => Method::Options,
+            m if KNOWN_METHODS.contains(&m) => Method::NotAllowed,
+            _ => Method::Unknown,
+        }
+    }
+}
+
 /// Methods registered with IANA (RFC 9110 §9, RFC 5789, WebDAV) that a
 /// static server knows and refuses with 405; the rest get 501.
 const KNOWN_METHODS: &[&str] = &[
@@ -66,6 +80,8 @@ const KNOWN_METHODS: &[&str] = &[
 pub enum Version {
     Http10,
     Http11,
+    /// A request on an HTTP/2 stream (`h2`).
+    Http2,
 }
 
 /// A parsed request head. Header values are raw bytes, trimmed.
@@ -243,13 +259,7 @@ fn parse_httparse<'b>(
         return Err(ParseError::UriTooLong);
     }
     let method_name = req.method.ok_or(ParseError::Malformed)?;
-    let method = match method_name {
-        "GET" => Method::Get,
-        "HEAD" => Method::Head,
-        "OPTIONS" => Method::Options,
-        m if KNOWN_METHODS.contains(&m) => Method::NotAllowed,
-        _ => Method::Unknown,
-    };
+    let method = Method::of(method_name);
     let version = match req.version {
         Some(0) => Version::Http10,
         Some(1) => Version::Http11,
@@ -376,7 +386,8 @@ impl Codings {
 }
 
 impl<'b> Request<'b> {
-    fn new(
+    /// A request with no fields yet (HTTP/2 fills them from its header list).
+    pub(crate) fn new(
         method: Method,
         method_name: &'b str,
         target: &'b [u8],

@@ -151,6 +151,7 @@ impl ShardLog {
                 match r.version {
                     Version::Http10 => "HTTP/1.0",
                     Version::Http11 => "HTTP/1.1",
+                    Version::Http2 => "HTTP/2.0",
                 },
                 r.referer,
                 r.user_agent,

@@ -123,6 +123,8 @@ pub struct ShardCounters {
     /// Large-file responses cut short because the file's bytes changed in
     /// place while they were sent.
     pub downloads_cut_changed: u64,
+    /// HTTP/2 streams, resets, GOAWAYs, defences (`h2`).
+    pub h2: crate::h2::H2Counters,
 }
 
 impl ShardCounters {
@@ -143,6 +145,7 @@ impl ShardCounters {
             drain_closes: [0; 3],
             downloads_from_replaced: 0,
             downloads_cut_changed: 0,
+            h2: crate::h2::H2Counters::default(),
         }
     }
 

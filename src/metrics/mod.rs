@@ -10,6 +10,7 @@
 pub mod access_log;
 pub mod admin;
 mod counters;
+mod h2;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -325,7 +326,7 @@ impl Metrics {
                     .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
             }
         }
-        vec![
+        let mut out = vec![
             requests,
             duration,
             bytes,
@@ -339,7 +340,9 @@ impl Metrics {
             from_replaced,
             cut_changed,
             info,
-        ]
+        ];
+        out.extend(h2::families(&shards));
+        out
     }
 }
 

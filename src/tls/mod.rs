@@ -44,6 +44,8 @@ pub struct TlsSettings {
     /// The first pair is the default for clients without (known) SNI.
     pub pairs: Vec<CertPaths>,
     pub ticket_key_file: Option<PathBuf>,
+    /// Offer ALPN `h2` (before `http/1.1`: the server's preference).
+    pub h2: bool,
 }
 
 /// The crypto provider: *ring* (see README, "TLS"), with its default
@@ -243,9 +245,14 @@ impl Tls {
             .context("TLS protocol versions")?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Resolver(Arc::clone(&store))));
-        // A client offering ALPN without http/1.1 (h2 only) is refused
-        // with a no_application_protocol alert.
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // A client offering ALPN with neither protocol is refused with a
+        // no_application_protocol alert. rustls picks the first of ours
+        // the client offers: h2 wins where both are offered.
+        config.alpn_protocols = if settings.h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         // The suites' order is the server's (see `provider`).
         config.ignore_client_order = true;
         config.ticketer = Arc::clone(&ticketer) as Arc<dyn rustls::server::ProducesTickets>;

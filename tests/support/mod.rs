@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod caches;
+pub mod h2;
 pub mod metrics;
 pub mod privilege;
 pub mod procfs;

@@ -1,6 +1,9 @@
 //! Load generators and their own output: wrk (the default; Lua scripts for
-//! pipelining and HEAD) and ab (for the rows the classic tables used it for,
-//! where installed, and for HEAD, which wrk 4 cannot measure). Each run is a pinned child process that Ctrl-C kills.
+//! pipelining and HEAD), ab (for the rows the classic tables used it for,
+//! where installed, and for HEAD, which wrk 4 cannot measure) and h2load
+//! (the HTTP/2 rows: h2 over TLS and h2c, several streams per connection;
+//! its per-request log gives the percentiles). Each run is a pinned child
+//! process that Ctrl-C kills.
 
 use std::fs;
 use std::io;
@@ -18,6 +21,7 @@ pub const PIPELINE_DEPTH: usize = 16;
 pub enum Tool {
     Wrk,
     Ab,
+    H2load,
 }
 
 impl Tool {
@@ -25,6 +29,7 @@ impl Tool {
         match self {
             Tool::Wrk => "wrk",
             Tool::Ab => "ab",
+            Tool::H2load => "h2load",
         }
     }
 }
@@ -46,6 +51,11 @@ pub enum Mode {
     TlsKeepAlive,
     /// `Connection: close` GET over TLS: a full handshake per request.
     TlsClose,
+    /// HTTP/2 over TLS (ALPN h2), persistent connections, [`Spec::streams`]
+    /// streams in flight on each.
+    H2,
+    /// HTTP/2 in cleartext with prior knowledge (h2c), as [`Mode::H2`].
+    H2c,
 }
 
 impl Mode {
@@ -58,11 +68,17 @@ impl Mode {
             Mode::Head => "head",
             Mode::TlsKeepAlive => "tls-keep-alive",
             Mode::TlsClose => "tls-close",
+            Mode::H2 => "h2",
+            Mode::H2c => "h2c",
         }
     }
 
     pub fn is_tls(self) -> bool {
-        matches!(self, Mode::TlsKeepAlive | Mode::TlsClose)
+        matches!(self, Mode::TlsKeepAlive | Mode::TlsClose | Mode::H2)
+    }
+
+    pub fn is_h2(self) -> bool {
+        matches!(self, Mode::H2 | Mode::H2c)
     }
 }
 
@@ -73,6 +89,8 @@ pub struct Spec<'a> {
     pub port: u16,
     pub path: &'a str,
     pub concurrency: usize,
+    /// Streams in flight per connection (h2load `-m`; 1 for HTTP/1).
+    pub streams: usize,
     pub duration: Duration,
     pub client_cpus: &'a [usize],
     /// Value for `If-Modified-Since` in [`Mode::Ims`].
@@ -95,8 +113,14 @@ pub struct Outcome {
     pub note: String,
 }
 
-/// The command line for `spec`.
-pub fn command(spec: &Spec<'_>) -> io::Result<Vec<String>> {
+/// Where h2load writes its per-request log for a run whose report goes to
+/// `out_file`.
+pub fn h2load_log(out_file: &Path) -> std::path::PathBuf {
+    out_file.with_extension("requests.log")
+}
+
+/// The command line for `spec`; `out_file` is where its report goes.
+pub fn command(spec: &Spec<'_>, out_file: &Path) -> io::Result<Vec<String>> {
     let scheme = if spec.mode.is_tls() { "https" } else { "http" };
     let url = format!("{scheme}://127.0.0.1:{}{}", spec.port, spec.path);
     let secs = spec.duration.as_secs_f64().ceil().max(1.0) as u64;
@@ -138,6 +162,9 @@ pub fn command(spec: &Spec<'_>) -> io::Result<Vec<String>> {
                     // Content-Length and counts nothing: HEAD runs on ab.
                     return Err(io::Error::other("wrk cannot measure HEAD; use ab"));
                 }
+                Mode::H2 | Mode::H2c => {
+                    return Err(io::Error::other("wrk speaks HTTP/1.1 only; use h2load"));
+                }
             }
             cmd.push(url);
         }
@@ -169,6 +196,26 @@ pub fn command(spec: &Spec<'_>) -> io::Result<Vec<String>> {
                 }
             }
             cmd.push(url);
+        }
+        Tool::H2load => {
+            if !spec.mode.is_h2() {
+                return Err(io::Error::other(format!(
+                    "h2load runs the h2 and h2c rows, not {}",
+                    spec.mode.name()
+                )));
+            }
+            let threads = spec.client_cpus.len().clamp(1, spec.concurrency.max(1));
+            // An http:// URL is h2c with prior knowledge; https:// is h2 by
+            // ALPN (h2load offers only h2).
+            cmd.extend([
+                "h2load".into(),
+                format!("-t{threads}"),
+                format!("-c{}", spec.concurrency),
+                format!("-m{}", spec.streams.max(1)),
+                format!("-D{secs}"),
+                format!("--log-file={}", h2load_log(out_file).display()),
+                url,
+            ]);
         }
     }
     Ok(cmd)
@@ -216,6 +263,13 @@ pub fn run(
     let parsed = match tool {
         Tool::Wrk => parse_wrk(&text),
         Tool::Ab => parse_ab(&text),
+        Tool::H2load => parse_h2load(&text).map(|mut o| {
+            let log = fs::read_to_string(h2load_log(out_file)).unwrap_or_default();
+            (o.p50_ms, o.p99_ms) = h2load_percentiles(&log);
+            // The log is per request: large, and its figures are in the row.
+            let _ = fs::remove_file(h2load_log(out_file));
+            o
+        }),
     };
     // A run the tool could not report on is a row with a note, not the end
     // of the study.
@@ -280,6 +334,55 @@ pub fn parse_wrk(text: &str) -> Option<Outcome> {
         o.p99_ms = f64::NAN;
     }
     have_rps.then_some(o)
+}
+
+/// h2load's report (nghttp2 1.4x–1.5x): `finished in 2.00s, 123.45 req/s`,
+/// `requests: N total, N started, N done, N succeeded, F failed, E errored,
+/// T timeout` and `status codes: a 2xx, b 3xx, c 4xx, d 5xx`. Latency comes
+/// from its per-request log ([`h2load_percentiles`]).
+pub fn parse_h2load(text: &str) -> Option<Outcome> {
+    fn count(s: &str, word: &str) -> Option<u64> {
+        let words: Vec<&str> = s.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+        words
+            .windows(2)
+            .find(|w| w[1] == word)
+            .and_then(|w| w[0].parse().ok())
+    }
+    let mut o = Outcome {
+        p99_ms: f64::NAN,
+        ..Outcome::default()
+    };
+    let mut have_rps = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("finished in ") {
+            let rps = rest.split(", ").nth(1)?.strip_suffix(" req/s")?;
+            o.rps = rps.trim().parse().ok()?;
+            have_rps = true;
+        } else if let Some(rest) = t.strip_prefix("requests:") {
+            o.requests = count(rest, "succeeded")?;
+            o.errors += count(rest, "failed")? + count(rest, "errored")?;
+            o.errors += count(rest, "timeout").unwrap_or(0);
+        } else if let Some(rest) = t.strip_prefix("status codes:") {
+            o.errors += count(rest, "4xx")? + count(rest, "5xx")?;
+        }
+    }
+    have_rps.then_some(o)
+}
+
+/// p50 and p99 in milliseconds from h2load's `--log-file` (one line per
+/// request: start time, status, duration in microseconds); NaN when empty.
+pub fn h2load_percentiles(log: &str) -> (f64, f64) {
+    let mut us: Vec<u64> = log
+        .lines()
+        .filter_map(|l| l.split('\t').nth(2)?.trim().parse().ok())
+        .collect();
+    if us.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    us.sort_unstable();
+    let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+    (at(0.50), at(0.99))
 }
 
 /// ab 2.3's report.
@@ -356,6 +459,67 @@ Percentage of the requests served within a certain time (ms)
   99%      4
  100%      9 (longest request)
 ";
+
+    const H2LOAD: &str = "starting benchmark...
+spawning thread #0: 100 total client(s). Timing-based test with 0s of warm-up time and 2s of main duration for measurements.
+Application protocol: h2
+
+finished in 2.00s, 61234.50 req/s, 14.26MB/s
+requests: 122469 total, 122569 started, 122469 done, 122400 succeeded, 60 failed, 9 errored, 2 timeout
+status codes: 122400 2xx, 0 3xx, 3 4xx, 4 5xx
+traffic: 28.52MB (29904210) total, 2.14MB (2244590) headers (space savings 95.18%), 23.35MB (24480000) data
+";
+
+    #[test]
+    fn h2load_report_and_log() {
+        let o = parse_h2load(H2LOAD).expect("parsed");
+        assert_eq!(o.requests, 122_400);
+        assert!((o.rps - 61_234.5).abs() < 1e-6);
+        assert_eq!(o.errors, 60 + 9 + 2 + 3 + 4);
+        assert!(parse_h2load("no protocol negotiated").is_none());
+        let log: String = (1..=100)
+            .map(|i| format!("1700000000.{i:06}\t200\t{}\n", i * 10))
+            .collect();
+        let (p50, p99) = h2load_percentiles(&log);
+        assert!((p50 - 0.51).abs() < 1e-9, "{p50}");
+        assert!((p99 - 0.99).abs() < 1e-9, "{p99}");
+        assert!(h2load_percentiles("").0.is_nan());
+    }
+
+    #[test]
+    fn h2load_command() {
+        let spec = Spec {
+            tool: Tool::H2load,
+            mode: Mode::H2,
+            port: 8443,
+            path: "/100.html",
+            concurrency: 100,
+            streams: 10,
+            duration: Duration::from_secs(2),
+            client_cpus: &[0],
+            last_modified: None,
+            work: Path::new("/tmp"),
+        };
+        let cmd = command(&spec, Path::new("/tmp/cell.txt")).unwrap();
+        assert_eq!(
+            cmd[3..],
+            [
+                "h2load",
+                "-t1",
+                "-c100",
+                "-m10",
+                "-D2",
+                "--log-file=/tmp/cell.requests.log",
+                "https://127.0.0.1:8443/100.html"
+            ]
+        );
+        let h2c = Spec {
+            mode: Mode::H2c,
+            ..spec
+        };
+        let cmd = command(&h2c, Path::new("/tmp/cell.txt")).unwrap();
+        assert_eq!(cmd.last().unwrap(), "http://127.0.0.1:8443/100.html");
+    }
 
     #[test]
     fn ab_report() {

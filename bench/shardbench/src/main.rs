@@ -60,7 +60,9 @@ struct RunArgs {
     /// Which matrix: full (default; ≤ 15 min on 2 cores), quick, tiny (one
     /// cell per server, for tests), tls (issue 7's rows at c=100: keep-alive
     /// 100 B in cleartext and over TLS, a new TLS connection per request,
-    /// 100 KiB over TLS; implies --tls).
+    /// 100 KiB over TLS; implies --tls), h2 (issue 25's HTTP/2 rows with
+    /// h2load: 100 B, 4 KB, 100 KiB at -c 100 -m 10 and -c 1000 -m 1, over
+    /// TLS and h2c, beside HTTP/1.1 keep-alive at c=100; implies --tls).
     #[arg(long, value_enum)]
     matrix: Option<Kind>,
     /// Seconds per measured cell (default: 2 full, 1 quick and tiny).
@@ -149,7 +151,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(match kind {
         Kind::Full => 2.0,
         // Few cells, each compared with a ratio: longer ones are steadier.
-        Kind::Tls => 3.0,
+        Kind::Tls | Kind::H2 => 3.0,
         _ => 1.0,
     }));
     if duration < Duration::from_secs(1) {
@@ -162,7 +164,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
     let cap = nofile.saturating_sub(256).max(1) as usize;
     let (client, server) = split_cpus(&args)?;
     // The TLS matrix is the TLS rows and the cleartext row they compare to.
-    let want_tls = args.tls || kind == Kind::Tls;
+    let want_tls = args.tls || kind == Kind::Tls || kind == Kind::H2;
     let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap, want_tls);
     let ab = servers::installed("ab").is_some();
     let mut notes = plan.notes.clone();
@@ -178,6 +180,11 @@ fn study(args: RunArgs) -> io::Result<bool> {
         ));
     }
     plan.cells.retain(|c| ab || c.tool != Tool::Ab);
+    let h2load = servers::installed("h2load").is_some();
+    if !h2load && plan.cells.iter().any(|c| c.tool == Tool::H2load) {
+        notes.push("h2load is not installed (apt-get install nghttp2-client): no h2 rows".into());
+    }
+    plan.cells.retain(|c| h2load || c.tool != Tool::H2load);
     if args.sweep_only {
         plan.cells.clear();
     }
@@ -309,17 +316,23 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| {
-                    c.applies_to(&s.name) && (!c.mode.is_tls() || s.tls_port.is_some())
+                    c.applies_to(&s.name)
+                        && (!c.mode.is_tls() || s.tls_port.is_some())
+                        && (c.mode != Mode::H2 || s.h2)
+                        && (c.mode != Mode::H2c || s.h2c_port.is_some())
                 })
                 .map(move |(i, _)| (*c, i))
         })
         .collect();
-    let sweep_shards: Vec<usize> =
-        if args.no_sweep || kind == Kind::Tls || kind == Kind::Tiny && ctx.server.is_empty() {
-            Vec::new()
-        } else {
-            (1..=ctx.server.len()).collect()
-        };
+    let sweep_shards: Vec<usize> = if args.no_sweep
+        || kind == Kind::Tls
+        || kind == Kind::H2
+        || kind == Kind::Tiny && ctx.server.is_empty()
+    {
+        Vec::new()
+    } else {
+        (1..=ctx.server.len()).collect()
+    };
     let total = jobs.len() + 2 * sweep_shards.len();
     let expected: f64 = jobs
         .iter()
@@ -377,13 +390,14 @@ fn study(args: RunArgs) -> io::Result<bool> {
         let spec = Spec {
             tool: cell.tool,
             mode: cell.mode,
-            port: if cell.mode.is_tls() {
-                s.tls_port.unwrap_or(s.port)
-            } else {
-                s.port
+            port: match cell.mode {
+                Mode::H2c => s.h2c_port.unwrap_or(s.port),
+                m if m.is_tls() => s.tls_port.unwrap_or(s.port),
+                _ => s.port,
             },
             path: cell.doc.path,
             concurrency: cell.concurrency,
+            streams: cell.streams,
             duration: cell_duration(ctx.duration, cell.concurrency, somaxconn),
             client_cpus: &ctx.client,
             last_modified: s.last_modified.as_deref(),
@@ -425,6 +439,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
                 port: s.port,
                 path: docs::SMALL.path,
                 concurrency: args.sweep_concurrency.min(cap),
+                streams: 1,
                 duration: ctx.duration,
                 client_cpus: &ctx.client,
                 last_modified: None,
@@ -537,8 +552,6 @@ fn measure(
     spec: &Spec<'_>,
     label: &str,
 ) -> io::Result<Option<Row>> {
-    let cmd = load::command(spec)?;
-    commands.push(format!("# {label}\n{}", cmd.join(" ")));
     let raw = ctx.work.join(format!(
         "{}.txt",
         label.replace(
@@ -546,6 +559,8 @@ fn measure(
             "_"
         )
     ));
+    let cmd = load::command(spec, &raw)?;
+    commands.push(format!("# {label}\n{}", cmd.join(" ")));
     let t0 = procs::tree_cpu_ns(server_pid);
     let c0 = procs::cpu_ticks(&ctx.client);
     let start = Instant::now();
@@ -565,10 +580,12 @@ fn measure(
         tool: spec.tool.name().into(),
         mode: spec.mode.name().into(),
         concurrency: spec.concurrency,
+        // Requests in flight per connection: the pipeline's depth, or
+        // h2's streams per connection.
         pipeline_depth: if spec.mode == Mode::Pipeline {
             load::PIPELINE_DEPTH
         } else {
-            1
+            spec.streams.max(1)
         },
         duration_s: elapsed,
         server_cpu_us_per_req: if outcome.requests > 0 {
@@ -712,6 +729,7 @@ fn machine(ctx: &Ctx, bin: &Path, nofile: u64, cap: usize) -> String {
     );
     line("wrk", servers::version("wrk", "-v"));
     line("ab", servers::version("ab", "-V"));
+    line("h2load", servers::version("h2load", "--version"));
     line("nginx", servers::version("nginx", "-v"));
     line("h2o", servers::version("h2o", "--version"));
     line("lighttpd", servers::version("lighttpd", "-v"));
@@ -743,7 +761,7 @@ fn hms(secs: f64) -> String {
 
 impl ValueEnum for Kind {
     fn value_variants<'a>() -> &'a [Self] {
-        &[Kind::Full, Kind::Quick, Kind::Tiny, Kind::Tls]
+        &[Kind::Full, Kind::Quick, Kind::Tiny, Kind::Tls, Kind::H2]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
@@ -752,6 +770,7 @@ impl ValueEnum for Kind {
             Kind::Quick => "quick",
             Kind::Tiny => "tiny",
             Kind::Tls => "tls",
+            Kind::H2 => "h2",
         }))
     }
 }

@@ -6,6 +6,8 @@ use crate::docs::{Doc, DOCS, SMALL};
 
 /// The largest document (100 KiB): the TLS bulk row.
 const LARGE: Doc = DOCS[DOCS.len() - 1];
+/// The 4 KiB page: the h2 matrix's middle size.
+const MEDIUM: Doc = DOCS[2];
 use crate::load::{Mode, Tool};
 
 /// The classic concurrency levels.
@@ -26,12 +28,21 @@ pub enum Kind {
     /// A curve for keep-alive 100 B, every other row once at c=100: under 3
     /// minutes on 2 cores.
     Quick,
-    /// One keep-alive 100 B cell per server (the tool's own test).
+    /// One keep-alive 100 B cell per server (the tool's own test), and one
+    /// h2c 100 B cell (`-m 10`) where h2load is installed.
     Tiny,
     /// The TLS comparison at c=100: keep-alive 100 B in cleartext and over
     /// TLS, `Connection: close` over TLS, keep-alive 100 KiB over TLS.
     Tls,
+    /// The HTTP/2 matrix (issue 25), driven by h2load: 100 B, 4 KB and
+    /// 100 KiB at `-c 100 -m 10` and `-c 1000 -m 1`, over TLS and h2c, and
+    /// the HTTP/1.1 keep-alive rows (cleartext and TLS, wrk, c=100) they
+    /// are compared with.
+    H2,
 }
+
+/// The h2 matrix's (connections, streams per connection).
+pub const H2_SHAPES: [(usize, usize); 2] = [(100, 10), (1000, 1)];
 
 /// One row of the matrix.
 #[derive(Debug, Clone, Copy)]
@@ -40,12 +51,19 @@ pub struct Cell {
     pub doc: Doc,
     pub concurrency: usize,
     pub tool: Tool,
+    /// Streams in flight per connection: h2load's `-m`; 1 otherwise.
+    pub streams: usize,
 }
 
 impl Cell {
     pub fn label(&self) -> String {
+        let m = if self.mode.is_h2() {
+            format!(" m={}", self.streams)
+        } else {
+            String::new()
+        };
         format!(
-            "{} {} c={} {}",
+            "{} {} c={}{m} {}",
             self.mode.name(),
             self.doc.label,
             self.concurrency,
@@ -94,6 +112,7 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
             doc,
             concurrency,
             tool,
+            streams: 1,
         };
         // Capping can make two levels equal: keep one.
         if !cells.iter().any(|x: &Cell| {
@@ -105,6 +124,14 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
             cells.push(cell);
         }
     };
+    let h2 = |mode: Mode, doc: Doc, c: usize, m: usize, notes: &mut Vec<String>| Cell {
+        mode,
+        doc,
+        concurrency: fit(c.min(TLS_MAX), notes),
+        tool: Tool::H2load,
+        streams: m,
+    };
+    let mut h2_cells = Vec::new();
     match kind {
         Kind::Full => {
             let levels = levels.unwrap_or(&CONCURRENCY);
@@ -177,6 +204,7 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
         Kind::Tiny => {
             let c = levels.and_then(|l| l.first().copied()).unwrap_or(10);
             add(Mode::KeepAlive, SMALL, c, Tool::Wrk, &mut notes);
+            h2_cells.push(h2(Mode::H2c, SMALL, c, 10, &mut notes));
             if tls {
                 for mode in [Mode::TlsKeepAlive, Mode::TlsClose] {
                     add(mode, SMALL, c.min(TLS_MAX), Tool::Wrk, &mut notes);
@@ -202,7 +230,19 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
                 &mut notes,
             );
         }
+        Kind::H2 => {
+            add(Mode::KeepAlive, SMALL, 100, Tool::Wrk, &mut notes);
+            add(Mode::TlsKeepAlive, SMALL, 100, Tool::Wrk, &mut notes);
+            for mode in [Mode::H2, Mode::H2c] {
+                for doc in [SMALL, MEDIUM, LARGE] {
+                    for (c, m) in H2_SHAPES {
+                        h2_cells.push(h2(mode, doc, c, m, &mut notes));
+                    }
+                }
+            }
+        }
     }
+    cells.extend(h2_cells);
     Plan { cells, notes }
 }
 
@@ -243,6 +283,42 @@ mod tests {
                 "tls-close 100B c=100 wrk",
                 "tls-keep-alive 100KiB c=100 wrk",
             ]
+        );
+    }
+
+    #[test]
+    fn h2_matrix_is_the_issue_rows() {
+        let p = plan(Kind::H2, None, 100_000, true);
+        let rows: Vec<String> = p.cells.iter().map(Cell::label).collect();
+        assert_eq!(
+            rows,
+            [
+                "keep-alive 100B c=100 wrk",
+                "tls-keep-alive 100B c=100 wrk",
+                "h2 100B c=100 m=10 h2load",
+                "h2 100B c=1000 m=1 h2load",
+                "h2 4KB c=100 m=10 h2load",
+                "h2 4KB c=1000 m=1 h2load",
+                "h2 100KiB c=100 m=10 h2load",
+                "h2 100KiB c=1000 m=1 h2load",
+                "h2c 100B c=100 m=10 h2load",
+                "h2c 100B c=1000 m=1 h2load",
+                "h2c 4KB c=100 m=10 h2load",
+                "h2c 4KB c=1000 m=1 h2load",
+                "h2c 100KiB c=100 m=10 h2load",
+                "h2c 100KiB c=1000 m=1 h2load",
+            ]
+        );
+        assert!(p
+            .cells
+            .iter()
+            .filter(|c| c.mode.is_h2())
+            .all(|c| !c.applies_to("floor")));
+        let tiny = plan(Kind::Tiny, None, 100_000, false);
+        let rows: Vec<String> = tiny.cells.iter().map(Cell::label).collect();
+        assert_eq!(
+            rows,
+            ["keep-alive 100B c=10 wrk", "h2c 100B c=10 m=10 h2load"]
         );
     }
 

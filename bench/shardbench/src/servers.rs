@@ -31,6 +31,11 @@ pub struct Server {
     pub command: String,
     /// The HTTPS port, when the server was started with TLS.
     pub tls_port: Option<u16>,
+    /// Whether the HTTPS port answers HTTP/2 (ALPN h2), checked with h2load.
+    pub h2: bool,
+    /// A cleartext port that answers HTTP/2 with prior knowledge (h2c),
+    /// checked with h2load.
+    pub h2c_port: Option<u16>,
 }
 
 /// A self-signed certificate for 127.0.0.1 / localhost, shared by every
@@ -316,6 +321,8 @@ fn launch(name: &str, setup: &Setup<'_>, port: u16, cmd: &[String]) -> io::Resul
         last_modified,
         command: full.join(" "),
         tls_port: None,
+        h2: false,
+        h2c_port: None,
     })
 }
 
@@ -371,7 +378,37 @@ pub fn start_shardhttpd(
         wait_tls(p)?;
         server.tls_port = Some(p);
     }
+    // h2 (ALPN) and h2c are on by default where the binary has them.
+    check_h2(&mut server, Some(port));
     Ok((server, admin))
+}
+
+/// Whether one HTTP/2 request to `url` succeeds with h2load (h2c with
+/// prior knowledge for http://, ALPN h2 for https://).
+pub fn speaks_h2(url: &str) -> bool {
+    if installed("h2load").is_none() {
+        return false;
+    }
+    Command::new("h2load")
+        .args(["-n1", "-c1", url])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout);
+            o.status.success() && text.contains("1 succeeded") && text.contains("1 2xx")
+        })
+        .unwrap_or(false)
+}
+
+/// Sets [`Server::h2`] and [`Server::h2c_port`] from what the server
+/// answers: h2 on its TLS port, h2c on `h2c` (its cleartext port, or a
+/// port of its own).
+fn check_h2(server: &mut Server, h2c: Option<u16>) {
+    let page = SMALL.path;
+    server.h2 = server
+        .tls_port
+        .is_some_and(|p| speaks_h2(&format!("https://127.0.0.1:{p}{page}")));
+    server.h2c_port = h2c.filter(|p| speaks_h2(&format!("http://127.0.0.1:{p}{page}")));
 }
 
 /// The floor, run from this very executable.
@@ -402,7 +439,15 @@ pub fn installed(program: &str) -> Option<PathBuf> {
 
 /// Start peer `name` (one of [`PEERS`]) with its fair config.
 pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Result<Server> {
-    let [port, tls_port] = free_ports()?;
+    let [port, tls_port, h2c_port] = free_ports()?;
+    // nginx speaks h2c only on a listener of its own (`listen ... http2`
+    // without ssl answers nothing else); h2o recognises the preface on its
+    // HTTP/1 listener.
+    let h2c = match name {
+        "nginx" => Some(h2c_port),
+        "h2o" => Some(port),
+        _ => None,
+    };
     // lighttpd's TLS is a separate module (lighttpd-mod-openssl): only with it.
     let tls = tls.filter(|_| name != "lighttpd" || lighttpd_has_tls());
     let tls_port = tls.map(|_| tls_port);
@@ -440,12 +485,13 @@ pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Resul
                  client_body_temp_path {w}/nginx/body;\n  proxy_temp_path {w}/nginx/proxy;\n\
                  fastcgi_temp_path {w}/nginx/fastcgi;\n  uwsgi_temp_path {w}/nginx/uwsgi;\n\
                  scgi_temp_path {w}/nginx/scgi;\n\
-                 server {{ listen 127.0.0.1:{port} backlog=4096; root {root}; }}\n"
+                 server {{ listen 127.0.0.1:{port} backlog=4096; root {root}; }}\n\
+                 server {{ listen 127.0.0.1:{h2c_port} http2 backlog=4096; root {root}; }}\n"
             );
             if let (Some(t), Some(p)) = (tls, tls_port) {
                 let _ = write!(
                     conf,
-                    "server {{ listen 127.0.0.1:{p} ssl backlog=4096; root {root};\n\
+                    "server {{ listen 127.0.0.1:{p} ssl http2 backlog=4096; root {root};\n\
                      ssl_certificate {}; ssl_certificate_key {};\n\
                      ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m; }}\n",
                     t.cert.display(),
@@ -536,6 +582,10 @@ pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Resul
         wait_tls(p)?;
         server.tls_port = Some(p);
     }
+    if let Some(p) = h2c.filter(|&p| p != port) {
+        wait_tls(p)?;
+    }
+    check_h2(&mut server, h2c);
     Ok(server)
 }
 

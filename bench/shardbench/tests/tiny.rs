@@ -1,6 +1,7 @@
-//! Runs the study on the tiny matrix (one keep-alive 100 B cell per server,
-//! 1 s cells, no peers) against the debug shardhttpd, and checks the CSV's
-//! columns and rows, the sweep's per-core figures and the files written.
+//! Runs the study on the tiny matrix (one keep-alive 100 B cell per server
+//! and one h2c cell with h2load, 1 s cells, no peers) against the debug
+//! shardhttpd, and checks the CSV's columns and rows, the sweep's per-core
+//! figures and the files written.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -77,9 +78,33 @@ fn tiny_matrix_writes_every_expected_row() {
     for r in &rows {
         assert_eq!(r.len(), header.len(), "row {r:?}");
     }
-    let matrix: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == "matrix").collect();
+    let matrix: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r[0] == "matrix" && r[col("tool")] != "h2load")
+        .collect();
     let servers: Vec<&str> = matrix.iter().map(|r| r[col("server")]).collect();
     assert_eq!(servers, ["shardhttpd", "floor"], "one tiny cell per server");
+    // The h2 smoke cell: h2c, 10 streams per connection, shardhttpd only
+    // (the floor speaks HTTP/1.1).
+    let h2: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r[0] == "matrix" && r[col("tool")] == "h2load")
+        .collect();
+    if on_path("h2load") {
+        assert_eq!(h2.len(), 1, "one h2c cell: {h2:?}");
+        let r = h2[0];
+        assert_eq!(r[col("server")], "shardhttpd");
+        assert_eq!(r[col("mode")], "h2c");
+        assert_eq!(r[col("pipeline_depth")], "10", "streams per connection");
+        let rps: f64 = r[col("rps")].parse().expect("rps");
+        assert!(rps > 0.0, "h2c served nothing: {r:?}");
+        assert_eq!(r[col("errors")], "0", "{r:?}");
+        let p50: f64 = r[col("latency_p50_ms")].parse().expect("p50");
+        assert!(p50 > 0.0, "percentiles from h2load's log: {r:?}");
+    } else {
+        eprintln!("\n*** SKIP the h2c cell: h2load not installed (nghttp2-client) ***\n");
+        assert!(h2.is_empty(), "{h2:?}");
+    }
     for r in &matrix {
         assert_eq!(r[col("mode")], "keep-alive");
         assert_eq!(r[col("size_bytes")], "100");

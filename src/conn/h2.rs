@@ -1,0 +1,283 @@
+//! The seam between [`Conn`] and the HTTP/2 core (`crate::h2`): choosing
+//! the protocol (ALPN `h2` after a TLS handshake, the client preface on a
+//! cleartext connection), answering through `conn::respond` with the
+//! same counting and logging as HTTP/1, timeouts, and GOAWAY on drain.
+
+use super::*;
+use crate::h2::{frame, Handler, Recv, Sent, H2};
+
+impl Conn {
+    #[inline]
+    pub(super) fn is_h2(&self) -> bool {
+        self.io.as_ref().is_some_and(|io| io.h2.is_some())
+    }
+
+    /// Before the first request: does this connection speak HTTP/2? If so
+    /// its state is set up and our SETTINGS queued.
+    pub(super) fn starts_h2(&mut self, env: &mut ShardEnv<'_>) -> bool {
+        if self.served > 0 || self.reading != Reading::Idle {
+            return false;
+        }
+        let h2 = match &self.tls {
+            Some(tls) => tls.alpn_h2(),
+            None => {
+                if !env.cfg.h2c {
+                    return false;
+                }
+                let io = self.io();
+                let buffered = &io.rbuf[io.rstart..io.rend];
+                // A prefix of the preface waits for the rest (HTTP/1 would
+                // answer `PRI * HTTP/2.0` with a 505).
+                let n = buffered.len().min(frame::PREFACE.len());
+                if n == 0 || buffered[..n] != frame::PREFACE[..n] {
+                    return false;
+                }
+                if n < frame::PREFACE.len() {
+                    return false;
+                }
+                true
+            }
+        };
+        if !h2 {
+            return false;
+        }
+        self.prepare_out(env.pool);
+        let io = self.io();
+        let state = H2::new(env.cfg.h2, env.now);
+        state.start(io.out.buf());
+        io.h2 = Some(state);
+        env.counters.h2.connections += 1;
+        self.deadline = env.now + env.cfg.keepalive_timeout;
+        true
+    }
+
+    /// Frames in, answers and DATA out. Returns true when it stopped with
+    /// work left that a flush will make room for (see `Conn::answer`).
+    pub(super) fn answer_h2(&mut self, env: &mut ShardEnv<'_>) -> bool {
+        if matches!(self.reading, Reading::Done(_) | Reading::Lingering(_)) {
+            return false;
+        }
+        self.prepare_out(env.pool);
+        let Some(io) = self.io.as_deref_mut() else {
+            return false;
+        };
+        let Some(h2) = io.h2.as_deref_mut() else {
+            return false;
+        };
+        let mut answer = Answer {
+            cfg: env.cfg,
+            snapshot: env.snapshot,
+            date: env.date,
+            scratch: &mut *env.scratch,
+            counters: &mut *env.counters,
+            log: env.log.as_deref_mut(),
+            peer: &self.peer,
+            tls: self.tls.as_deref(),
+            answered: 0,
+        };
+        let input = &io.rbuf[io.rstart..io.rend];
+        let mut h2c = std::mem::take(&mut answer.counters.h2);
+        let (used, recv) = h2.recv(input, &mut io.out, &mut answer, &mut h2c, env.now);
+        let answered = answer.answered;
+        // Counted here: `answer` saw the shard's H2 counters taken out.
+        h2c.requests += answered as u64;
+        io.rstart += used;
+        if io.rstart == io.rend {
+            io.rstart = 0;
+            io.rend = 0;
+        }
+        if answered > 0 {
+            if io.unflushed == 0 {
+                io.answered_at = env.now;
+            }
+            io.unflushed += answered as u64;
+        }
+        self.served = self.served.saturating_add(answered as u32).max(1);
+        if env.stop.closes() {
+            // The first of the pair; the final one is counted.
+            h2.goaway(io.out.buf());
+        }
+        let sent = h2.send(io.out.buf(), &mut h2c, env.now);
+        env.counters.h2 = h2c;
+        self.deadline = if let Some(t) = h2.stalled_since() {
+            t + env.cfg.write_timeout
+        } else if let Some(t) = h2.header_pending_since() {
+            t + env.cfg.header_timeout
+        } else {
+            env.now + env.cfg.keepalive_timeout
+        };
+        if recv == Recv::Failed {
+            self.reading = Reading::Done(CloseReason::Error);
+            return false;
+        }
+        if h2.finished() {
+            let reason = if env.stop.closes() {
+                CloseReason::Shutdown
+            } else {
+                CloseReason::Client
+            };
+            self.reading = Reading::Done(reason);
+            return false;
+        }
+        recv == Recv::Backlogged || sent == Sent::More
+    }
+
+    /// The deadline passed on an HTTP/2 connection.
+    pub(super) fn h2_timeout(&mut self, env: &mut ShardEnv<'_>) -> Step {
+        let stalled = self
+            .io
+            .as_ref()
+            .and_then(|io| io.h2.as_ref())
+            .is_some_and(|h2| h2.stalled_since().is_some());
+        if !self.out_empty() || stalled {
+            return Step::Close(CloseReason::WriteTimeout);
+        }
+        if let Reading::Done(reason) | Reading::Lingering(reason) = self.reading {
+            return Step::Close(reason);
+        }
+        let header = self
+            .io
+            .as_ref()
+            .and_then(|io| io.h2.as_ref())
+            .is_some_and(|h2| h2.header_pending_since().is_some());
+        // Idle (or silent mid-block): say goodbye, best effort.
+        self.unpark(env);
+        self.prepare_out(env.pool);
+        let io = self.io();
+        if let Some(h2) = io.h2.as_deref_mut() {
+            if h2.goaway_now(io.out.buf()) {
+                env.counters.h2.goaways_sent[crate::h2::ErrorCode::NoError as usize] += 1;
+            }
+        }
+        let _ = self.flush_out();
+        Step::Close(if header {
+            CloseReason::HeaderTimeout
+        } else {
+            CloseReason::IdleTimeout
+        })
+    }
+
+    /// Drain: the graceful GOAWAY pair (`H2::goaway`); streams in flight
+    /// finish, then the connection closes (`answer_h2` sees it finished).
+    pub(super) fn h2_drain(&mut self) -> Step {
+        if matches!(self.reading, Reading::Done(_) | Reading::Lingering(_)) {
+            // Already closing: the client reads what is queued (lingering
+            // keeps its WINDOW_UPDATEs from resetting the connection).
+            return Step::Keep;
+        }
+        let Some(io) = self.io.as_deref_mut() else {
+            return Step::Close(CloseReason::Shutdown);
+        };
+        let Some(h2) = io.h2.as_deref_mut() else {
+            return Step::Close(CloseReason::Shutdown);
+        };
+        // Not counted (no counters here): the final GOAWAY is. The client's
+        // PING ACK drives the connection on: final GOAWAY, streams finish,
+        // close (`answer_h2`); one that never answers is closed when the
+        // shutdown grace runs out.
+        h2.goaway(io.out.buf());
+        match self.flush_out() {
+            Ok(Flush::Blocked) => self.write_blocked = true,
+            Err(_) => return Step::Close(CloseReason::Error),
+            Ok(_) => {}
+        }
+        Step::Keep
+    }
+}
+
+/// An idle HTTP/2 connection keeps its `ConnIo` (the HPACK decoder's
+/// table is state), but not its buffers.
+pub(super) fn park(io: &mut ConnIo, pool: &mut BufPool) {
+    if !io.out.is_empty() {
+        return;
+    }
+    io.rstart = 0;
+    io.rend = 0;
+    let full = std::mem::take(&mut io.rbuf);
+    if full.capacity() > 0 && pool.read.len() < POOL_MAX {
+        pool.read.push(full);
+    }
+    let out = io.out.take_buf();
+    if out.capacity() > 0 && out.capacity() <= POOLED_WRITE_MAX && pool.write.len() < POOL_MAX {
+        pool.write.push(out);
+    }
+    if let Some(h2) = io.h2.as_deref_mut() {
+        h2.shrink();
+    }
+}
+
+/// Answers HTTP/2 requests through `conn::respond`, counted and logged as
+/// HTTP/1 ones are.
+struct Answer<'a> {
+    cfg: &'a ConnConfig,
+    snapshot: &'a Arc<Snapshot>,
+    date: &'a DateCache,
+    scratch: &'a mut Scratch,
+    counters: &'a mut ShardCounters,
+    log: Option<&'a mut ShardLog>,
+    peer: &'a Peer,
+    tls: Option<&'a TlsConn>,
+    answered: usize,
+}
+
+impl Answer<'_> {
+    fn record(&mut self, req: Option<&request::Request<'_>>, status: Status, bytes: u64) {
+        self.answered += 1;
+        self.counters.request(status, bytes);
+        if let Some(log) = self.log.as_deref_mut() {
+            let session = self.tls.and_then(TlsConn::session_info);
+            log.line(
+                self.date.secs(),
+                self.peer.get(),
+                session,
+                req,
+                status,
+                bytes,
+            );
+        }
+    }
+
+    fn env(&mut self) -> Env<'_> {
+        Env {
+            snapshot: self.snapshot,
+            date: self.date,
+            server_line: &self.cfg.server_line,
+            max_ranges: self.cfg.max_ranges,
+            scratch: &mut *self.scratch,
+            conn_lines: if self.tls.is_some() {
+                &self.cfg.hsts_line
+            } else {
+                b""
+            },
+            tls: self.tls.is_some(),
+        }
+    }
+}
+
+impl Handler for Answer<'_> {
+    fn respond(&mut self, req: &request::Request<'_>, resp: &mut Output) -> (Status, u64) {
+        let redirect = self.cfg.redirect_https.filter(|_| self.tls.is_none());
+        let mut env = self.env();
+        let (status, bytes) = match redirect {
+            Some(port) => respond::redirect_https(req, &mut env, Persist::KeepAlive11, resp, port),
+            None => respond::respond(req, &mut env, Persist::KeepAlive11, resp),
+        };
+        self.record(Some(req), status, bytes);
+        (status, bytes)
+    }
+
+    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
+        let env = self.env();
+        let (status, bytes) = respond::error(
+            &env,
+            resp,
+            status,
+            message,
+            b"",
+            Persist::KeepAlive11,
+            false,
+        );
+        self.record(None, status, bytes);
+        (status, bytes)
+    }
+}

@@ -1,0 +1,182 @@
+//! A decoded header list → the [`Request`] `conn::respond` takes, with
+//! RFC 9113 §8's validity rules and the RFC 9218 priority field.
+
+use super::hpack;
+use super::stream::DEFAULT_URGENCY;
+use super::H2Config;
+use crate::http::request::{Method, Request, Version};
+
+/// A request that breaks RFC 9113 §8: a stream error PROTOCOL_ERROR.
+pub(super) struct Malformed;
+
+/// A request built from a decoded header list.
+pub(super) struct Built<'f> {
+    pub req: Request<'f>,
+    pub content_length: Option<u64>,
+    pub urgency: u8,
+    pub incremental: bool,
+}
+
+/// RFC 9113 §8.3: pseudo-headers first, each once, `:method`, `:scheme`
+/// and a non-empty `:path` present; names lower-case; no
+/// connection-specific fields; `te` only `trailers`; values without NUL,
+/// CR or LF.
+pub(super) fn build<'f>(
+    fields: &'f hpack::Fields,
+    _cfg: &H2Config,
+) -> Result<Built<'f>, Malformed> {
+    let mut method = None;
+    let mut scheme = false;
+    let mut path: Option<&[u8]> = None;
+    let mut authority = None;
+    let mut regular = false;
+    for (name, value) in fields.iter() {
+        if value.iter().any(|&b| matches!(b, 0 | b'\r' | b'\n')) {
+            return Err(Malformed);
+        }
+        if let Some(pseudo) = name.strip_prefix(b":") {
+            if regular {
+                return Err(Malformed);
+            }
+            let slot = match pseudo {
+                b"method" => &mut method,
+                b"path" => &mut path,
+                b"authority" => &mut authority,
+                b"scheme" => {
+                    if scheme {
+                        return Err(Malformed);
+                    }
+                    scheme = true;
+                    continue;
+                }
+                _ => return Err(Malformed),
+            };
+            if slot.replace(value).is_some() {
+                return Err(Malformed);
+            }
+            continue;
+        }
+        regular = true;
+        if name.is_empty() || !name.iter().all(|&b| is_lower_token(b)) {
+            return Err(Malformed);
+        }
+        if hpack::connection_specific(name) || (name == b"te" && value != b"trailers") {
+            return Err(Malformed);
+        }
+    }
+    let (Some(method), Some(path), true) = (method, path, scheme) else {
+        return Err(Malformed);
+    };
+    if path.is_empty() {
+        return Err(Malformed);
+    }
+    let method_name = std::str::from_utf8(method).map_err(|_| Malformed)?;
+    if method_name.is_empty() || !method.iter().all(|&b| b.is_ascii_graphic()) {
+        return Err(Malformed);
+    }
+    let kind = Method::of(method_name);
+    let mut req = Request::new(kind, method_name, path, Version::Http2, 0);
+    req.host = authority;
+    let mut content_length = None;
+    let mut urgency = DEFAULT_URGENCY;
+    let mut incremental = false;
+    for (name, value) in fields.iter() {
+        let value = trim(value);
+        let slot = match name {
+            b"host" => {
+                if req.host.is_none() {
+                    req.host = Some(value);
+                }
+                continue;
+            }
+            b"content-length" => {
+                let n = std::str::from_utf8(value)
+                    .ok()
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or(Malformed)?;
+                if content_length.replace(n).is_some_and(|prev| prev != n) {
+                    return Err(Malformed);
+                }
+                continue;
+            }
+            b"priority" => {
+                (urgency, incremental) = parse_priority(value);
+                continue;
+            }
+            b"if-match" => &mut req.if_match,
+            b"if-none-match" => &mut req.if_none_match,
+            b"if-modified-since" => &mut req.if_modified_since,
+            b"if-unmodified-since" => &mut req.if_unmodified_since,
+            b"if-range" => &mut req.if_range,
+            b"range" => &mut req.range,
+            b"accept-encoding" => &mut req.accept_encoding,
+            b"referer" => &mut req.referer,
+            b"user-agent" => &mut req.user_agent,
+            _ => continue,
+        };
+        if slot.is_none() {
+            *slot = Some(value);
+        }
+    }
+    Ok(Built {
+        req,
+        content_length,
+        urgency,
+        incremental,
+    })
+}
+
+/// RFC 9113 §8.2.1: field names are lower-case tokens.
+fn is_lower_token(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let start = b
+        .iter()
+        .position(|c| !matches!(c, b' ' | b'\t'))
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !matches!(c, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
+    &b[start..end]
+}
+
+/// RFC 9218 §4: `u=N` (0–7) and `i` from a Priority field value; anything
+/// unparsable keeps the defaults.
+pub(super) fn parse_priority(value: &[u8]) -> (u8, bool) {
+    let mut urgency = DEFAULT_URGENCY;
+    let mut incremental = false;
+    for item in value.split(|&b| b == b',') {
+        let item = trim(item);
+        match item {
+            [b'u', b'=', d] if (b'0'..=b'7').contains(d) => urgency = d - b'0',
+            b"i" | b"i=?1" => incremental = true,
+            b"i=?0" => incremental = false,
+            _ => {}
+        }
+    }
+    (urgency, incremental)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_priority;
+
+    #[test]
+    fn priority_fields_give_urgency_and_incremental() {
+        let cases: &[(&[u8], (u8, bool))] = &[
+            (b"", (3, false)),
+            (b"u=0", (0, false)),
+            (b"u=5, i", (5, true)),
+            (b"i=?1,u=7", (7, true)),
+            (b"u=9", (3, false)),
+            (b"u=1, i=?0", (1, false)),
+        ];
+        for &(value, want) in cases {
+            assert_eq!(parse_priority(value), want, "{value:?}");
+        }
+    }
+}
