@@ -10,9 +10,8 @@
 //! ```
 //!
 //! The certificates are made with openssl. The figures are in
-//! docs/benchmarks.md ("TLS crypto provider"). The measuring functions take
-//! the provider as an argument so that another provider (aws-lc-rs) can be
-//! measured by the same code from a crate that has it.
+//! docs/benchmarks.md ("TLS crypto provider"). Both *ring* and aws-lc-rs
+//! (the server's provider) are measured by the same code.
 
 use std::io::Write;
 use std::path::Path;
@@ -39,9 +38,19 @@ const BULK: usize = 512 << 20;
 fn main() {
     let dir = std::env::temp_dir().join(format!("tls-crypto-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let provider = rustls::crypto::ring::default_provider();
-    let ticketer = || rustls::crypto::ring::Ticketer::new().expect("ticketer");
-    report("ring", &provider, &ticketer, &dir);
+    // Both providers, alternating when run repeatedly (`ring`, `aws-lc-rs`
+    // or nothing for both as the first argument).
+    let only = std::env::args().nth(1).unwrap_or_default();
+    if only != "aws-lc-rs" {
+        let provider = rustls::crypto::ring::default_provider();
+        let ticketer = || rustls::crypto::ring::Ticketer::new().expect("ticketer");
+        report("ring", &provider, &ticketer, &dir);
+    }
+    if only != "ring" {
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let ticketer = || rustls::crypto::aws_lc_rs::Ticketer::new().expect("ticketer");
+        report("aws-lc-rs", &provider, &ticketer, &dir);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

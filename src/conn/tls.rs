@@ -67,7 +67,7 @@ impl Handshake {
     }
 }
 
-/// Ciphertext buffers ([`CIPHER_BUF`] bytes) of sessions that hold no
+/// Ciphertext buffers (16.5 KiB each) of sessions that hold no
 /// ciphertext, reused by the shard's connections: an idle session keeps
 /// none, as OpenSSL's `SSL_MODE_RELEASE_BUFFERS` does for nginx.
 #[derive(Default)]

@@ -27,9 +27,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use arc_swap::ArcSwap;
-use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
-use ring::hmac;
-use ring::rand::{SecureRandom, SystemRandom};
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::hmac;
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use rustls::server::ProducesTickets;
 
 /// Length of one random key's period: it seals tickets for this long and

@@ -49,6 +49,7 @@ mod snapshot_scale;
 mod status_page;
 mod steer;
 mod tls;
+mod tls_certs;
 mod tls_hostile;
 mod tls_reload;
 mod tls_scan;

@@ -152,6 +152,20 @@ fn rotated_key_file_drops_old_keys_and_a_past_file_opens_no_current_ticket() {
     }
     rotate(&file, &keys(&[3, 2]));
     rotated(2.0);
+    // The dashboard's key-age panel reads this gauge.
+    let text = Wire::plain(a.server.admin_addr())
+        .roundtrip("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+        .body_str();
+    let changed: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("shardhttpd_tls_ticket_key_changed_timestamp_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no ticket key gauge\n{text}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((now - changed).abs() < 60.0, "changed {changed}, now {now}");
     for (i, client) in k1.iter().enumerate().skip(1).step_by(2) {
         assert_eq!(
             handshake(&a, client),
