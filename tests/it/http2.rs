@@ -577,7 +577,7 @@ fn urgency_orders_streams() {
     let site = h2_site("h2-priority");
     let server = Server::start(&site.root, &[]);
     let t = Target::h2c(server.plain_addr());
-    let want = ring::digest::digest(&ring::digest::SHA256, &big_body());
+    let want = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &big_body());
     let want: String = want.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     for kind in ["header", "update"] {
         let v = h2::probe(

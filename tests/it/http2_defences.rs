@@ -25,7 +25,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 fn sha256_hex(data: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, data)
+    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data)
         .as_ref()
         .iter()
         .map(|b| format!("{b:02x}"))
