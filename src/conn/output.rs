@@ -386,6 +386,7 @@ impl Output {
         self.reset();
         self.stage = Vec::new();
         self.staged = 0;
+        self.from_replaced = 0;
     }
 
     /// One `writev` of the owned and arena pieces up to the next file chunk.
