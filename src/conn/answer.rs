@@ -16,38 +16,6 @@ impl Conn {
         }
         loop {
             match self.reading {
-                Reading::Done(_) | Reading::Lingering(_) => return false,
-                Reading::Discard => {
-                    let io = self.io();
-                    let take = io.discard.min((io.rend - io.rstart) as u64);
-                    io.rstart += take as usize;
-                    io.discard -= take;
-                    if io.discard > 0 {
-                        return false;
-                    }
-                    self.reading = Reading::Idle;
-                }
-                Reading::DiscardChunked => {
-                    let io = self.io();
-                    let (used, progress) = io.chunked.feed(&io.rbuf[io.rstart..io.rend]);
-                    match progress {
-                        chunked::Progress::More => {
-                            io.rstart = io.rend;
-                            return false;
-                        }
-                        chunked::Progress::Done => {
-                            io.rstart += used;
-                            self.reading = Reading::Idle;
-                        }
-                        // The response is already queued: it goes out, and
-                        // the connection closes after it (lingering, so the
-                        // unread rest of the body does not reset it).
-                        chunked::Progress::Invalid | chunked::Progress::TooLarge => {
-                            self.reading = Reading::Done(CloseReason::Error);
-                            return false;
-                        }
-                    }
-                }
                 Reading::Idle | Reading::Head => {
                     let io = self.io();
                     if io.rstart == io.rend {
@@ -60,6 +28,53 @@ impl Conn {
                         return false;
                     }
                 }
+                Reading::Discard | Reading::DiscardChunked => {
+                    if !self.skip_body() {
+                        return false;
+                    }
+                }
+                Reading::Done(_) | Reading::Lingering(_) => return false,
+            }
+        }
+    }
+
+    /// Skip what is buffered of a request body. Returns true when the body
+    /// ended (reading is `Idle` again), false when more is needed or the
+    /// connection stops reading. Out of line: a request with a body is
+    /// rare, and with both discard states inline every keep-alive hit cost
+    /// 18 instructions more (callgrind: 2 256 against 2 238 per request).
+    #[cold]
+    #[inline(never)]
+    fn skip_body(&mut self) -> bool {
+        let chunked = self.reading == Reading::DiscardChunked;
+        let io = self.io();
+        if !chunked {
+            let take = io.discard.min((io.rend - io.rstart) as u64);
+            io.rstart += take as usize;
+            io.discard -= take;
+            if io.discard > 0 {
+                return false;
+            }
+            self.reading = Reading::Idle;
+            return true;
+        }
+        let (used, progress) = io.chunked.feed(&io.rbuf[io.rstart..io.rend]);
+        match progress {
+            chunked::Progress::More => {
+                io.rstart = io.rend;
+                false
+            }
+            chunked::Progress::Done => {
+                io.rstart += used;
+                self.reading = Reading::Idle;
+                true
+            }
+            // The response is already queued: it goes out, and the
+            // connection closes after it (lingering, so the unread rest of
+            // the body does not reset it).
+            chunked::Progress::Invalid | chunked::Progress::TooLarge => {
+                self.reading = Reading::Done(CloseReason::Error);
+                false
             }
         }
     }
