@@ -182,6 +182,12 @@ pub struct Settings {
     /// seconds.
     #[arg(long, value_name = "DURATION")]
     pub shutdown_grace: Option<DurationValue<Secs>>,
+    /// After SIGTERM, keep accepting and serving this long while /readyz
+    /// already fails, so load balancers stop routing here first; every
+    /// response meanwhile says `Connection: close`, so keep-alive clients
+    /// move too; bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub drain_delay: Option<DurationValue<Secs>>,
     /// While draining (SIGTERM, or after a SIGUSR2 handover), how long a
     /// keep-alive connection between requests is kept for its next request,
     /// which is answered with `Connection: close`; a connection silent that
@@ -190,11 +196,6 @@ pub struct Settings {
     /// shutdown_grace; bare number: seconds.
     #[arg(long, value_name = "DURATION")]
     pub drain_idle_grace: Option<DurationValue<Secs>>,
-    /// After SIGTERM, keep accepting and serving this long while /readyz
-    /// already fails, so load balancers stop routing here first; bare
-    /// number: seconds.
-    #[arg(long, value_name = "DURATION")]
-    pub drain_delay: Option<DurationValue<Secs>>,
     /// Binary started by SIGUSR2 (default: this executable's path as
     /// resolved at start, so a binary replaced on disk is the one started).
     #[arg(long, value_name = "PATH")]
