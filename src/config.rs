@@ -904,6 +904,30 @@ mod tests {
     }
 
     #[test]
+    fn drain_idle_grace_is_at_most_half_the_shutdown_grace() {
+        let grace = |idle: Option<u64>, shutdown: Option<u64>| {
+            let s = Settings {
+                root: Some(PathBuf::from(".")),
+                drain_idle_grace: idle.map(|v| DurationValue::new(Duration::from_millis(v))),
+                shutdown_grace: shutdown.map(|v| DurationValue::new(Duration::from_millis(v))),
+                ..Settings::default()
+            };
+            Config::validate(s, &[0]).unwrap().drain_idle_grace
+        };
+        assert_eq!(grace(None, None), DEFAULT_DRAIN_IDLE_GRACE);
+        assert_eq!(grace(Some(3000), None), Duration::from_secs(3));
+        assert_eq!(grace(None, Some(1000)), Duration::from_millis(500));
+        assert_eq!(grace(Some(4000), Some(6000)), Duration::from_secs(3));
+        let zero = Settings {
+            root: Some(PathBuf::from(".")),
+            drain_idle_grace: Some(DurationValue::new(Duration::ZERO)),
+            ..Settings::default()
+        };
+        let err = Config::validate(zero, &[0]).unwrap_err();
+        assert!(format!("{err:#}").contains("drain_idle_grace"), "{err:#}");
+    }
+
+    #[test]
     fn every_flag_shows_its_default_in_help() {
         let defaults = help_defaults();
         for arg in Settings::command_raw().get_arguments() {
