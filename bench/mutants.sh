@@ -73,25 +73,23 @@ for set in "${sets[@]}"; do
       run http --file 'src/http/*.rs' --cargo-arg=--lib --timeout 20
       ;;
     respond)
-      run respond --file src/conn/respond.rs \
-        --cargo-arg=--test=http_semantics --cargo-arg=--test=errors \
-        --cargo-arg=--test=paths --cargo-arg=--test=compression \
-        --cargo-arg=--test=redirects --cargo-arg=--test=sendfile
+      # The suites are modules of the one `it` test binary: filters pick them.
+      run respond --file src/conn/respond.rs --cargo-arg=--test=it -- -- \
+        http_semantics:: errors:: paths:: compression:: redirects:: sendfile::
       ;;
     output)
       # The write-timeout scenarios only wait for a timer; the rest of the
       # large-file suite (both modes), the pipelining tests and the output
       # queue's own suite (copy or reference, backlog bounds, piece sizes,
       # zero-copy's last-byte check, resets) exercise every path through it.
-      run output --file src/conn/output.rs \
-        --cargo-arg=--test=sendfile --cargo-arg=--test=lifecycle \
-        --cargo-arg=--test=process_invariants --cargo-arg=--test=output_queue -- -- \
+      run output --file src/conn/output.rs --cargo-arg=--test=it -- -- \
+        sendfile:: lifecycle:: process_invariants:: output_queue:: downloads:: \
         --skip write_timeout --skip idle --skip sig --skip shutdown \
         --skip builder --skip descriptor
       ;;
     counters)
-      run counters --file src/metrics/counters.rs --cargo-arg=--test=metrics_values \
-        --cargo-arg=--test=metrics_histograms
+      run counters --file src/metrics/counters.rs --cargo-arg=--test=it -- -- \
+        metrics_values:: metrics_histograms::
       ;;
     tls)
       # One filter for both binaries: `tls` selects the unit tests of

@@ -249,6 +249,10 @@ impl Tls {
             )
             .expect("valid metric"),
         });
+        // Both results exist at 0 from start, as Prometheus practice asks.
+        for result in ["success", "failure"] {
+            store.reloads.with_label_values(&[result]);
+        }
         store.publish_expiry(&store.current.load());
         let clock = Arc::new(tickets::SystemClock);
         let ticketer = Arc::new(match &settings.ticket_key_file {

@@ -167,14 +167,19 @@ pub fn read_key_file(path: &Path) -> anyhow::Result<Vec<[u8; KEY_LEN]>> {
 /// Ticket key changes, by result (a key file that fails to load keeps the
 /// previous keys).
 fn rotations_metric() -> prometheus::IntCounterVec {
-    prometheus::IntCounterVec::new(
+    let metric = prometheus::IntCounterVec::new(
         prometheus::Opts::new(
             "shardhttpd_tls_ticket_key_rotations_total",
             "Session-ticket key changes (a new random key per period, or a reread key file), by result.",
         ),
         &["result"],
     )
-    .expect("valid metric")
+    .expect("valid metric");
+    // Every result exists at 0 from start.
+    for result in ["success", "failure"] {
+        metric.with_label_values(&[result]);
+    }
+    metric
 }
 
 fn changed_metric() -> prometheus::Gauge {

@@ -502,8 +502,7 @@ fn metric_names(promql: &str) -> BTreeSet<String> {
     names
 }
 
-/// Metrics only a server with `tls_listen` exports (the reloads counter,
-/// today, only once a reload has happened).
+/// Metrics only a server with `tls_listen` exports.
 const TLS_ONLY: &[&str] = &[
     "shardhttpd_tls_certificate_expiry_timestamp_seconds",
     "shardhttpd_tls_certificate_reloads_total",
@@ -1179,11 +1178,6 @@ fn every_counter_readme_lists_exists_at_zero_from_the_start() {
     let server = support::tls::TlsServer::start(&site.root, &ca, &leaf, &["--cores", "2"]);
     let samples = support::metrics::parse(&scrape(server.server.admin_addr()));
     for (name, values) in &counters {
-        // Appears with its first reload today: src/tls/mod.rs creates its
-        // label values lazily (left to the TLS work, which owns that file).
-        if name == "shardhttpd_tls_certificate_reloads_total" {
-            continue;
-        }
         let series: Vec<&Sample> = samples.iter().filter(|s| &s.name == name).collect();
         assert!(!series.is_empty(), "{name} is not exported at start");
         for s in &series {
