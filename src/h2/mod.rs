@@ -368,3 +368,6 @@ impl H2 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
