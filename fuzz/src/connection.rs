@@ -129,6 +129,8 @@ fn world() -> &'static World {
                 origin: "fuzz".into(),
             }],
             ticket_key_file: None,
+            // The checks below read HTTP/1 framing.
+            h2: false,
         })
         .expect("TLS configuration");
         let mut roots = RootCertStore::empty();
@@ -146,6 +148,8 @@ fn world() -> &'static World {
             cfg: ConnConfig {
                 // As `hsts` would set it (that key needs a TLS listener).
                 hsts_line: b"Strict-Transport-Security: max-age=60\r\n".to_vec(),
+                // HTTP/1 only: the checks read HTTP/1 framing.
+                h2c: false,
                 ..ConnConfig::new(&config)
             },
             server_tls: Arc::clone(&tls.config),

@@ -567,6 +567,37 @@ impl H2 {
             self.block = block;
             return self.reset_stream(out.buf(), id, ErrorCode::Internal, counters);
         }
+        // The common small answer: the body is owned bytes that fit the
+        // windows and one frame, so it goes out at once, without being
+        // copied into the stream first.
+        let mut owned = 0;
+        let mut only_owned = true;
+        self.resp.for_each_piece(|p| match p {
+            Piece::Bytes(b) => owned += b.len(),
+            _ => only_owned = false,
+        });
+        let body_len = owned.saturating_sub(head_len);
+        let fits = (body_len as i64) <= stream.send_window.min(self.send_window)
+            && body_len <= self.peer_max_frame.min(frame::DEFAULT_MAX_FRAME as usize);
+        if only_owned && body_len > 0 && fits {
+            let buf = out.buf();
+            frame::write_headers(buf, id, &block, false, self.peer_max_frame);
+            frame::write_head(buf, body_len, frame::DATA, frame::FLAG_END_STREAM, id);
+            self.resp.for_each_piece(|p| {
+                if let Piece::Bytes(b) = p {
+                    buf.extend_from_slice(&b[head_len.min(b.len())..]);
+                }
+            });
+            stream.send_window -= body_len as i64;
+            self.send_window -= body_len as i64;
+            self.resp.clear();
+            self.block = block;
+            stream.send_closed = true;
+            if !stream.done() {
+                self.streams.insert(stream);
+            }
+            return;
+        }
         stream.set_body(&self.resp, head_len);
         self.resp.clear();
         let no_body = stream.body_is_empty();

@@ -360,7 +360,7 @@ impl H2 {
         if self.block.capacity() > SCRATCH_KEEP && self.pending.is_none() {
             self.block = Vec::new();
         }
-        if self.fields.bytes.capacity() > SCRATCH_KEEP {
+        if self.fields.capacity() > SCRATCH_KEEP {
             self.fields = hpack::Fields::default();
         }
         if self.resp.buf().capacity() > SCRATCH_KEEP {
@@ -368,3 +368,6 @@ impl H2 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -334,6 +334,7 @@ impl Rates {
                     cpu: slot.cpu,
                     running: slot.running.load(Ordering::Acquire),
                     requests: c.requests.iter().sum(),
+                    requests_h2: c.h2.requests,
                     rps: req_now.saturating_sub(req_then) as f64 / self.interval,
                     response_bytes: c.response_bytes,
                     bytes_per_second: bytes_now.saturating_sub(bytes_then) as f64 / self.interval,
@@ -356,6 +357,7 @@ impl Rates {
             access_log_dropped: metrics.access_log_dropped.load(Ordering::Relaxed),
             totals: Totals {
                 requests: cores.iter().map(|c| c.requests).sum(),
+                requests_h2: cores.iter().map(|c| c.requests_h2).sum(),
                 rps: cores.iter().map(|c| c.rps).sum(),
                 connections_active: cores.iter().map(|c| c.connections_active).sum(),
                 response_bytes: cores.iter().map(|c| c.response_bytes).sum(),
@@ -401,6 +403,8 @@ struct Status {
 #[derive(Serialize)]
 struct Totals {
     requests: u64,
+    /// Of `requests`, those over HTTP/2 (the rest are HTTP/1.x).
+    requests_h2: u64,
     rps: f64,
     connections_active: u64,
     response_bytes: u64,
@@ -430,6 +434,7 @@ struct CoreStatus {
     cpu: usize,
     running: bool,
     requests: u64,
+    requests_h2: u64,
     rps: f64,
     response_bytes: u64,
     bytes_per_second: f64,

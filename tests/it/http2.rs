@@ -593,3 +593,31 @@ fn urgency_orders_streams() {
         }
     }
 }
+
+/// The settings as TOML keys (`h2`, `h2c`, `h2_max_concurrent_streams`),
+/// as deploy/shardhttpd.toml lists them.
+#[test]
+fn settings_from_the_config_file() {
+    let Some(py) = h2::python_or_skip("h2 settings in TOML") else {
+        return;
+    };
+    let site = h2_site("h2-toml");
+    let conf = site.base().join("h2.toml");
+    std::fs::write(&conf, "h2c = true\nh2_max_concurrent_streams = 9\n").unwrap();
+    let conf_s = conf.display().to_string();
+    let server = Server::start(&site.root, &["--config", &conf_s]);
+    let v = h2::probe(&py, "get", &Target::h2c(server.plain_addr()), &[]);
+    assert_eq!(v["server_settings"]["3"], 9, "{v}");
+    assert_eq!(v["status"], 200, "{v}");
+    drop(server);
+
+    std::fs::write(&conf, "h2c = false\n").unwrap();
+    let server = Server::start(&site.root, &["--config", &conf_s]);
+    let v = h2::probe(&py, "preface", &Target::h2c(server.plain_addr()), &[]);
+    assert_eq!(v["h2_settings_first"], false, "h2c off in the file: {v}");
+    assert!(
+        v["reply"].as_str().unwrap().starts_with("HTTP/1.1 "),
+        "an HTTP/1.1 answer: {v}"
+    );
+    assert_eq!(v["closed"], true, "{v}");
+}

@@ -291,10 +291,11 @@ fn tls12_and_tls13_negotiate_http11_and_log_version_and_cipher() {
     }
 }
 
-/// A client offering only h2 is refused with an alert, not served.
+/// With `h2 = false`, a client offering only h2 is refused with an alert,
+/// not served (with h2 on, the default, `http2::alpn_prefers_h2_and_keeps_http11`).
 #[test]
-fn h2_only_client_is_refused() {
-    let (_site, ca, server) = setup("tls-alpn", &[]);
+fn h2_only_client_is_refused_when_h2_is_off() {
+    let (_site, ca, server) = setup("tls-alpn", &["--h2", "false"]);
     let mut cfg = (*ca.client(&[])).clone();
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     let cfg = std::sync::Arc::new(cfg);
@@ -413,8 +414,10 @@ fn curl_over_tls12_and_tls13() {
         (&["--tlsv1.2", "--tls-max", "1.2"][..], "TLSv1.2"),
         (&["--tlsv1.3"][..], "TLSv1.3"),
     ] {
+        // HTTP/1.1 asked for: ALPN offers only http/1.1 (h2 has its own
+        // suite, tests/it/http2.rs).
         let (ok, text) = run(Command::new("curl")
-            .args(["-sS", "-v", "--cacert"])
+            .args(["-sS", "-v", "--http1.1", "--cacert"])
             .arg(&ca_file)
             .args(["--resolve", &resolve])
             .args(flags)

@@ -213,6 +213,10 @@ pub fn command(spec: &Spec<'_>, out_file: &Path) -> io::Result<Vec<String>> {
                 format!("-c{}", spec.concurrency),
                 format!("-m{}", spec.streams.max(1)),
                 format!("-D{secs}"),
+                // A connection stuck in its handshake at c=1000 over TLS
+                // kept h2load from exiting after the duration: give up on
+                // one that shows no activity for 10 s (counted as errored).
+                "-N10".into(),
                 format!("--log-file={}", h2load_log(out_file).display()),
                 url,
             ]);
@@ -509,6 +513,7 @@ traffic: 28.52MB (29904210) total, 2.14MB (2244590) headers (space savings 95.18
                 "-c100",
                 "-m10",
                 "-D2",
+                "-N10",
                 "--log-file=/tmp/cell.requests.log",
                 "https://127.0.0.1:8443/100.html"
             ]
