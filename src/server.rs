@@ -507,7 +507,14 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
             }
             SIGUSR2 => {
                 if upgrade.running.swap(true, Ordering::AcqRel) {
-                    tracing::warn!("upgrade already in progress; SIGUSR2 ignored");
+                    if upgrade.reload.swap(false, Ordering::AcqRel) {
+                        metrics.config_reloads.with_label_values(&["failed"]).inc();
+                        tracing::error!(
+                            "reload: an upgrade is already in progress; the changed configuration is not applied (reload again once it is done)"
+                        );
+                    } else {
+                        tracing::warn!("upgrade already in progress; SIGUSR2 ignored");
+                    }
                     continue;
                 }
                 if let Some(previous) = upgrade_thread.take() {

@@ -297,7 +297,11 @@ fn example_config_names_every_setting_and_nothing_else() {
             let name = table.trim_matches(|c| c == '[' || c == ']').trim();
             // `[a.b]` and the like are sub-tables of a setting.
             let name = name.split('.').next().unwrap_or(name);
-            if name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') && !name.is_empty() {
+            if name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && !name.is_empty()
+            {
                 named.insert(name.to_owned());
                 in_table = true;
             }
@@ -307,7 +311,11 @@ fn example_config_names_every_setting_and_nothing_else() {
         let Some((key, _)) = bare.split_once(" = ") else {
             continue;
         };
-        if key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') && !in_table {
+        if key
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !in_table
+        {
             named.insert(key.to_owned());
         }
     }
