@@ -2,10 +2,13 @@
 //! validated once into a [`Config`] that nothing downstream second-guesses.
 //! Values with units and addresses are parsed by the types in [`units`].
 
+mod host;
 mod locate;
+mod site;
 pub mod units;
 mod validate;
 
+pub use host::*;
 pub use locate::KeyLines;
 
 pub use validate::*;

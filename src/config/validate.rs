@@ -1,8 +1,10 @@
 //! The second stage of configuration: [`Settings`] (what the flags and the
 //! file said) checked once into [`Config`], the validated values every other
-//! module reads; the per-path site rules, TLS settings and CPU list are
-//! resolved here too.
+//! module reads, checked by group (one function each); the TLS settings
+//! and the CPU list are resolved here too. The per-path site rules are in
+//! `site`, what the host allows (CPUs, memory, fds) in `host`.
 
+use super::site::site_rules;
 use super::*;
 
 /// The validated configuration.
@@ -125,304 +127,73 @@ impl Config {
     /// Validate settings; every error names the flag or key it came from.
     /// `allowed` is the process's CPU affinity mask. Host names in
     /// addresses are resolved here.
+    ///
+    /// Checked by group, each one a function: logs, compression, site
+    /// rules, TLS, the root, addresses and CPUs, the `Server` header,
+    /// limits, timeouts.
     pub fn validate(s: Settings, allowed: &[usize]) -> anyhow::Result<Config> {
-        crate::logging::Options::of(&s)
-            .map_err(|(key, e)| anyhow::anyhow!("{}: {e}", s.name(key)))?;
+        let logs = logs(&s)?;
         let compress = compress_options(&s)?;
         let site = site_rules(&s)?;
         let tls = tls_settings(&s)?;
-        let root = s
-            .root
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
-        match std::fs::metadata(&root) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => bail!(
-                "{}: {} is not a directory; point `root` at the directory that holds the site",
-                s.name("root"),
-                root.display()
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
-                "{}: {} does not exist; create it, or point `root` at the site's directory",
-                s.name("root"),
-                root.display()
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
-                "{}: {} cannot be reached by this user (a parent directory is not searchable); \
-                 `chmod o+x` each parent, or run as a user that can",
-                s.name("root"),
-                root.display()
-            ),
-            Err(e) => bail!("{}: {}: {e}", s.name("root"), root.display()),
-        }
-        let listen = match &s.listen {
-            Some(l) if l.is_empty() => {
-                bail!("{}: at least one address is needed", s.name("listen"))
-            }
-            Some(l) => {
-                let mut out: Vec<SocketAddr> = Vec::new();
-                for a in l {
-                    for addr in a
-                        .resolve()
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("listen")))?
-                    {
-                        if !out.contains(&addr) {
-                            out.push(addr);
-                        }
-                    }
-                }
-                out
-            }
-            None => vec![DEFAULT_LISTEN.parse().expect("valid default")],
-        };
-        let admin = match &s.admin {
-            Some(a) => a
-                .resolve()
-                .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("admin")))?[0],
-            None => DEFAULT_ADMIN.parse().expect("valid default"),
-        };
-        let tls_listen: &[SocketAddr] = tls.as_ref().map_or(&[], |t| t.listen.as_slice());
-        if let Some(clash) = listen
-            .iter()
-            .chain(tls_listen)
-            .find(|l| overlaps(**l, admin))
-        {
-            bail!(
-                "{}: {admin} is also a listen address ({clash}); the admin listener needs its own port",
-                s.name("admin")
-            );
-        }
-        // Shards share each port with SO_REUSEPORT, so the same port in both
-        // lists would split connections between TLS and cleartext silently.
-        for t in tls_listen {
-            if let Some(clash) = listen.iter().find(|l| overlaps(**l, *t)) {
-                bail!(
-                    "{}: {t} is also a cleartext listen address ({clash}); TLS needs its own port",
-                    s.name("tls_listen")
-                );
-            }
-        }
-        let cpus = match s.cores.as_deref() {
-            None => allowed.to_vec(),
-            Some(spec) => parse_cores(spec, allowed).with_context(|| s.name("cores"))?,
-        };
-        if cpus.is_empty() {
-            bail!("{}: no CPU available", s.name("cores"));
-        }
-        let max_connections_per_core = match s.max_connections_per_core {
-            None => default_max_connections(
-                crate::sys::nofile_limit(),
-                s.max_open_files
-                    .unwrap_or(crate::cache::open_files::DEFAULT_MAX_OPEN_FILES),
-                cpus.len(),
-            ),
-            Some(0) => bail!("{}: must be at least 1", s.name("max_connections_per_core")),
-            Some(n) => n,
-        };
-        let server = s
-            .server_header
-            .clone()
-            .unwrap_or_else(|| DEFAULT_SERVER_HEADER.to_owned());
-        if server.bytes().any(|b| b < 0x20 || b == 0x7f) {
-            bail!(
-                "{}: control characters are not allowed",
-                s.name("server_header")
-            );
-        }
-        let server_line = if server.is_empty() {
-            Vec::new()
-        } else {
-            format!("Server: {server}\r\n").into_bytes()
-        };
-        let max_head_bytes = s
-            .max_head_bytes
-            .map_or(DEFAULT_MAX_HEAD_BYTES as u64, |b| b.0);
-        if !(256..=1024 * 1024).contains(&max_head_bytes) {
-            bail!(
-                "{}: must be between 256 and 1MiB (1048576)",
-                s.name("max_head_bytes")
-            );
-        }
-        let max_uri_bytes = s
-            .max_uri_bytes
-            .map_or(DEFAULT_MAX_URI_BYTES as u64, |b| b.0);
-        if max_uri_bytes < 16 || max_uri_bytes >= max_head_bytes {
-            bail!(
-                "{}: must be at least 16 and below max_head_bytes ({max_head_bytes})",
-                s.name("max_uri_bytes")
-            );
-        }
-        let max_requests = s
-            .max_requests_per_connection
-            .unwrap_or(DEFAULT_MAX_REQUESTS_PER_CONNECTION);
-        if max_requests == 0 {
-            bail!(
-                "{}: must be at least 1",
-                s.name("max_requests_per_connection")
-            );
-        }
-        let max_ranges = s.max_ranges.unwrap_or(DEFAULT_MAX_RANGES);
-        if max_ranges == 0 {
-            bail!("{}: must be at least 1", s.name("max_ranges"));
-        }
-        let watch_debounce = s
-            .watch_debounce_ms
-            .map_or(DEFAULT_WATCH_DEBOUNCE, |d| d.value);
-        if !(Duration::from_millis(1)..=Duration::from_secs(10)).contains(&watch_debounce) {
-            bail!(
-                "{}: must be between 1ms and 10s",
-                s.name("watch_debounce_ms")
-            );
-        }
-        let rules = s
-            .cache_control
-            .as_ref()
-            .map(CacheControlRules::ordered)
-            .unwrap_or_default();
-        let cache_control =
-            crate::cache::CacheControl::new(&rules, s.cache_control_default.clone())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("cache_control")))?;
-        let error_pages = error_pages(s.error_pages.as_ref(), &s.name("error_pages"))?;
-        let duration = |key: &'static str, v: Option<DurationValue<Secs>>, default: Duration| {
-            let d = v.map_or(default, |d| d.value);
-            if d.is_zero() || d > MAX_DURATION {
-                bail!("{}: must be more than 0 and at most 24h", s.name(key));
-            }
-            Ok(d)
-        };
+        let https = https(&s, tls.is_some())?;
+        let root = root(&s)?;
+        let net = addresses_and_cpus(&s, tls.as_ref(), allowed)?;
+        let server_line = server_line(&s)?;
+        let limits = limits(&s, net.cpus.len())?;
+        let times = timeouts(&s)?;
         Ok(Config {
             key_lines: s.key_lines.clone(),
             config_path: s.config.clone(),
-            header_timeout: duration("header_timeout", s.header_timeout, DEFAULT_HEADER_TIMEOUT)?,
-            keepalive_timeout: duration(
-                "keepalive_timeout",
-                s.keepalive_timeout,
-                DEFAULT_KEEPALIVE_TIMEOUT,
-            )?,
-            write_timeout: duration("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT)?,
-            shutdown_grace: duration("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE)?,
-            drain_delay: match s.drain_delay.map_or(Duration::ZERO, |d| d.value) {
-                d if d <= MAX_DRAIN_DELAY => d,
-                _ => bail!("{}: must be at most 1h", s.name("drain_delay")),
-            },
-            // Half the grace at most, so the lingering close that follows
-            // has time to see the client's FIN before the hard deadline.
-            drain_idle_grace: duration(
-                "drain_idle_grace",
-                s.drain_idle_grace,
-                DEFAULT_DRAIN_IDLE_GRACE,
-            )?
-            .min(duration("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE)? / 2),
+            header_timeout: times.header_timeout,
+            keepalive_timeout: times.keepalive_timeout,
+            write_timeout: times.write_timeout,
+            shutdown_grace: times.shutdown_grace,
+            drain_delay: times.drain_delay,
+            drain_idle_grace: times.drain_idle_grace,
             upgrade_binary: s.upgrade_binary.clone(),
-            upgrade_timeout: duration(
-                "upgrade_timeout",
-                s.upgrade_timeout,
-                DEFAULT_UPGRADE_TIMEOUT,
-            )?,
-            rescan_interval: duration(
-                "rescan_interval",
-                s.rescan_interval,
-                DEFAULT_RESCAN_INTERVAL,
-            )?,
+            upgrade_timeout: times.upgrade_timeout,
+            rescan_interval: times.rescan_interval,
             root,
-            listen,
-            cpus,
-            admin,
-            backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
-            steer: match s.steer.as_deref() {
-                None | Some("hash") => Steer::Hash,
-                Some("cpu") => Steer::Cpu,
-                Some(other) => bail!("{}: `{other}` is not one of `hash`, `cpu`", s.name("steer")),
-            },
+            listen: net.listen,
+            cpus: net.cpus,
+            admin: net.admin,
+            backlog: net.backlog,
+            steer: net.steer,
             server_line,
-            max_requests_per_connection: max_requests,
-            max_ranges,
-            max_head_bytes: max_head_bytes as usize,
-            max_uri_bytes: max_uri_bytes as usize,
-            max_discard_bytes: s
-                .max_discard_bytes
-                .map_or(DEFAULT_MAX_DISCARD_BYTES, |b| b.0),
-            sendfile_threshold: s
-                .sendfile_threshold
-                .map_or(DEFAULT_SENDFILE_THRESHOLD, |b| b.0)
-                .max(1),
+            max_requests_per_connection: limits.max_requests_per_connection,
+            max_ranges: limits.max_ranges,
+            max_head_bytes: limits.max_head_bytes,
+            max_uri_bytes: limits.max_uri_bytes,
+            max_discard_bytes: limits.max_discard_bytes,
+            sendfile_threshold: limits.sendfile_threshold,
             sendfile: s.sendfile.unwrap_or(false),
-            cache_max_bytes: s
-                .cache_max_bytes
-                .map_or_else(|| default_cache_max_bytes(cgroup_memory_max()), |b| b.0),
+            cache_max_bytes: limits.cache_max_bytes,
             dotfile_allow: site.dotfile_allow,
             index_files: site.index_files,
             default_type: site.default_type,
             metrics: s.metrics.unwrap_or(true),
-            access_log: s.access_log.clone(),
-            access_log_format: match s.access_log_format.as_deref() {
-                None | Some("combined") => LogFormat::Combined,
-                Some("json") => LogFormat::Json,
-                Some(other) => bail!(
-                    "{}: `{other}` is not one of `combined`, `json`",
-                    s.name("access_log_format")
-                ),
-            },
+            access_log: logs.access_log,
+            access_log_format: logs.access_log_format,
             watch: s.watch.unwrap_or(true),
-            watch_debounce,
-            write_settle_max: duration(
-                "write_settle_max",
-                s.write_settle_max,
-                DEFAULT_WRITE_SETTLE_MAX,
-            )?,
-            max_open_files: match s.max_open_files {
-                None => crate::cache::open_files::DEFAULT_MAX_OPEN_FILES,
-                Some(0) => bail!("{}: must be at least 1", s.name("max_open_files")),
-                Some(n) => n,
-            },
-            preload_max_files: s
-                .preload_max_files
-                .unwrap_or(crate::cache::DEFAULT_PRELOAD_MAX_FILES),
-            compress_max_file_bytes: s
-                .compress_max_file_bytes
-                .map_or(crate::cache::DEFAULT_COMPRESS_MAX_FILE_BYTES, |b| b.0),
+            watch_debounce: times.watch_debounce,
+            write_settle_max: times.write_settle_max,
+            max_open_files: limits.max_open_files,
+            preload_max_files: limits.preload_max_files,
+            compress_max_file_bytes: limits.compress_max_file_bytes,
             compress,
-            cache_control,
+            cache_control: site.cache_control,
             status_cache_control: site.status_cache_control,
-            fast_start_max_age: duration(
-                "fast_start_max_age",
-                s.fast_start_max_age,
-                DEFAULT_FAST_START_MAX_AGE,
-            )?
-            .as_secs(),
+            fast_start_max_age: times.fast_start_max_age,
             headers: site.headers,
-            error_pages,
+            error_pages: site.error_pages,
             spa_fallback: s.spa_fallback.unwrap_or(false),
-            max_connections_per_core,
-            hsts: match &s.hsts {
-                Some(v) if v.is_empty() || v.bytes().any(|b| b < 0x20 || b == 0x7f) => bail!(
-                    "{}: must be a non-empty header value without control characters",
-                    s.name("hsts")
-                ),
-                Some(_) if tls.is_none() => {
-                    bail!(
-                        "{}: needs `tls_listen` (it is sent over TLS only)",
-                        s.name("hsts")
-                    )
-                }
-                v => v.clone(),
-            },
-            redirect_https: match s.redirect_https {
-                Some(true) if tls.is_none() => bail!(
-                    "{}: needs `tls_listen` (the redirect goes to its port)",
-                    s.name("redirect_https")
-                ),
-                v => v.unwrap_or(false),
-            },
+            max_connections_per_core: limits.max_connections_per_core,
+            hsts: https.hsts,
+            redirect_https: https.redirect_https,
             h2: s.h2.unwrap_or(true),
             h2c: s.h2c.unwrap_or(true),
-            h2_max_concurrent_streams: match s.h2_max_concurrent_streams {
-                Some(0) => bail!(
-                    "{}: must be at least 1",
-                    s.name("h2_max_concurrent_streams")
-                ),
-                v => v.unwrap_or(crate::h2::DEFAULT_MAX_CONCURRENT_STREAMS),
-            },
+            h2_max_concurrent_streams: limits.h2_max_concurrent_streams,
             tls,
         })
     }
@@ -459,6 +230,337 @@ impl Config {
     }
 }
 
+/// What [`logs`] validates.
+struct Logs {
+    access_log: Option<PathBuf>,
+    access_log_format: LogFormat,
+}
+
+/// The error log's options and the access log's format.
+fn logs(s: &Settings) -> anyhow::Result<Logs> {
+    crate::logging::Options::of(s).map_err(|(key, e)| anyhow::anyhow!("{}: {e}", s.name(key)))?;
+    Ok(Logs {
+        access_log: s.access_log.clone(),
+        access_log_format: match s.access_log_format.as_deref() {
+            None | Some("combined") => LogFormat::Combined,
+            Some("json") => LogFormat::Json,
+            Some(other) => bail!(
+                "{}: `{other}` is not one of `combined`, `json`",
+                s.name("access_log_format")
+            ),
+        },
+    })
+}
+
+/// `root`: a directory this user can reach.
+fn root(s: &Settings) -> anyhow::Result<PathBuf> {
+    let root = s
+        .root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+    match std::fs::metadata(&root) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!(
+            "{}: {} is not a directory; point `root` at the directory that holds the site",
+            s.name("root"),
+            root.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "{}: {} does not exist; create it, or point `root` at the site's directory",
+            s.name("root"),
+            root.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+            "{}: {} cannot be reached by this user (a parent directory is not searchable); \
+             `chmod o+x` each parent, or run as a user that can",
+            s.name("root"),
+            root.display()
+        ),
+        Err(e) => bail!("{}: {}: {e}", s.name("root"), root.display()),
+    }
+    Ok(root)
+}
+
+/// What [`addresses_and_cpus`] validates.
+struct Addresses {
+    listen: Vec<SocketAddr>,
+    admin: SocketAddr,
+    backlog: u32,
+    steer: Steer,
+    cpus: Vec<usize>,
+}
+
+/// `listen` and `admin` resolved, no two listeners on one port, and the
+/// CPUs (one shard each) with how connections are spread over them.
+fn addresses_and_cpus(
+    s: &Settings,
+    tls: Option<&crate::tls::TlsSettings>,
+    allowed: &[usize],
+) -> anyhow::Result<Addresses> {
+    let listen = match &s.listen {
+        Some(l) if l.is_empty() => {
+            bail!("{}: at least one address is needed", s.name("listen"))
+        }
+        Some(l) => {
+            let mut out: Vec<SocketAddr> = Vec::new();
+            for a in l {
+                for addr in a
+                    .resolve()
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("listen")))?
+                {
+                    if !out.contains(&addr) {
+                        out.push(addr);
+                    }
+                }
+            }
+            out
+        }
+        None => vec![DEFAULT_LISTEN.parse().expect("valid default")],
+    };
+    let admin = match &s.admin {
+        Some(a) => a
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("admin")))?[0],
+        None => DEFAULT_ADMIN.parse().expect("valid default"),
+    };
+    let tls_listen: &[SocketAddr] = tls.map_or(&[], |t| t.listen.as_slice());
+    if let Some(clash) = listen
+        .iter()
+        .chain(tls_listen)
+        .find(|l| overlaps(**l, admin))
+    {
+        bail!(
+            "{}: {admin} is also a listen address ({clash}); the admin listener needs its own port",
+            s.name("admin")
+        );
+    }
+    // Shards share each port with SO_REUSEPORT, so the same port in both
+    // lists would split connections between TLS and cleartext silently.
+    for t in tls_listen {
+        if let Some(clash) = listen.iter().find(|l| overlaps(**l, *t)) {
+            bail!(
+                "{}: {t} is also a cleartext listen address ({clash}); TLS needs its own port",
+                s.name("tls_listen")
+            );
+        }
+    }
+    let cpus = match s.cores.as_deref() {
+        None => allowed.to_vec(),
+        Some(spec) => parse_cores(spec, allowed).with_context(|| s.name("cores"))?,
+    };
+    if cpus.is_empty() {
+        bail!("{}: no CPU available", s.name("cores"));
+    }
+    Ok(Addresses {
+        listen,
+        admin,
+        backlog: s.backlog.unwrap_or(DEFAULT_BACKLOG).max(1),
+        steer: match s.steer.as_deref() {
+            None | Some("hash") => Steer::Hash,
+            Some("cpu") => Steer::Cpu,
+            Some(other) => bail!("{}: `{other}` is not one of `hash`, `cpu`", s.name("steer")),
+        },
+        cpus,
+    })
+}
+
+/// `server_header` rendered as its line (empty: no header).
+fn server_line(s: &Settings) -> anyhow::Result<Vec<u8>> {
+    let server = s
+        .server_header
+        .clone()
+        .unwrap_or_else(|| DEFAULT_SERVER_HEADER.to_owned());
+    if server.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        bail!(
+            "{}: control characters are not allowed",
+            s.name("server_header")
+        );
+    }
+    Ok(if server.is_empty() {
+        Vec::new()
+    } else {
+        format!("Server: {server}\r\n").into_bytes()
+    })
+}
+
+/// What [`limits`] validates.
+struct Limits {
+    max_connections_per_core: usize,
+    max_head_bytes: usize,
+    max_uri_bytes: usize,
+    max_requests_per_connection: u32,
+    max_ranges: usize,
+    max_discard_bytes: u64,
+    sendfile_threshold: u64,
+    cache_max_bytes: u64,
+    max_open_files: usize,
+    preload_max_files: u64,
+    compress_max_file_bytes: u64,
+    h2_max_concurrent_streams: u32,
+}
+
+/// Sizes and counts: connections per shard (by default from
+/// `RLIMIT_NOFILE`, shared by `shards`), request limits, memory and fds.
+fn limits(s: &Settings, shards: usize) -> anyhow::Result<Limits> {
+    let max_connections_per_core = match s.max_connections_per_core {
+        None => default_max_connections(
+            crate::sys::nofile_limit(),
+            s.max_open_files
+                .unwrap_or(crate::cache::open_files::DEFAULT_MAX_OPEN_FILES),
+            shards,
+        ),
+        Some(0) => bail!("{}: must be at least 1", s.name("max_connections_per_core")),
+        Some(n) => n,
+    };
+    let max_head_bytes = s
+        .max_head_bytes
+        .map_or(DEFAULT_MAX_HEAD_BYTES as u64, |b| b.0);
+    if !(256..=1024 * 1024).contains(&max_head_bytes) {
+        bail!(
+            "{}: must be between 256 and 1MiB (1048576)",
+            s.name("max_head_bytes")
+        );
+    }
+    let max_uri_bytes = s
+        .max_uri_bytes
+        .map_or(DEFAULT_MAX_URI_BYTES as u64, |b| b.0);
+    if max_uri_bytes < 16 || max_uri_bytes >= max_head_bytes {
+        bail!(
+            "{}: must be at least 16 and below max_head_bytes ({max_head_bytes})",
+            s.name("max_uri_bytes")
+        );
+    }
+    let max_requests = s
+        .max_requests_per_connection
+        .unwrap_or(DEFAULT_MAX_REQUESTS_PER_CONNECTION);
+    if max_requests == 0 {
+        bail!(
+            "{}: must be at least 1",
+            s.name("max_requests_per_connection")
+        );
+    }
+    let max_ranges = s.max_ranges.unwrap_or(DEFAULT_MAX_RANGES);
+    if max_ranges == 0 {
+        bail!("{}: must be at least 1", s.name("max_ranges"));
+    }
+    Ok(Limits {
+        max_connections_per_core,
+        max_head_bytes: max_head_bytes as usize,
+        max_uri_bytes: max_uri_bytes as usize,
+        max_requests_per_connection: max_requests,
+        max_ranges,
+        max_discard_bytes: s
+            .max_discard_bytes
+            .map_or(DEFAULT_MAX_DISCARD_BYTES, |b| b.0),
+        sendfile_threshold: s
+            .sendfile_threshold
+            .map_or(DEFAULT_SENDFILE_THRESHOLD, |b| b.0)
+            .max(1),
+        cache_max_bytes: s
+            .cache_max_bytes
+            .map_or_else(|| default_cache_max_bytes(cgroup_memory_max()), |b| b.0),
+        max_open_files: match s.max_open_files {
+            None => crate::cache::open_files::DEFAULT_MAX_OPEN_FILES,
+            Some(0) => bail!("{}: must be at least 1", s.name("max_open_files")),
+            Some(n) => n,
+        },
+        preload_max_files: s
+            .preload_max_files
+            .unwrap_or(crate::cache::DEFAULT_PRELOAD_MAX_FILES),
+        compress_max_file_bytes: s
+            .compress_max_file_bytes
+            .map_or(crate::cache::DEFAULT_COMPRESS_MAX_FILE_BYTES, |b| b.0),
+        h2_max_concurrent_streams: match s.h2_max_concurrent_streams {
+            Some(0) => bail!(
+                "{}: must be at least 1",
+                s.name("h2_max_concurrent_streams")
+            ),
+            v => v.unwrap_or(crate::h2::DEFAULT_MAX_CONCURRENT_STREAMS),
+        },
+    })
+}
+
+/// What [`timeouts`] validates.
+struct Timeouts {
+    header_timeout: Duration,
+    keepalive_timeout: Duration,
+    write_timeout: Duration,
+    shutdown_grace: Duration,
+    drain_delay: Duration,
+    drain_idle_grace: Duration,
+    upgrade_timeout: Duration,
+    rescan_interval: Duration,
+    watch_debounce: Duration,
+    write_settle_max: Duration,
+    /// Seconds.
+    fast_start_max_age: u64,
+}
+
+/// Timeouts and intervals, each more than 0 and at most [`MAX_DURATION`]
+/// unless its own range says otherwise.
+fn timeouts(s: &Settings) -> anyhow::Result<Timeouts> {
+    let watch_debounce = s
+        .watch_debounce_ms
+        .map_or(DEFAULT_WATCH_DEBOUNCE, |d| d.value);
+    if !(Duration::from_millis(1)..=Duration::from_secs(10)).contains(&watch_debounce) {
+        bail!(
+            "{}: must be between 1ms and 10s",
+            s.name("watch_debounce_ms")
+        );
+    }
+    let duration = |key: &'static str, v: Option<DurationValue<Secs>>, default: Duration| {
+        let d = v.map_or(default, |d| d.value);
+        if d.is_zero() || d > MAX_DURATION {
+            bail!("{}: must be more than 0 and at most 24h", s.name(key));
+        }
+        Ok(d)
+    };
+    Ok(Timeouts {
+        header_timeout: duration("header_timeout", s.header_timeout, DEFAULT_HEADER_TIMEOUT)?,
+        keepalive_timeout: duration(
+            "keepalive_timeout",
+            s.keepalive_timeout,
+            DEFAULT_KEEPALIVE_TIMEOUT,
+        )?,
+        write_timeout: duration("write_timeout", s.write_timeout, DEFAULT_WRITE_TIMEOUT)?,
+        shutdown_grace: duration("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE)?,
+        drain_delay: match s.drain_delay.map_or(Duration::ZERO, |d| d.value) {
+            d if d <= MAX_DRAIN_DELAY => d,
+            _ => bail!("{}: must be at most 1h", s.name("drain_delay")),
+        },
+        // Half the grace at most, so the lingering close that follows
+        // has time to see the client's FIN before the hard deadline.
+        drain_idle_grace: duration(
+            "drain_idle_grace",
+            s.drain_idle_grace,
+            DEFAULT_DRAIN_IDLE_GRACE,
+        )?
+        .min(duration("shutdown_grace", s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE)? / 2),
+        upgrade_timeout: duration(
+            "upgrade_timeout",
+            s.upgrade_timeout,
+            DEFAULT_UPGRADE_TIMEOUT,
+        )?,
+        rescan_interval: duration(
+            "rescan_interval",
+            s.rescan_interval,
+            DEFAULT_RESCAN_INTERVAL,
+        )?,
+        watch_debounce,
+        write_settle_max: duration(
+            "write_settle_max",
+            s.write_settle_max,
+            DEFAULT_WRITE_SETTLE_MAX,
+        )?,
+        fast_start_max_age: duration(
+            "fast_start_max_age",
+            s.fast_start_max_age,
+            DEFAULT_FAST_START_MAX_AGE,
+        )?
+        .as_secs(),
+    })
+}
+
 /// `compress*` and the three levels, range-checked.
 fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::CompressOptions>> {
     let d = crate::cache::CompressOptions::default();
@@ -488,182 +590,6 @@ fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::Compres
         );
     }
     Ok(s.compress.unwrap_or(true).then_some(opts))
-}
-
-/// What [`site_rules`] validates.
-struct SiteRules {
-    dotfile_allow: crate::cache::DotfileAllow,
-    index_files: Vec<String>,
-    default_type: String,
-    status_cache_control: crate::cache::StatusCacheControl,
-    headers: crate::cache::HeaderRules,
-}
-
-/// The keys that shape responses per path: dotfiles, index files, the
-/// default type, error/redirect `Cache-Control` and `[[headers]]`.
-fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
-    use crate::cache::{DotfileAllow, HeaderRules, StatusCacheControl};
-    let dotfile_allow = match (&s.dotfile_allow, s.serve_dotfiles) {
-        (Some(_), Some(true)) => bail!(
-            "{}: give either `serve_dotfiles = true` (every dotfile) or `dotfile_allow` \
-             (the ones listed), not both",
-            s.name("serve_dotfiles")
-        ),
-        (_, Some(true)) => DotfileAllow::all(),
-        (Some(patterns), _) => DotfileAllow::new(patterns)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("dotfile_allow")))?,
-        (None, _) => DotfileAllow::default(),
-    };
-    let index_files = match &s.index_files {
-        None => DEFAULT_INDEX_FILES
-            .iter()
-            .map(|n| (*n).to_owned())
-            .collect(),
-        Some(names) if names.is_empty() => {
-            bail!("{}: at least one name is needed", s.name("index_files"))
-        }
-        Some(names) => {
-            for name in names {
-                if name.is_empty()
-                    || name == "."
-                    || name == ".."
-                    || name.contains(['/', '\\', '\0'])
-                {
-                    bail!(
-                        "{}: `{name}` must be a file name, not a path",
-                        s.name("index_files")
-                    );
-                }
-            }
-            names.clone()
-        }
-    };
-    let default_type = s
-        .default_type
-        .clone()
-        .unwrap_or_else(|| DEFAULT_TYPE.to_owned());
-    let parsed: Result<mime_guess::mime::Mime, _> = default_type.parse();
-    if parsed.is_err() || default_type.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        bail!(
-            "{}: `{default_type}` is not a media type like `text/plain`",
-            s.name("default_type")
-        );
-    }
-    let errors: Vec<(String, String)> = s
-        .error_cache_control
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    StatusCacheControl::new(&[], s.redirect_cache_control.as_deref())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("redirect_cache_control")))?;
-    let status_cache_control =
-        StatusCacheControl::new(&errors, s.redirect_cache_control.as_deref())
-            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("error_cache_control")))?;
-    let rules: Vec<(String, Vec<(String, String)>)> = s
-        .headers
-        .iter()
-        .flatten()
-        .map(|r| {
-            let set = r.set.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-            (r.glob.clone(), set)
-        })
-        .collect();
-    let headers =
-        HeaderRules::new(&rules).map_err(|e| anyhow::anyhow!("{}: {e}", s.name("headers")))?;
-    Ok(SiteRules {
-        dotfile_allow,
-        index_files,
-        default_type,
-        status_cache_control,
-        headers,
-    })
-}
-
-/// `error_pages`: 4xx/5xx codes to relative paths that stay inside the root.
-fn error_pages(
-    pages: Option<&BTreeMap<String, String>>,
-    name: &str,
-) -> anyhow::Result<Vec<(u16, String)>> {
-    let mut out = Vec::new();
-    for (code, page) in pages.into_iter().flatten() {
-        let n: u16 = code
-            .parse()
-            .ok()
-            .filter(|n| (400..=599).contains(n))
-            .with_context(|| format!("{name}: `{code}` is not a 4xx or 5xx status"))?;
-        let rel = page.trim_start_matches('/');
-        if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") || rel.contains('\\') {
-            bail!("{name}: `{page}` must be a file path relative to the root");
-        }
-        out.push((n, rel.to_owned()));
-    }
-    Ok(out)
-}
-
-/// Default `cache_max_bytes`: [`DEFAULT_CACHE_MAX_BYTES`], or two fifths
-/// of the cgroup's memory limit when that is lower, so that a rebuild (two
-/// generations briefly side by side, their variants included) and the
-/// connections' buffers fit under a container's limit instead of being
-/// OOM-killed: 204 MiB under Kubernetes' 512 Mi.
-pub fn default_cache_max_bytes(cgroup_limit: Option<u64>) -> u64 {
-    match cgroup_limit {
-        Some(limit) => DEFAULT_CACHE_MAX_BYTES.min(limit / 5 * 2),
-        None => DEFAULT_CACHE_MAX_BYTES,
-    }
-}
-
-/// The memory limit of this process's cgroup (v2 `memory.max`, or v1
-/// `memory.limit_in_bytes`), if one is set. Read at start; a container sees
-/// its own cgroup at the root of its cgroup namespace.
-pub fn cgroup_memory_max() -> Option<u64> {
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    memory_max_of(&cgroups, |file| std::fs::read_to_string(file).ok())
-}
-
-/// [`cgroup_memory_max`] for a `/proc/self/cgroup` text, reading the
-/// limit files through `read`.
-fn memory_max_of(cgroups: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
-    for line in cgroups.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (hierarchy, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let path = path.trim_end_matches('/');
-        let file = if hierarchy == "0" && controllers.is_empty() {
-            format!("/sys/fs/cgroup{path}/memory.max")
-        } else if controllers.split(',').any(|c| c == "memory") {
-            format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
-        } else {
-            continue;
-        };
-        // "max" (v2), or a huge page-rounded number (v1): no limit.
-        if let Some(n) = read(&file)
-            .and_then(|text| text.trim().parse::<u64>().ok())
-            .filter(|&n| n < 1 << 60)
-        {
-            return Some(n);
-        }
-    }
-    None
-}
-
-/// Fds kept back from connections: the listeners, epoll and eventfds,
-/// the admin listener, the access log, the watcher, build-time opens.
-pub const RESERVED_FDS: u64 = 64;
-/// The floor of the default `max_connections_per_core`.
-pub const MIN_CONNECTIONS_PER_CORE: usize = 64;
-
-/// Default `max_connections_per_core`: the fds RLIMIT_NOFILE leaves after
-/// [`RESERVED_FDS`] and the large-file cache (`max_open_files`, at most a
-/// quarter of the limit), shared by the shards; at least
-/// [`MIN_CONNECTIONS_PER_CORE`]. With the limit at 65 536, 1 024 open files
-/// and 4 shards: 16 112. So accept stops at the cap instead of at EMFILE.
-pub fn default_max_connections(nofile: Option<u64>, open_files: usize, shards: usize) -> usize {
-    let Some(nofile) = nofile else {
-        return 16_384;
-    };
-    let reserved = RESERVED_FDS + (open_files as u64).min(nofile / 4);
-    let per = nofile.saturating_sub(reserved) / shards.max(1) as u64;
-    (per as usize).max(MIN_CONNECTIONS_PER_CORE)
 }
 
 /// `tls_*`: listeners need a certificate, a certificate needs its key.
@@ -720,106 +646,42 @@ fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>>
     }))
 }
 
+/// What [`https`] validates.
+struct Https {
+    hsts: Option<String>,
+    redirect_https: bool,
+}
+
+/// `hsts` and `redirect_https`, which need a TLS listener (`has_tls`).
+fn https(s: &Settings, has_tls: bool) -> anyhow::Result<Https> {
+    Ok(Https {
+        hsts: match &s.hsts {
+            Some(v) if v.is_empty() || v.bytes().any(|b| b < 0x20 || b == 0x7f) => bail!(
+                "{}: must be a non-empty header value without control characters",
+                s.name("hsts")
+            ),
+            Some(_) if !has_tls => {
+                bail!(
+                    "{}: needs `tls_listen` (it is sent over TLS only)",
+                    s.name("hsts")
+                )
+            }
+            v => v.clone(),
+        },
+        redirect_https: match s.redirect_https {
+            Some(true) if !has_tls => bail!(
+                "{}: needs `tls_listen` (the redirect goes to its port)",
+                s.name("redirect_https")
+            ),
+            v => v.unwrap_or(false),
+        },
+    })
+}
+
 /// Two addresses that cannot both be bound: the same port, and the same
 /// IP or one of them the wildcard.
 fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() != 0
         && a.port() == b.port()
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
-}
-
-/// The CPUs this process may run on (respects `taskset` and cpusets).
-pub fn affinity_cpus() -> Vec<usize> {
-    let mut ids: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
-    ids.sort_unstable();
-    ids
-}
-
-/// `"4"` → the first four allowed CPUs; `"0-3,6"` → exactly those CPUs.
-pub fn parse_cores(spec: &str, allowed: &[usize]) -> anyhow::Result<Vec<usize>> {
-    let spec = spec.trim();
-    if !spec.contains(['-', ',']) {
-        let n: usize = spec
-            .parse()
-            .with_context(|| format!("`{spec}` is neither a count nor a CPU list"))?;
-        if n == 0 || n > allowed.len() {
-            bail!(
-                "count {n} must be between 1 and {} (CPUs in the affinity mask)",
-                allowed.len()
-            );
-        }
-        return Ok(allowed[..n].to_vec());
-    }
-    let mut cpus = Vec::new();
-    for part in spec.split(',') {
-        let part = part.trim();
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (a.trim(), b.trim()),
-            None => (part, part),
-        };
-        let lo: usize = lo
-            .parse()
-            .with_context(|| format!("bad CPU number in `{part}`"))?;
-        let hi: usize = hi
-            .parse()
-            .with_context(|| format!("bad CPU number in `{part}`"))?;
-        if lo > hi {
-            bail!("range `{part}` is backwards");
-        }
-        for cpu in lo..=hi {
-            if !allowed.contains(&cpu) {
-                bail!("CPU {cpu} is not in this process's affinity mask {allowed:?}");
-            }
-            if !cpus.contains(&cpu) {
-                cpus.push(cpu);
-            }
-        }
-    }
-    Ok(cpus)
-}
-
-#[cfg(test)]
-mod cgroup_tests {
-    use super::*;
-
-    #[test]
-    fn cache_cap_is_two_fifths_of_a_lower_cgroup_limit() {
-        assert_eq!(default_cache_max_bytes(None), DEFAULT_CACHE_MAX_BYTES);
-        let mi = 1024 * 1024;
-        assert_eq!(default_cache_max_bytes(Some(512 * mi)), 512 * mi / 5 * 2);
-        assert_eq!(
-            default_cache_max_bytes(Some(64 * 1024 * mi)),
-            DEFAULT_CACHE_MAX_BYTES
-        );
-    }
-
-    #[test]
-    fn cgroup_limit_is_read_from_v2_or_v1_and_max_is_none() {
-        let files = |file: &str| match file {
-            "/sys/fs/cgroup/kubepods/pod1/memory.max" => Some("536870912\n".to_owned()),
-            "/sys/fs/cgroup/memory.max" => Some("max\n".to_owned()),
-            "/sys/fs/cgroup/memory/docker/x/memory.limit_in_bytes" => {
-                Some("268435456\n".to_owned())
-            }
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes" => {
-                Some("9223372036854771712\n".to_owned())
-            }
-            _ => None,
-        };
-        assert_eq!(
-            memory_max_of("0::/kubepods/pod1\n", files),
-            Some(536_870_912)
-        );
-        assert_eq!(memory_max_of("0::/\n", files), None);
-        assert_eq!(
-            memory_max_of("4:memory:/docker/x\n1:cpu:/\n", files),
-            Some(268_435_456)
-        );
-        assert_eq!(memory_max_of("4:cpuacct,memory:/\n", files), None);
-        assert_eq!(memory_max_of("", files), None);
-    }
 }

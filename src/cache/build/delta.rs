@@ -28,8 +28,8 @@ use super::walk::{Stat, Walk, MAX_DEPTH};
 use super::{canonical_root, exhausted, is_exhausted, open_root, Built, Mode};
 
 use crate::cache::{
-    pack_off, unpack_off, Body, BuildOptions, Entry, Resource, Segment, Snapshot, SnapshotStats,
-    SIDECARS,
+    pack_off, unpack_off, Body, BuildOptions, Entries, Entry, PathIndex, Resource, RootDir,
+    Segment, Snapshot, SnapshotStats, SIDECARS,
 };
 
 /// Most paths one incremental rebuild looks at; past this a full walk is
@@ -43,8 +43,24 @@ const MAX_SEGMENTS: usize = 32;
 /// Why a patch gave way to a full walk (logged at debug).
 pub(super) type FullWalk = &'static str;
 
+/// A stage's "this needs a full walk" ends the patch with that reason.
+macro_rules! or_full_walk {
+    ($stage:expr) => {
+        match $stage {
+            Ok(value) => value,
+            Err(why) => return Ok(Err(why)),
+        }
+    };
+}
+
 /// Patch `old` with what `changed` (absolute paths under the canonical root,
 /// as inotify reports them) hold now. `Ok(Err(why))`: a full walk is needed.
+///
+/// The stages: check that a patch can decide this change, list the URLs to
+/// look at again, walk them, load what changed, make its entries, free
+/// what no path points to, lay the new bodies (and compacted old ones) in
+/// one new segment, place the new entries, settle the index and the
+/// directories' `dir/`, then assemble the snapshot.
 pub(super) fn patch(
     opts: &BuildOptions,
     generation: u64,
@@ -53,6 +69,111 @@ pub(super) fn patch(
     changed: &HashSet<PathBuf>,
 ) -> anyhow::Result<Result<Built, FullWalk>> {
     let started = Instant::now();
+    let (root, root_dir) = or_full_walk!(patchable(opts, old, changed)?);
+    let dirty = or_full_walk!(dirty_paths(opts, &root, changed));
+    let Rewalked {
+        walk,
+        mut touched,
+        mut index,
+        parents,
+    } = or_full_walk!(rewalk(opts, old, root, root_dir, &dirty)?);
+
+    // Reuse what the old snapshot holds unchanged; load the rest.
+    let base = old.stats.mem_bytes - freed_mem(old, &touched);
+    let plan = Plan::with_base(opts, &walk, Some(old), held, base);
+    if plan.budget_spent {
+        return Ok(Err("cache_max_bytes would be spent"));
+    }
+    super::test_pause_before_open(&walk.root, generation);
+    let fast = super::leveled(opts, plan.identity_mem);
+    let loaded = load_all(
+        fast.as_ref().unwrap_or(opts),
+        &walk,
+        &plan,
+        Mode::Background { hook: None },
+    )?;
+
+    let Made {
+        arena,
+        mut stats,
+        new_entries,
+        new_heads,
+        remap,
+    } = or_full_walk!(make_entries(opts, old, &walk, &plan, loaded));
+    record_walked(&walk, &remap, &mut touched);
+    let Freed {
+        mut entries,
+        mut free,
+        segment_live,
+        freed,
+    } = free_unreferenced(old, &touched, &mut stats);
+    let Laid {
+        segments,
+        segment_live,
+        slot,
+        total,
+    } = lay_segments(old, arena, &mut entries, segment_live)?;
+    let placed = place_entries(new_entries, slot, &mut entries, &mut free, &new_heads);
+    entries.shrink();
+    settle_index(&placed, &mut touched, &mut index);
+    update_dir_slashes(opts, &parents, &walk.dirs, &mut touched, &mut index);
+
+    index.shrink();
+    let changed_anything = !placed.is_empty()
+        || !freed.is_empty()
+        || touched
+            .iter()
+            .any(|(key, r)| old.resolve(key) != r.as_ref().copied());
+    if !changed_anything {
+        return Ok(Ok(Built::Unchanged));
+    }
+    let (error_pages, spa_index) = special_pages(opts, |k| index.get(k));
+    stats.files = (entries.len() - free.len()) as u64;
+    stats.reused = stats.files - placed.len() as u64;
+    stats.paths_examined = walk.examined;
+    stats.bytes_copied = total as u64;
+    stats.segments = segments.iter().flatten().count() as u64;
+    stats.segments_shared = segments
+        .iter()
+        .flatten()
+        .filter(|s| old.segments.iter().flatten().any(|o| Arc::ptr_eq(o, s)))
+        .count() as u64;
+    tracing::info!(
+        generation,
+        files = stats.files,
+        loaded = stats.loaded,
+        freed = freed.len(),
+        paths_examined = stats.paths_examined,
+        bytes_copied = stats.bytes_copied,
+        segments = stats.segments,
+        index_shards_shared = index.shards_shared_with(&old.index),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "snapshot patched"
+    );
+    Ok(Ok(Built::New(Snapshot {
+        generation,
+        stats,
+        compressed: opts.compress.is_some(),
+        from_disk: old.from_disk,
+        index,
+        entries,
+        free,
+        segments,
+        segment_live,
+        walked: old.walked.clone(),
+        error_pages,
+        spa_index,
+        status_cache_control: opts.status_cache_control.clone(),
+    })))
+}
+
+/// The canonical root, open, when a patch can decide this change; else
+/// why only a full walk can.
+fn patchable(
+    opts: &BuildOptions,
+    old: &Snapshot,
+    changed: &HashSet<PathBuf>,
+) -> anyhow::Result<Result<(PathBuf, Arc<RootDir>), FullWalk>> {
     if old.walked.root.as_os_str().is_empty() {
         return Ok(Err("no previous walk"));
     }
@@ -70,19 +191,26 @@ pub(super) fn patch(
         return Ok(Err("the root was swapped"));
     }
     let root_dir = open_root(&root, &root_meta)?;
+    Ok(Ok((root, root_dir)))
+}
 
-    // The URLs to look at again, sorted, each with its path.
+/// The URLs to look at again, sorted, each with its path.
+fn dirty_paths(
+    opts: &BuildOptions,
+    root: &Path,
+    changed: &HashSet<PathBuf>,
+) -> Result<BTreeMap<Vec<u8>, PathBuf>, FullWalk> {
     let mut dirty: BTreeMap<Vec<u8>, PathBuf> = BTreeMap::new();
     for path in changed {
-        let Ok(rel) = path.strip_prefix(&root) else {
-            return Ok(Err("a path outside the root changed"));
+        let Ok(rel) = path.strip_prefix(root) else {
+            return Err("a path outside the root changed");
         };
         let mut url = Vec::new();
         let mut depth = 0;
         let mut hidden = false;
         for component in rel.components() {
             let Component::Normal(name) = component else {
-                return Ok(Err("an odd path changed"));
+                return Err("an odd path changed");
             };
             depth += 1;
             url.push(b'/');
@@ -95,10 +223,10 @@ pub(super) fn patch(
             }
         }
         if url.is_empty() {
-            return Ok(Err("the root itself changed"));
+            return Err("the root itself changed");
         }
         if depth >= MAX_DEPTH {
-            return Ok(Err("a path deeper than the walk goes changed"));
+            return Err("a path deeper than the walk goes changed");
         }
         if hidden {
             continue;
@@ -133,13 +261,33 @@ pub(super) fn patch(
     for url in covered {
         dirty.remove(&url);
     }
+    Ok(dirty)
+}
 
-    // What each path holds now, walked like the full walk would.
-    let mut walk = Walk::new(opts, root.clone(), root_dir);
+/// What [`rewalk`] found.
+struct Rewalked<'a> {
+    walk: Walk<'a>,
+    /// Every URL whose resource may have changed: `None` while removed.
+    touched: BTreeMap<Box<[u8]>, Option<Resource>>,
+    /// The old index without what was under the dirty paths.
+    index: PathIndex,
+    /// Each dirty path's parent directory URL.
+    parents: Vec<Vec<u8>>,
+}
+
+/// What each path holds now, walked like the full walk would.
+fn rewalk<'a>(
+    opts: &'a BuildOptions,
+    old: &Snapshot,
+    root: PathBuf,
+    root_dir: Arc<RootDir>,
+    dirty: &BTreeMap<Vec<u8>, PathBuf>,
+) -> anyhow::Result<Result<Rewalked<'a>, FullWalk>> {
+    let mut walk = Walk::new(opts, root, root_dir);
     let mut touched: BTreeMap<Box<[u8]>, Option<Resource>> = BTreeMap::new();
     let mut index = old.index.clone();
     let mut parents: Vec<Vec<u8>> = Vec::new();
-    for (url, path) in &dirty {
+    for (url, path) in dirty {
         let parent = &url[..url.iter().rposition(|&b| b == b'/').unwrap_or(0)];
         if !parent.is_empty() && old.resolve(parent) != Some(Resource::AddSlash) {
             return Ok(Err("a parent directory the walk never entered changed"));
@@ -188,22 +336,37 @@ pub(super) fn patch(
             return Ok(Err("a symlink appeared"));
         }
     }
+    Ok(Ok(Rewalked {
+        walk,
+        touched,
+        index,
+        parents,
+    }))
+}
 
-    // Reuse what the old snapshot holds unchanged; load the rest.
-    let base = old.stats.mem_bytes - freed_mem(old, &touched);
-    let plan = Plan::with_base(opts, &walk, Some(old), held, base);
-    if plan.budget_spent {
-        return Ok(Err("cache_max_bytes would be spent"));
-    }
-    super::test_pause_before_open(&walk.root, generation);
-    let fast = super::leveled(opts, plan.identity_mem);
-    let loaded = load_all(
-        fast.as_ref().unwrap_or(opts),
-        &walk,
-        &plan,
-        Mode::Background { hook: None },
-    )?;
+/// What [`make_entries`] made of the loaded files.
+struct Made {
+    /// The new entries' in-memory bodies, for the new segment.
+    arena: ArenaPlan,
+    stats: SnapshotStats,
+    /// Each with its index to be settled once the freed slots are known.
+    new_entries: Vec<(u32, Entry)>,
+    /// Their heads, until they are placed in their chunks.
+    new_heads: Heads,
+    /// The walk's file `i` → its resource in the new snapshot (`File`
+    /// indices from `u32::MAX` down: the new entries, not placed yet).
+    remap: Vec<Option<Resource>>,
+}
 
+/// The walk's files as entries: the old entry where unchanged, a new one
+/// for each file loaded.
+fn make_entries(
+    opts: &BuildOptions,
+    old: &Snapshot,
+    walk: &Walk<'_>,
+    plan: &Plan,
+    loaded: Vec<Option<Loaded>>,
+) -> Result<Made, FullWalk> {
     let mut arena = ArenaPlan::default();
     let mut stats = old.stats;
     stats.loaded = 0;
@@ -241,7 +404,7 @@ pub(super) fn patch(
                 }),
             ) => {
                 stats.loaded += 1;
-                let parts = loaded_parts(opts, &walk, job, file, variants, sidecars, &mut arena);
+                let parts = loaded_parts(opts, walk, job, file, variants, sidecars, &mut arena);
                 let (entry, dropped) = finish_entry(
                     opts,
                     job,
@@ -252,7 +415,7 @@ pub(super) fn patch(
                     &mut new_heads,
                 );
                 if dropped {
-                    return Ok(Err("cache_max_bytes would be spent on variants"));
+                    return Err("cache_max_bytes would be spent on variants");
                 }
                 // Its index is settled below, once the freed slots are known.
                 remap[i] = Some(Resource::File(u32::MAX - new_entries.len() as u32));
@@ -262,8 +425,21 @@ pub(super) fn patch(
             (Step::Load { .. }, _) | (Step::Hold, _) => {}
         }
     }
+    Ok(Made {
+        arena,
+        stats,
+        new_entries,
+        new_heads,
+        remap,
+    })
+}
 
-    // The walk's index, remapped, over what was removed.
+/// The walk's index, remapped, over what was removed.
+fn record_walked(
+    walk: &Walk<'_>,
+    remap: &[Option<Resource>],
+    touched: &mut BTreeMap<Box<[u8]>, Option<Resource>>,
+) {
     for (key, resource) in &walk.index {
         let resource = match *resource {
             Resource::File(j) => match remap[j as usize] {
@@ -274,7 +450,23 @@ pub(super) fn patch(
         };
         touched.insert(key.clone(), Some(resource));
     }
-    // Entries no final path points to are freed; new ones take their slots.
+}
+
+/// The old entries with the freed ones vacant, what [`free_unreferenced`]
+/// freed, and the segments' live bytes without them.
+struct Freed {
+    entries: Entries,
+    free: Vec<u32>,
+    segment_live: Vec<u64>,
+    freed: Vec<u32>,
+}
+
+/// Entries no final path points to are freed; new ones take their slots.
+fn free_unreferenced(
+    old: &Snapshot,
+    touched: &BTreeMap<Box<[u8]>, Option<Resource>>,
+    stats: &mut SnapshotStats,
+) -> Freed {
     let mut kept: HashSet<u32> = HashSet::new();
     for r in touched.values().flatten() {
         if let Resource::File(i) = r {
@@ -295,12 +487,34 @@ pub(super) fn patch(
     for &i in &freed {
         let entry = entries.get(i);
         let source = entry.source;
-        uncount(&entry, &mut stats, &mut segment_live);
+        uncount(&entry, stats, &mut segment_live);
         entries.set(i, Entry::vacant(source), &[]);
         free.push(i);
     }
+    Freed {
+        entries,
+        free,
+        segment_live,
+        freed,
+    }
+}
 
-    // The new bodies go into one new segment, in a free slot.
+/// The segments after [`lay_segments`]: `slot` holds the new one, of
+/// `total` bytes.
+struct Laid {
+    segments: Vec<Option<Segment>>,
+    segment_live: Vec<u64>,
+    slot: usize,
+    total: usize,
+}
+
+/// The new bodies go into one new segment, in a free slot.
+fn lay_segments(
+    old: &Snapshot,
+    arena: ArenaPlan,
+    entries: &mut Entries,
+    mut segment_live: Vec<u64>,
+) -> anyhow::Result<Laid> {
     let mut segments: Vec<Option<Segment>> = old.segments.clone();
     segment_live.resize(segments.len(), 0);
     for (s, live) in segment_live.iter().enumerate() {
@@ -313,22 +527,7 @@ pub(super) fn patch(
         .iter()
         .position(Option::is_none)
         .unwrap_or(segments.len());
-    // Mostly dead segments, and the smallest when there are too many,
-    // have their live bodies copied into the new one.
-    let mut compact: Vec<usize> = (0..segments.len())
-        .filter(|&s| {
-            segments[s]
-                .as_ref()
-                .is_some_and(|m| segment_live[s] * 2 < m.len() as u64)
-        })
-        .collect();
-    let mut alive: Vec<usize> = (0..segments.len())
-        .filter(|&s| segments[s].is_some() && !compact.contains(&s))
-        .collect();
-    if alive.len() + 1 > MAX_SEGMENTS {
-        alive.sort_by_key(|&s| segments[s].as_ref().map_or(0, |m| m.len()));
-        compact.extend_from_slice(&alive[..alive.len() + 1 - MAX_SEGMENTS]);
-    }
+    let compact = to_compact(&segments, &segment_live);
     let compacted: u64 = compact.iter().map(|&s| segment_live[s]).sum();
     let total = new_len + compacted as usize;
     let mut map = super::assemble::anon_segment(total)?;
@@ -388,8 +587,43 @@ pub(super) fn patch(
         segments.pop();
         segment_live.pop();
     }
+    Ok(Laid {
+        segments,
+        segment_live,
+        slot,
+        total,
+    })
+}
 
-    // New entries into free slots, their bodies at the new segment.
+/// Mostly dead segments, and the smallest when there are too many,
+/// have their live bodies copied into the new one.
+fn to_compact(segments: &[Option<Segment>], segment_live: &[u64]) -> Vec<usize> {
+    let mut compact: Vec<usize> = (0..segments.len())
+        .filter(|&s| {
+            segments[s]
+                .as_ref()
+                .is_some_and(|m| segment_live[s] * 2 < m.len() as u64)
+        })
+        .collect();
+    let mut alive: Vec<usize> = (0..segments.len())
+        .filter(|&s| segments[s].is_some() && !compact.contains(&s))
+        .collect();
+    if alive.len() + 1 > MAX_SEGMENTS {
+        alive.sort_by_key(|&s| segments[s].as_ref().map_or(0, |m| m.len()));
+        compact.extend_from_slice(&alive[..alive.len() + 1 - MAX_SEGMENTS]);
+    }
+    compact
+}
+
+/// New entries into free slots, their bodies at the new segment; the
+/// index each one took, in order.
+fn place_entries(
+    new_entries: Vec<(u32, Entry)>,
+    slot: usize,
+    entries: &mut Entries,
+    free: &mut Vec<u32>,
+    new_heads: &Heads,
+) -> Vec<u32> {
     let mut placed: Vec<u32> = Vec::with_capacity(new_entries.len());
     for (_, mut entry) in new_entries {
         for repr in entry.reprs_mut() {
@@ -409,7 +643,16 @@ pub(super) fn patch(
         };
         placed.push(i);
     }
-    entries.shrink();
+    placed
+}
+
+/// The new entries' final indices into `touched`, and `touched` into the
+/// index.
+fn settle_index(
+    placed: &[u32],
+    touched: &mut BTreeMap<Box<[u8]>, Option<Resource>>,
+    index: &mut PathIndex,
+) {
     let settle = |r: Resource| match r {
         Resource::File(i) if i > u32::MAX - placed.len() as u32 - 1 => {
             Resource::File(placed[(u32::MAX - i) as usize])
@@ -419,7 +662,7 @@ pub(super) fn patch(
     for r in touched.values_mut().flatten() {
         *r = settle(*r);
     }
-    for (key, r) in &touched {
+    for (key, r) in touched.iter() {
         match r {
             Some(r) => {
                 index.insert(key, *r);
@@ -429,9 +672,18 @@ pub(super) fn patch(
             }
         }
     }
-    // `dir/` of every directory whose listing may have changed.
+}
+
+/// `dir/` of every directory whose listing may have changed.
+fn update_dir_slashes(
+    opts: &BuildOptions,
+    parents: &[Vec<u8>],
+    dirs: &[Box<[u8]>],
+    touched: &mut BTreeMap<Box<[u8]>, Option<Resource>>,
+    index: &mut PathIndex,
+) {
     let mut slashes: Vec<&[u8]> = parents.iter().map(Vec::as_slice).collect();
-    slashes.extend(walk.dirs.iter().map(|d| &**d));
+    slashes.extend(dirs.iter().map(|d| &**d));
     for dir in slashes {
         if !dir.is_empty() && index.get(dir) != Some(Resource::AddSlash) {
             continue;
@@ -444,54 +696,6 @@ pub(super) fn patch(
             index.insert(&key, resource);
         }
     }
-
-    index.shrink();
-    let changed_anything = !placed.is_empty()
-        || !freed.is_empty()
-        || touched
-            .iter()
-            .any(|(key, r)| old.resolve(key) != r.as_ref().copied());
-    if !changed_anything {
-        return Ok(Ok(Built::Unchanged));
-    }
-    let (error_pages, spa_index) = special_pages(opts, |k| index.get(k));
-    stats.files = (entries.len() - free.len()) as u64;
-    stats.reused = stats.files - placed.len() as u64;
-    stats.paths_examined = walk.examined;
-    stats.bytes_copied = total as u64;
-    stats.segments = segments.iter().flatten().count() as u64;
-    stats.segments_shared = segments
-        .iter()
-        .flatten()
-        .filter(|s| old.segments.iter().flatten().any(|o| Arc::ptr_eq(o, s)))
-        .count() as u64;
-    tracing::info!(
-        generation,
-        files = stats.files,
-        loaded = stats.loaded,
-        freed = freed.len(),
-        paths_examined = stats.paths_examined,
-        bytes_copied = stats.bytes_copied,
-        segments = stats.segments,
-        index_shards_shared = index.shards_shared_with(&old.index),
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "snapshot patched"
-    );
-    Ok(Ok(Built::New(Snapshot {
-        generation,
-        stats,
-        compressed: opts.compress.is_some(),
-        from_disk: old.from_disk,
-        index,
-        entries,
-        free,
-        segments,
-        segment_live,
-        walked: old.walked.clone(),
-        error_pages,
-        spa_index,
-        status_cache_control: opts.status_cache_control.clone(),
-    })))
 }
 
 /// `path` cut to its first `len` bytes.

@@ -1,0 +1,219 @@
+//! The shards' listening sockets: bound (or adopted from the process this
+//! one replaces) before the first build, listening once it is there,
+//! steered by CPU on request, and duplicated for a SIGUSR2 handover.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+
+use anyhow::Context;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::preflight::{self, Claims};
+use crate::upgrade::{Kind, Passed};
+
+/// How long the kernel holds a connection that has sent nothing before
+/// handing it to `accept` anyway.
+const DEFER_ACCEPT_SECS: u32 = 1;
+
+/// Every listening address: `all[..plain]` are cleartext, the rest TLS
+/// (in every shard's list).
+pub(super) struct Addrs {
+    pub(super) all: Vec<SocketAddr>,
+    pub(super) plain: usize,
+}
+
+impl Addrs {
+    pub(super) fn kind_of(&self, i: usize) -> Kind {
+        if i < self.plain {
+            Kind::Listen
+        } else {
+            Kind::Tls
+        }
+    }
+
+    pub(super) fn cleartext(&self) -> &[SocketAddr] {
+        &self.all[..self.plain]
+    }
+
+    pub(super) fn tls(&self) -> &[SocketAddr] {
+        &self.all[self.plain..]
+    }
+}
+
+/// A shard's socket: adopted from the old process (already listening) or
+/// bound here (listening once the snapshot is built).
+pub(super) enum ShardSocket {
+    Adopted(TcpListener),
+    Bound(Socket),
+}
+
+/// One shard's sockets: (cleartext, TLS).
+pub(super) type Lists = (Vec<ShardSocket>, Vec<ShardSocket>);
+
+/// Each shard's listeners, cleartext first, and how many are cleartext.
+pub(super) struct Listening {
+    pub(super) per_shard: Vec<Vec<TcpListener>>,
+    pub(super) plain_counts: Vec<usize>,
+}
+
+/// A listening socket for one shard: `SO_REUSEPORT` lets every shard bind
+/// the same address and the kernel spreads connections across them.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    listen(bind_socket(addr)?, backlog)
+}
+
+/// Bind a shard socket without listening yet: the address is taken (so a
+/// conflict is a start-up error) but connections are refused, not queued,
+/// while the first snapshot builds.
+fn bind_socket(addr: SocketAddr) -> std::io::Result<Socket> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        // Keep IPv4 and IPv6 separate: each is named by its own --listen.
+        socket.set_only_v6(true)?;
+    }
+    // Accepted sockets inherit TCP_NODELAY from the listener, which saves a
+    // setsockopt per connection. Nagle would hold back a response's tail
+    // waiting for an ACK; responses are written whole, so send at once.
+    socket.set_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+fn listen(socket: Socket, backlog: u32) -> std::io::Result<TcpListener> {
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    crate::sys::set_defer_accept(&socket, DEFER_ACCEPT_SECS)?;
+    Ok(socket.into())
+}
+
+/// Bind every socket before the build, so an address in use is reported
+/// at once. Port 0: the first shard's socket picks the port and the
+/// others join it. Adopted sockets come first: shard i takes the old
+/// shard i's socket; with fewer shards than sockets the extra ones go
+/// round the shards (none is closed, so none of their queued connections
+/// is lost); with more, the other shards bind sockets that join the same
+/// reuseport group. Each shard's list: (cleartext, TLS).
+pub(super) fn bind_shards(
+    shards: usize,
+    addrs: &mut Addrs,
+    adopted: Vec<Vec<TcpListener>>,
+    claims: &mut Claims,
+) -> anyhow::Result<Vec<Lists>> {
+    let mut per_shard: Vec<Lists> = (0..shards).map(|_| Default::default()).collect();
+    let plain = addrs.plain;
+    for (i, (addr, adopted)) in addrs.all.iter_mut().zip(adopted).enumerate() {
+        if let Some(first) = adopted.first() {
+            *addr = first.local_addr()?;
+        }
+        let passed = adopted.len();
+        for (j, listener) in adopted.into_iter().enumerate() {
+            let lists = &mut per_shard[j % shards];
+            let target = if i < plain {
+                &mut lists.0
+            } else {
+                &mut lists.1
+            };
+            target.push(ShardSocket::Adopted(listener));
+        }
+        for lists in per_shard.iter_mut().skip(passed) {
+            let socket =
+                bind_socket(*addr).map_err(|e| preflight::bind_error("listen", *addr, &e))?;
+            if addr.port() == 0 {
+                if let Some(bound) = socket.local_addr()?.as_socket() {
+                    *addr = bound;
+                    claims.add_picked(bound);
+                }
+            }
+            let target = if i < plain {
+                &mut lists.0
+            } else {
+                &mut lists.1
+            };
+            target.push(ShardSocket::Bound(socket));
+        }
+    }
+    Ok(per_shard)
+}
+
+/// Every bound socket starts listening (the adopted ones already are).
+pub(super) fn start_listening(per_shard: Vec<Lists>, backlog: u32) -> anyhow::Result<Listening> {
+    let mut per_shard_listeners = Vec::with_capacity(per_shard.len());
+    let mut plain_counts = Vec::with_capacity(per_shard.len());
+    for (cleartext, tls_sockets) in per_shard {
+        plain_counts.push(cleartext.len());
+        let mut listeners = Vec::with_capacity(cleartext.len() + tls_sockets.len());
+        for socket in cleartext.into_iter().chain(tls_sockets) {
+            listeners.push(match socket {
+                ShardSocket::Adopted(listener) => listener,
+                ShardSocket::Bound(socket) => {
+                    let addr = socket.local_addr()?.as_socket();
+                    listen(socket, backlog).with_context(|| format!("listening on {addr:?}"))?
+                }
+            });
+        }
+        per_shard_listeners.push(listeners);
+    }
+    Ok(Listening {
+        per_shard: per_shard_listeners,
+        plain_counts,
+    })
+}
+
+/// What a SIGUSR2 upgrade hands over: a duplicate of every socket (the
+/// shards and the admin thread own the originals), with its kind, shard
+/// and address.
+pub(super) fn handover_list(
+    listening: &Listening,
+    admin_dup: TcpListener,
+) -> anyhow::Result<Vec<(Passed, TcpListener)>> {
+    let mut handover: Vec<(Passed, TcpListener)> = Vec::new();
+    for (shard, listeners) in listening.per_shard.iter().enumerate() {
+        for (j, listener) in listeners.iter().enumerate() {
+            let dup = listener.try_clone()?;
+            let passed = Passed {
+                fd: dup.as_raw_fd(),
+                kind: if j < listening.plain_counts[shard] {
+                    Kind::Listen
+                } else {
+                    Kind::Tls
+                },
+                shard,
+                addr: listener.local_addr()?,
+            };
+            handover.push((passed, dup));
+        }
+    }
+    handover.push((
+        Passed {
+            fd: admin_dup.as_raw_fd(),
+            kind: Kind::Admin,
+            shard: 0,
+            addr: admin_dup.local_addr()?,
+        },
+        admin_dup,
+    ));
+    Ok(handover)
+}
+
+/// `--steer cpu`: every listener is marked with its shard's CPU, and each
+/// reuseport group (one per address, its sockets created in shard order by
+/// the caller) gets the program that returns the SYN's CPU's shard index.
+pub(super) fn steer_by_cpu(cpus: &[usize], per_shard: &[Vec<TcpListener>]) -> std::io::Result<()> {
+    for (&cpu, listeners) in cpus.iter().zip(per_shard) {
+        for listener in listeners {
+            crate::sys::set_incoming_cpu(listener, cpu)?;
+        }
+    }
+    let program = crate::shard::steer::cpu_program(cpus);
+    // The program belongs to the group: attaching it through one member
+    // (shard 0's socket) covers every shard's socket of that address.
+    for listener in per_shard.first().into_iter().flatten() {
+        crate::sys::attach_reuseport_cbpf(listener, &program)?;
+    }
+    Ok(())
+}
