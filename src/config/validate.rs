@@ -88,6 +88,12 @@ pub struct Config {
     /// HTTP/2 with prior knowledge on cleartext listeners.
     pub h2c: bool,
     pub h2_max_concurrent_streams: u32,
+    /// Listeners expect a PROXY protocol header first.
+    pub proxy_protocol: bool,
+    /// Peers whose PROXY header or `real_ip_header` is believed.
+    pub trusted_proxies: Vec<crate::conn::proxy::Cidr>,
+    /// The header naming the client behind an L7 balancer.
+    pub real_ip_header: Option<String>,
 }
 
 /// How connections are spread over the shards' listeners.
@@ -290,6 +296,7 @@ impl Config {
             }
             Ok(d)
         };
+        let (proxy_protocol, trusted_proxies, real_ip_header) = proxy_settings(&s)?;
         Ok(Config {
             key_lines: s.key_lines.clone(),
             config_path: s.config.clone(),
@@ -423,6 +430,9 @@ impl Config {
                 ),
                 v => v.unwrap_or(crate::h2::DEFAULT_MAX_CONCURRENT_STREAMS),
             },
+            proxy_protocol,
+            trusted_proxies,
+            real_ip_header,
             tls,
         })
     }
@@ -822,4 +832,47 @@ mod cgroup_tests {
         assert_eq!(memory_max_of("4:cpuacct,memory:/\n", files), None);
         assert_eq!(memory_max_of("", files), None);
     }
+}
+
+/// `proxy_protocol`, `trusted_proxies` and `real_ip_header`. A PROXY
+/// header or forwarded address is believed from listed peers only (nginx's
+/// `set_real_ip_from`): either setting without `trusted_proxies` is an
+/// error that says how to trust every peer, rather than a silent default
+/// that lets any client choose the address it is logged under.
+fn proxy_settings(
+    s: &Settings,
+) -> anyhow::Result<(bool, Vec<crate::conn::proxy::Cidr>, Option<String>)> {
+    let trusted = s
+        .trusted_proxies
+        .iter()
+        .flatten()
+        .map(|c| {
+            c.trim()
+                .parse::<crate::conn::proxy::Cidr>()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("trusted_proxies")))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let proxy_protocol = s.proxy_protocol.unwrap_or(false);
+    for (key, on) in [
+        ("proxy_protocol", proxy_protocol),
+        ("real_ip_header", s.real_ip_header.is_some()),
+    ] {
+        if on && trusted.is_empty() {
+            bail!(
+                "{}: needs `trusted_proxies`, the load balancers' addresses \
+                 (e.g. [\"10.0.0.0/8\"]; [\"0.0.0.0/0\", \"::/0\"] trusts every peer)",
+                s.name(key)
+            );
+        }
+    }
+    if let Some(name) = &s.real_ip_header {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty() || !name.bytes().all(token) {
+            bail!(
+                "{}: must be a header name such as `X-Forwarded-For`",
+                s.name("real_ip_header")
+            );
+        }
+    }
+    Ok((proxy_protocol, trusted, s.real_ip_header.clone()))
 }
