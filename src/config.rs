@@ -531,7 +531,10 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ),
         ("proxy_protocol", "false".into()),
         ("trusted_proxies", "none".into()),
-        ("real_ip_header", "none (the connection's address is logged)".into()),
+        (
+            "real_ip_header",
+            "none (the connection's address is logged)".into(),
+        ),
         ("tls_cert", "none".into()),
         ("tls_key", "none".into()),
         (

@@ -792,48 +792,6 @@ pub fn parse_cores(spec: &str, allowed: &[usize]) -> anyhow::Result<Vec<usize>> 
     Ok(cpus)
 }
 
-#[cfg(test)]
-mod cgroup_tests {
-    use super::*;
-
-    #[test]
-    fn cache_cap_is_two_fifths_of_a_lower_cgroup_limit() {
-        assert_eq!(default_cache_max_bytes(None), DEFAULT_CACHE_MAX_BYTES);
-        let mi = 1024 * 1024;
-        assert_eq!(default_cache_max_bytes(Some(512 * mi)), 512 * mi / 5 * 2);
-        assert_eq!(
-            default_cache_max_bytes(Some(64 * 1024 * mi)),
-            DEFAULT_CACHE_MAX_BYTES
-        );
-    }
-
-    #[test]
-    fn cgroup_limit_is_read_from_v2_or_v1_and_max_is_none() {
-        let files = |file: &str| match file {
-            "/sys/fs/cgroup/kubepods/pod1/memory.max" => Some("536870912\n".to_owned()),
-            "/sys/fs/cgroup/memory.max" => Some("max\n".to_owned()),
-            "/sys/fs/cgroup/memory/docker/x/memory.limit_in_bytes" => {
-                Some("268435456\n".to_owned())
-            }
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes" => {
-                Some("9223372036854771712\n".to_owned())
-            }
-            _ => None,
-        };
-        assert_eq!(
-            memory_max_of("0::/kubepods/pod1\n", files),
-            Some(536_870_912)
-        );
-        assert_eq!(memory_max_of("0::/\n", files), None);
-        assert_eq!(
-            memory_max_of("4:memory:/docker/x\n1:cpu:/\n", files),
-            Some(268_435_456)
-        );
-        assert_eq!(memory_max_of("4:cpuacct,memory:/\n", files), None);
-        assert_eq!(memory_max_of("", files), None);
-    }
-}
-
 /// `proxy_protocol`, `trusted_proxies` and `real_ip_header`. A PROXY
 /// header or forwarded address is believed from listed peers only (nginx's
 /// `set_real_ip_from`): either setting without `trusted_proxies` is an
@@ -875,4 +833,46 @@ fn proxy_settings(
         }
     }
     Ok((proxy_protocol, trusted, s.real_ip_header.clone()))
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::*;
+
+    #[test]
+    fn cache_cap_is_two_fifths_of_a_lower_cgroup_limit() {
+        assert_eq!(default_cache_max_bytes(None), DEFAULT_CACHE_MAX_BYTES);
+        let mi = 1024 * 1024;
+        assert_eq!(default_cache_max_bytes(Some(512 * mi)), 512 * mi / 5 * 2);
+        assert_eq!(
+            default_cache_max_bytes(Some(64 * 1024 * mi)),
+            DEFAULT_CACHE_MAX_BYTES
+        );
+    }
+
+    #[test]
+    fn cgroup_limit_is_read_from_v2_or_v1_and_max_is_none() {
+        let files = |file: &str| match file {
+            "/sys/fs/cgroup/kubepods/pod1/memory.max" => Some("536870912\n".to_owned()),
+            "/sys/fs/cgroup/memory.max" => Some("max\n".to_owned()),
+            "/sys/fs/cgroup/memory/docker/x/memory.limit_in_bytes" => {
+                Some("268435456\n".to_owned())
+            }
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes" => {
+                Some("9223372036854771712\n".to_owned())
+            }
+            _ => None,
+        };
+        assert_eq!(
+            memory_max_of("0::/kubepods/pod1\n", files),
+            Some(536_870_912)
+        );
+        assert_eq!(memory_max_of("0::/\n", files), None);
+        assert_eq!(
+            memory_max_of("4:memory:/docker/x\n1:cpu:/\n", files),
+            Some(268_435_456)
+        );
+        assert_eq!(memory_max_of("4:cpuacct,memory:/\n", files), None);
+        assert_eq!(memory_max_of("", files), None);
+    }
 }

@@ -341,7 +341,8 @@ mod tests {
 
     #[test]
     fn v1_table() {
-        let cases: &[(&[u8], Result<Option<&str>, Invalid>)] = &[
+        type Case<'a> = (&'a [u8], Result<Option<&'a str>, Invalid>);
+        let cases: &[Case] = &[
             (
                 b"PROXY TCP4 192.0.2.1 198.51.100.2 56324 443\r\nGET",
                 Ok(Some("192.0.2.1:56324")),
@@ -354,15 +355,36 @@ mod tests {
             (b"PROXY UNKNOWN ffff:: ffff:: 1 2\r\n", Ok(None)),
             (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n", Err(Invalid::Malformed)),
             (b"PROXY TCP4 1.2.3.4 5.6.7.8 1\r\n", Err(Invalid::Malformed)),
-            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2 3\r\n", Err(Invalid::Malformed)),
+            (
+                b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2 3\r\n",
+                Err(Invalid::Malformed),
+            ),
             (b"PROXY TCP4 ::1 5.6.7.8 1 2\r\n", Err(Invalid::Malformed)),
             (b"PROXY TCP6 1.2.3.4 ::1 1 2\r\n", Err(Invalid::Malformed)),
-            (b"PROXY TCP4 1.2.3.4 5.6.7.8 65536 2\r\n", Err(Invalid::Malformed)),
-            (b"PROXY TCP4 1.2.3.4 5.6.7.8 01 2\r\n", Err(Invalid::Malformed)),
-            (b"PROXY TCP4 1.2.3.4 5.6.7.8 -1 2\r\n", Err(Invalid::Malformed)),
-            (b"PROXY UDP4 1.2.3.4 5.6.7.8 1 2\r\n", Err(Invalid::Malformed)),
-            (b"PROXY  TCP4 1.2.3.4 5.6.7.8 1 2\r\n", Err(Invalid::Malformed)),
-            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\rX", Err(Invalid::Malformed)),
+            (
+                b"PROXY TCP4 1.2.3.4 5.6.7.8 65536 2\r\n",
+                Err(Invalid::Malformed),
+            ),
+            (
+                b"PROXY TCP4 1.2.3.4 5.6.7.8 01 2\r\n",
+                Err(Invalid::Malformed),
+            ),
+            (
+                b"PROXY TCP4 1.2.3.4 5.6.7.8 -1 2\r\n",
+                Err(Invalid::Malformed),
+            ),
+            (
+                b"PROXY UDP4 1.2.3.4 5.6.7.8 1 2\r\n",
+                Err(Invalid::Malformed),
+            ),
+            (
+                b"PROXY  TCP4 1.2.3.4 5.6.7.8 1 2\r\n",
+                Err(Invalid::Malformed),
+            ),
+            (
+                b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\rX",
+                Err(Invalid::Malformed),
+            ),
             (b"GET / HTTP/1.1\r\n\r\n", Err(Invalid::NotProxy)),
             (b"\x16\x03\x01\x02\x00", Err(Invalid::NotProxy)),
             (b"proxy TCP4", Err(Invalid::NotProxy)),
@@ -432,10 +454,7 @@ mod tests {
         // Too long: refused from the length field, before the payload.
         let big = v2(1, 0x11, &vec![0; MAX_V2_PAYLOAD + 1]);
         assert_eq!(parse(&big[..16]), Err(Invalid::TooLong));
-        assert_eq!(
-            done(&v2(1, 0x11, &vec![0; MAX_V2_PAYLOAD])).0,
-            MAX_HEADER
-        );
+        assert_eq!(done(&v2(1, 0x11, &vec![0; MAX_V2_PAYLOAD])).0, MAX_HEADER);
         // Every prefix of a valid header is partial.
         let full = v2(1, 0x11, &tlv);
         for n in 0..full.len() {
@@ -457,7 +476,10 @@ mod tests {
         assert!(!six.contains("2001:db9::".parse().unwrap()));
         let one: Cidr = "127.0.0.1".parse().unwrap();
         assert_eq!(one.to_string(), "127.0.0.1/32");
-        assert!("10.0.0.1/8".parse::<Cidr>().unwrap_err().contains("10.0.0.0/8"));
+        assert!("10.0.0.1/8"
+            .parse::<Cidr>()
+            .unwrap_err()
+            .contains("10.0.0.0/8"));
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("nope/8".parse::<Cidr>().is_err());
     }

@@ -341,9 +341,7 @@ fn copy_front(s: &mut Stream, n: usize, out: &mut Vec<u8>) -> Result<(), ()> {
             let at = out.len();
             out.resize(at + n, 0);
             let read: io::Result<()> = file.read_exact_at(&mut out[at..], *off);
-            let same = file
-                .metadata()
-                .is_ok_and(|m| Witness::of(&m) == *witness);
+            let same = file.metadata().is_ok_and(|m| Witness::of(&m) == *witness);
             if read.is_err() || !same {
                 return Err(());
             }
