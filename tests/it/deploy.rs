@@ -307,7 +307,11 @@ fn example_config_names_every_setting_and_nothing_else() {
         let Some((key, _)) = bare.split_once(" = ") else {
             continue;
         };
-        if key.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !in_table {
+        if key
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !in_table
+        {
             named.insert(key.to_owned());
         }
     }
