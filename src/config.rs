@@ -399,6 +399,25 @@ pub struct Settings {
     /// REFUSED_STREAM.
     #[arg(long, value_name = "N")]
     pub h2_max_concurrent_streams: Option<u32>,
+    /// Every listener (cleartext and TLS) expects a PROXY protocol header
+    /// (v1 or v2, as HAProxy `send-proxy`, AWS NLB and ingress controllers
+    /// send it) before anything else, and logs the client address it
+    /// carries. A connection without a valid header within
+    /// `header_timeout`, or from a peer outside `trusted_proxies`, is
+    /// closed. Needs `trusted_proxies`.
+    #[arg(long, value_name = "BOOL")]
+    pub proxy_protocol: Option<bool>,
+    /// Addresses of the load balancers whose PROXY header or
+    /// `real_ip_header` is believed, as CIDRs (`10.0.0.0/8`, `::1/128`) or
+    /// addresses; repeat for several. `0.0.0.0/0` and `::/0` trust any peer.
+    #[arg(long, value_name = "CIDR")]
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Request header carrying the client address from an L7 balancer,
+    /// e.g. `X-Forwarded-For`: for requests from `trusted_proxies`, the
+    /// rightmost address in it that is not trusted is the client's (nginx's
+    /// `real_ip_recursive on`). Needs `trusted_proxies`.
+    #[arg(long, value_name = "NAME")]
+    pub real_ip_header: Option<String>,
 }
 
 /// One `[[tls_certificates]]` entry.
@@ -512,6 +531,12 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         (
             "max_connections_per_core",
             "(RLIMIT_NOFILE - 64 - max_open_files) / shards, at least 64".into(),
+        ),
+        ("proxy_protocol", "false".into()),
+        ("trusted_proxies", "none".into()),
+        (
+            "real_ip_header",
+            "none (the connection's address is logged)".into(),
         ),
         ("tls_cert", "none".into()),
         ("tls_key", "none".into()),
@@ -756,6 +781,7 @@ impl Settings {
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
             max_connections_per_core, hsts, redirect_https, h2, h2c, h2_max_concurrent_streams,
+            proxy_protocol, trusted_proxies, real_ip_header,
         )
     }
 

@@ -90,6 +90,12 @@ pub struct Config {
     /// HTTP/2 with prior knowledge on cleartext listeners.
     pub h2c: bool,
     pub h2_max_concurrent_streams: u32,
+    /// Listeners expect a PROXY protocol header first.
+    pub proxy_protocol: bool,
+    /// Peers whose PROXY header or `real_ip_header` is believed.
+    pub trusted_proxies: Vec<crate::conn::proxy::Cidr>,
+    /// The header naming the client behind an L7 balancer.
+    pub real_ip_header: Option<String>,
 }
 
 /// How connections are spread over the shards' listeners.
@@ -142,6 +148,7 @@ impl Config {
         let server_line = server_line(&s)?;
         let limits = limits(&s, net.cpus.len())?;
         let times = timeouts(&s)?;
+        let (proxy_protocol, trusted_proxies, real_ip_header) = proxy_settings(&s)?;
         Ok(Config {
             key_lines: s.key_lines.clone(),
             config_path: s.config.clone(),
@@ -194,6 +201,9 @@ impl Config {
             h2: s.h2.unwrap_or(true),
             h2c: s.h2c.unwrap_or(true),
             h2_max_concurrent_streams: limits.h2_max_concurrent_streams,
+            proxy_protocol,
+            trusted_proxies,
+            real_ip_header,
             tls,
         })
     }
@@ -684,4 +694,89 @@ fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() != 0
         && a.port() == b.port()
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// `proxy_protocol`, `trusted_proxies` and `real_ip_header`. A PROXY
+/// header or forwarded address is believed from listed peers only (nginx's
+/// `set_real_ip_from`): either setting without `trusted_proxies` is an
+/// error that says how to trust every peer, rather than a silent default
+/// that lets any client choose the address it is logged under.
+fn proxy_settings(
+    s: &Settings,
+) -> anyhow::Result<(bool, Vec<crate::conn::proxy::Cidr>, Option<String>)> {
+    let trusted = s
+        .trusted_proxies
+        .iter()
+        .flatten()
+        .map(|c| {
+            c.trim()
+                .parse::<crate::conn::proxy::Cidr>()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("trusted_proxies")))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let proxy_protocol = s.proxy_protocol.unwrap_or(false);
+    for (key, on) in [
+        ("proxy_protocol", proxy_protocol),
+        ("real_ip_header", s.real_ip_header.is_some()),
+    ] {
+        if on && trusted.is_empty() {
+            bail!(
+                "{}: needs `trusted_proxies`, the load balancers' addresses \
+                 (e.g. [\"10.0.0.0/8\"]; [\"0.0.0.0/0\", \"::/0\"] trusts every peer)",
+                s.name(key)
+            );
+        }
+    }
+    if let Some(name) = &s.real_ip_header {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty() || !name.bytes().all(token) {
+            bail!(
+                "{}: must be a header name such as `X-Forwarded-For`",
+                s.name("real_ip_header")
+            );
+        }
+    }
+    Ok((proxy_protocol, trusted, s.real_ip_header.clone()))
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::*;
+
+    #[test]
+    fn cache_cap_is_two_fifths_of_a_lower_cgroup_limit() {
+        assert_eq!(default_cache_max_bytes(None), DEFAULT_CACHE_MAX_BYTES);
+        let mi = 1024 * 1024;
+        assert_eq!(default_cache_max_bytes(Some(512 * mi)), 512 * mi / 5 * 2);
+        assert_eq!(
+            default_cache_max_bytes(Some(64 * 1024 * mi)),
+            DEFAULT_CACHE_MAX_BYTES
+        );
+    }
+
+    #[test]
+    fn cgroup_limit_is_read_from_v2_or_v1_and_max_is_none() {
+        let files = |file: &str| match file {
+            "/sys/fs/cgroup/kubepods/pod1/memory.max" => Some("536870912\n".to_owned()),
+            "/sys/fs/cgroup/memory.max" => Some("max\n".to_owned()),
+            "/sys/fs/cgroup/memory/docker/x/memory.limit_in_bytes" => {
+                Some("268435456\n".to_owned())
+            }
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes" => {
+                Some("9223372036854771712\n".to_owned())
+            }
+            _ => None,
+        };
+        assert_eq!(
+            memory_max_of("0::/kubepods/pod1\n", files),
+            Some(536_870_912)
+        );
+        assert_eq!(memory_max_of("0::/\n", files), None);
+        assert_eq!(
+            memory_max_of("4:memory:/docker/x\n1:cpu:/\n", files),
+            Some(268_435_456)
+        );
+        assert_eq!(memory_max_of("4:cpuacct,memory:/\n", files), None);
+        assert_eq!(memory_max_of("", files), None);
+    }
 }

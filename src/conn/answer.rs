@@ -33,7 +33,7 @@ impl Conn {
                         return false;
                     }
                 }
-                Reading::Done(_) | Reading::Lingering(_) => return false,
+                Reading::Done(_) | Reading::Lingering(_) | Reading::Proxy => return false,
             }
         }
     }
@@ -110,7 +110,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
+                env.record(&self.peer, self.tls.as_deref(), None, b"", status, bytes);
                 io.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -162,7 +162,14 @@ impl Conn {
             };
             (status, bytes, persist, close_reason)
         };
-        env.record(&self.peer, self.tls.as_deref(), Some(req), status, bytes);
+        env.record(
+            &self.peer,
+            self.tls.as_deref(),
+            Some(req),
+            &data[..head_len],
+            status,
+            bytes,
+        );
         io.queued(env.now);
         io.rstart += head_len;
         if persist == Persist::Close {

@@ -12,6 +12,7 @@
 mod answer;
 mod h2;
 pub mod output;
+pub mod proxy;
 pub mod respond;
 pub mod tls;
 
@@ -91,6 +92,12 @@ pub struct ConnConfig {
     /// Cleartext connections opening with the HTTP/2 preface speak h2c.
     pub h2c: bool,
     pub h2: crate::h2::H2Config,
+    /// `proxy_protocol`: a PROXY header opens every connection.
+    pub proxy_protocol: bool,
+    /// `trusted_proxies`.
+    pub trusted_proxies: Arc<[proxy::Cidr]>,
+    /// `real_ip_header`.
+    pub real_ip_header: Option<Arc<str>>,
 }
 
 impl ConnConfig {
@@ -135,6 +142,9 @@ impl ConnConfig {
                 max_uri: cfg.max_uri_bytes,
                 max_body: cfg.max_discard_bytes,
             },
+            proxy_protocol: cfg.proxy_protocol,
+            trusted_proxies: cfg.trusted_proxies.clone().into(),
+            real_ip_header: cfg.real_ip_header.as_deref().map(Arc::from),
         }
     }
 }
@@ -211,19 +221,25 @@ impl Stop {
 }
 
 impl ShardEnv<'_> {
-    /// Count an answer and write its access-log line.
+    /// Count an answer and write its access-log line. `head` is the raw
+    /// request head (empty when there is none), read for `real_ip_header`.
     fn record(
         &mut self,
         peer: &Peer,
         tls: Option<&TlsConn>,
         req: Option<&request::Request<'_>>,
+        head: &[u8],
         status: Status,
         bytes: u64,
     ) {
         self.counters.request(status, bytes);
         if let Some(log) = self.log.as_deref_mut() {
             let session = tls.and_then(TlsConn::session_info);
-            log.line(self.date.secs(), peer.get(), session, req, status, bytes);
+            let addr = match &self.cfg.real_ip_header {
+                Some(name) => peer.real(head, name, &self.cfg.trusted_proxies),
+                None => peer.get(),
+            };
+            log.line(self.date.secs(), addr, session, req, status, bytes);
         }
     }
 }
@@ -251,6 +267,8 @@ enum Reading {
     /// The final response is out and our write side is shut down; discard
     /// what the client still sends until it closes or [`LINGER_TIMEOUT`].
     Lingering(CloseReason),
+    /// On a `proxy_protocol` listener, before the PROXY header is read.
+    Proxy,
 }
 
 enum Fill {
@@ -338,6 +356,17 @@ impl Peer {
             _ => None,
         }
     }
+
+    /// The address to log for a request with raw `head`: from a trusted
+    /// peer, the client `real_ip_header` names (`conn::proxy::real_ip`).
+    fn real(&self, head: &[u8], name: &str, trusted: &[proxy::Cidr]) -> Option<SocketAddr> {
+        let addr = self.get()?;
+        if head.is_empty() || !proxy::trusted(trusted, addr.ip()) {
+            return Some(addr);
+        }
+        // The port is the balancer's, not the client's: logged as 0.
+        Some(proxy::real_ip(head, name, trusted).map_or(addr, |ip| SocketAddr::new(ip, 0)))
+    }
 }
 
 pub struct Conn {
@@ -396,6 +425,11 @@ impl Conn {
         // The first request gets the header timeout, as nginx's
         // client_header_timeout does.
         let deadline = now + cfg.header_timeout;
+        let reading = if cfg.proxy_protocol {
+            Reading::Proxy
+        } else {
+            Reading::Idle
+        };
         Conn {
             stream,
             served: 0,
@@ -406,7 +440,7 @@ impl Conn {
             // Not in the timer wheel yet: the shard inserts it after the
             // first event, as for any deadline earlier than `scheduled`.
             scheduled: now + NOT_SCHEDULED,
-            reading: Reading::Idle,
+            reading,
             readable: false,
             write_blocked: false,
             resume: false,
@@ -509,7 +543,61 @@ impl Conn {
         if events & (EPOLLOUT | EPOLLHUP | EPOLLERR) != 0 {
             self.write_blocked = false;
         }
+        if self.reading == Reading::Proxy {
+            match self.read_proxy(env) {
+                Ok(true) => {}
+                Ok(false) => return Step::Keep,
+                Err(reason) => return Step::Close(reason),
+            }
+        }
         self.drive(env)
+    }
+
+    /// Before anything else on a `proxy_protocol` listener: peek at the
+    /// socket for the PROXY header and, once it is complete, consume
+    /// exactly its bytes, leaving what follows (a request, a TLS
+    /// ClientHello) for the usual path. `Ok(false)`: the header is not
+    /// complete yet (the next readiness edge brings more; `header_timeout`
+    /// bounds the wait). Any error refuses the connection.
+    fn read_proxy(&mut self, env: &mut ShardEnv<'_>) -> Result<bool, CloseReason> {
+        let mut buf = [0u8; proxy::MAX_HEADER];
+        let refuse = |env: &mut ShardEnv<'_>, reason| {
+            env.counters.proxy_protocol[1] += 1;
+            Err(reason)
+        };
+        let n = match self.stream.peek(&mut buf) {
+            Ok(0) => return refuse(env, CloseReason::Client),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(false),
+            Err(_) => return refuse(env, CloseReason::Error),
+        };
+        match proxy::parse(&buf[..n]) {
+            Ok(proxy::Parsed::Partial) => Ok(false),
+            Ok(proxy::Parsed::Done { len, source }) => {
+                match io::Read::read(&mut &self.stream, &mut buf[..len]) {
+                    Ok(got) if got == len => {}
+                    _ => return refuse(env, CloseReason::Error),
+                }
+                if let Some(source) = source {
+                    self.peer = Peer::new(Some(source));
+                }
+                env.counters.proxy_protocol[0] += 1;
+                self.reading = Reading::Idle;
+                // What follows the header may already be here.
+                self.readable = true;
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::debug!(error = ?e, "PROXY header refused");
+                refuse(env, CloseReason::Error)
+            }
+        }
+    }
+
+    /// Refused before a PROXY header: the peer is not in `trusted_proxies`.
+    pub fn refuse_untrusted(counters: &mut ShardCounters) {
+        counters.proxy_protocol[1] += 1;
     }
 
     /// The deadline passed (the caller checked `now >= deadline`).
@@ -518,6 +606,10 @@ impl Conn {
             return self.h2_timeout(env);
         }
         match self.reading {
+            Reading::Proxy => {
+                env.counters.proxy_protocol[1] += 1;
+                Step::Close(CloseReason::HeaderTimeout)
+            }
             Reading::Lingering(reason) | Reading::Done(reason) if self.out_empty() => {
                 Step::Close(reason)
             }
@@ -536,7 +628,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
+                env.record(&self.peer, self.tls.as_deref(), None, b"", status, bytes);
                 // Best effort: the client has been silent, don't wait for it.
                 let _ = self.flush_out();
                 Step::Close(CloseReason::HeaderTimeout)
@@ -860,7 +952,7 @@ impl Conn {
                 // Answered in cleartext, bypassing the TLS session; the
                 // socket's buffer is empty, so the one write goes through.
                 let _ = (&self.stream).write(tls::PLAIN_HTTP_ANSWER);
-                env.record(&self.peer, None, None, Status::BadRequest, 0);
+                env.record(&self.peer, None, None, b"", Status::BadRequest, 0);
                 self.tls = None;
                 io.rstart = 0;
                 io.rend = 1; // unread bytes: linger rather than reset

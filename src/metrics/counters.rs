@@ -115,6 +115,8 @@ pub struct ShardCounters {
     pub handshake_sum: f64,
     /// Times the shard stopped accepting at `max_connections_per_core`.
     pub conn_limit_hits: u64,
+    /// PROXY protocol headers: [accepted, refused] (`conn::proxy`).
+    pub proxy_protocol: [u64; 2],
     /// Connections closed by the shutdown, by [`DrainClose`].
     pub drain_closes: [u64; 3],
     /// Large-file bodies sent in full from a file that was renamed over or
@@ -142,6 +144,7 @@ impl ShardCounters {
             handshake_buckets: [0; HANDSHAKE_BUCKETS.len() + 1],
             handshake_sum: 0.0,
             conn_limit_hits: 0,
+            proxy_protocol: [0; 2],
             drain_closes: [0; 3],
             downloads_from_replaced: 0,
             downloads_cut_changed: 0,

@@ -242,6 +242,11 @@ impl Metrics {
             "Times a shard reached max_connections_per_core and paused accepting.",
             MetricType::COUNTER,
         );
+        let mut proxy = family(
+            "shardhttpd_proxy_protocol_total",
+            "PROXY protocol headers on proxy_protocol listeners, by result: accepted, or refused (an untrusted peer, no or a malformed header, or none within header_timeout).",
+            MetricType::COUNTER,
+        );
         let mut handshakes = family(
             "shardhttpd_tls_handshakes_total",
             "TLS handshakes, by result: full, resumed (session ticket or ID) or failed.",
@@ -303,6 +308,12 @@ impl Metrics {
             limit
                 .mut_metric()
                 .push(counter(&[("core", core)], c.conn_limit_hits as f64));
+            for (i, result) in ["accepted", "refused"].into_iter().enumerate() {
+                proxy.mut_metric().push(counter(
+                    &[("core", core), ("result", result)],
+                    c.proxy_protocol[i] as f64,
+                ));
+            }
             for kind in crate::conn::tls::Handshake::ALL {
                 handshakes.mut_metric().push(counter(
                     &[("core", core), ("result", kind.label())],
@@ -335,6 +346,7 @@ impl Metrics {
             closed,
             drain,
             limit,
+            proxy,
             handshakes,
             handshake_duration,
             from_replaced,

@@ -404,6 +404,19 @@ impl Shard {
                             "accepting again"
                         );
                     }
+                    if self.cfg.proxy_protocol
+                        && !peer.is_some_and(|p| {
+                            crate::conn::proxy::trusted(&self.cfg.trusted_proxies, p.ip())
+                        })
+                    {
+                        // Not a trusted balancer: its PROXY header would
+                        // choose the address it is logged under. Closed
+                        // unread, as nginx's `set_real_ip_from` would not
+                        // believe it and HAProxy's `accept-proxy` ACLs do.
+                        Conn::refuse_untrusted(&mut self.counters);
+                        drop(stream);
+                        continue;
+                    }
                     let tls = match &self.tls {
                         Some(config) if i >= self.plain_listeners => {
                             match TlsConn::new(config, now) {

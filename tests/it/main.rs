@@ -39,6 +39,7 @@ mod paths;
 mod pipelining;
 mod process_invariants;
 mod properties;
+mod proxy_protocol;
 mod redirects;
 mod reload;
 mod sendfile;
