@@ -110,7 +110,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(&self.peer, self.tls.as_deref(), None, b"", status, bytes);
+                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
                 io.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -162,14 +162,17 @@ impl Conn {
             };
             (status, bytes, persist, close_reason)
         };
-        env.record(
-            &self.peer,
-            self.tls.as_deref(),
-            Some(req),
-            &data[..head_len],
-            status,
-            bytes,
-        );
+        let forwarded;
+        let peer = match &env.cfg.real_ip_header {
+            Some(name) if env.log.is_some() => {
+                forwarded = self
+                    .peer
+                    .real(&data[..head_len], name, &env.cfg.trusted_proxies);
+                &forwarded
+            }
+            _ => &self.peer,
+        };
+        env.record(peer, self.tls.as_deref(), Some(req), status, bytes);
         io.queued(env.now);
         io.rstart += head_len;
         if persist == Persist::Close {
