@@ -110,7 +110,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(&self.peer, self.tls.as_deref(), None, b"", status, bytes);
+                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
                 io.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -162,14 +162,20 @@ impl Conn {
             };
             (status, bytes, persist, close_reason)
         };
-        env.record(
-            &self.peer,
-            self.tls.as_deref(),
-            Some(req),
-            &data[..head_len],
-            status,
-            bytes,
-        );
+        if env.cfg.real_ip_header.is_some() {
+            let head = &data[..head_len];
+            record_forwarded(
+                env,
+                &self.peer,
+                self.tls.as_deref(),
+                req,
+                head,
+                status,
+                bytes,
+            );
+        } else {
+            env.record(&self.peer, self.tls.as_deref(), Some(req), status, bytes);
+        }
         io.queued(env.now);
         io.rstart += head_len;
         if persist == Persist::Close {
@@ -215,4 +221,25 @@ fn persistence(
     } else {
         (Persist::KeepAlive11, CloseReason::Client)
     }
+}
+
+/// [`ShardEnv::record`] with `real_ip_header` set: the logged address is the
+/// one the header names when the peer is a trusted proxy. Out of line, so
+/// the common path pays one test for it.
+#[cold]
+#[inline(never)]
+fn record_forwarded(
+    env: &mut ShardEnv<'_>,
+    peer: &super::Peer,
+    tls: Option<&super::tls::TlsConn>,
+    req: &request::Request<'_>,
+    head: &[u8],
+    status: crate::http::Status,
+    bytes: u64,
+) {
+    let forwarded = match (&env.cfg.real_ip_header, env.log.is_some()) {
+        (Some(name), true) => peer.real(head, name, &env.cfg.trusted_proxies),
+        _ => *peer,
+    };
+    env.record(&forwarded, tls, Some(req), status, bytes);
 }

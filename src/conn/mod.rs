@@ -221,25 +221,19 @@ impl Stop {
 }
 
 impl ShardEnv<'_> {
-    /// Count an answer and write its access-log line. `head` is the raw
-    /// request head (empty when there is none), read for `real_ip_header`.
+    /// Count an answer and write its access-log line.
     fn record(
         &mut self,
         peer: &Peer,
         tls: Option<&TlsConn>,
         req: Option<&request::Request<'_>>,
-        head: &[u8],
         status: Status,
         bytes: u64,
     ) {
         self.counters.request(status, bytes);
         if let Some(log) = self.log.as_deref_mut() {
             let session = tls.and_then(TlsConn::session_info);
-            let addr = match &self.cfg.real_ip_header {
-                Some(name) => peer.real(head, name, &self.cfg.trusted_proxies),
-                None => peer.get(),
-            };
-            log.line(self.date.secs(), addr, session, req, status, bytes);
+            log.line(self.date.secs(), peer.get(), session, req, status, bytes);
         }
     }
 }
@@ -359,13 +353,21 @@ impl Peer {
 
     /// The address to log for a request with raw `head`: from a trusted
     /// peer, the client `real_ip_header` names (`conn::proxy::real_ip`).
-    fn real(&self, head: &[u8], name: &str, trusted: &[proxy::Cidr]) -> Option<SocketAddr> {
-        let addr = self.get()?;
-        if head.is_empty() || !proxy::trusted(trusted, addr.ip()) {
-            return Some(addr);
+    /// Only called with `real_ip_header` set and an access log open.
+    #[cold]
+    #[inline(never)]
+    fn real(&self, head: &[u8], name: &str, trusted: &[proxy::Cidr]) -> Peer {
+        let Some(addr) = self.get() else {
+            return *self;
+        };
+        if !proxy::trusted(trusted, addr.ip()) {
+            return *self;
         }
         // The port is the balancer's, not the client's: logged as 0.
-        Some(proxy::real_ip(head, name, trusted).map_or(addr, |ip| SocketAddr::new(ip, 0)))
+        match proxy::real_ip(head, name, trusted) {
+            Some(ip) => Peer::new(Some(SocketAddr::new(ip, 0))),
+            None => *self,
+        }
     }
 }
 
@@ -559,6 +561,8 @@ impl Conn {
     /// ClientHello) for the usual path. `Ok(false)`: the header is not
     /// complete yet (the next readiness edge brings more; `header_timeout`
     /// bounds the wait). Any error refuses the connection.
+    #[cold]
+    #[inline(never)]
     fn read_proxy(&mut self, env: &mut ShardEnv<'_>) -> Result<bool, CloseReason> {
         let mut buf = [0u8; proxy::MAX_HEADER];
         let refuse = |env: &mut ShardEnv<'_>, reason| {
@@ -628,7 +632,7 @@ impl Conn {
                     Persist::Close,
                     false,
                 );
-                env.record(&self.peer, self.tls.as_deref(), None, b"", status, bytes);
+                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
                 // Best effort: the client has been silent, don't wait for it.
                 let _ = self.flush_out();
                 Step::Close(CloseReason::HeaderTimeout)
@@ -952,7 +956,7 @@ impl Conn {
                 // Answered in cleartext, bypassing the TLS session; the
                 // socket's buffer is empty, so the one write goes through.
                 let _ = (&self.stream).write(tls::PLAIN_HTTP_ANSWER);
-                env.record(&self.peer, None, None, b"", Status::BadRequest, 0);
+                env.record(&self.peer, None, None, Status::BadRequest, 0);
                 self.tls = None;
                 io.rstart = 0;
                 io.rend = 1; // unread bytes: linger rather than reset
