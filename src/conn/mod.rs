@@ -10,6 +10,7 @@
 //! when large bodies are referenced in place).
 
 mod answer;
+mod env;
 mod h2;
 pub mod output;
 pub mod proxy;
@@ -33,6 +34,8 @@ use crate::sys::{EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use output::{Flush, Output, WriteError};
 use respond::{Env, Persist, Scratch};
 use tls::{TlsConn, TlsRead};
+
+pub use env::{BufPool, ConnConfig, ShardEnv, Stop};
 
 /// After the last response of a connection closed by the server with
 /// request bytes still unread, keep reading and discarding for this long, so
@@ -66,177 +69,11 @@ const POOL_MAX: usize = 1024;
 /// Output buffers larger than this are freed rather than pooled.
 const POOLED_WRITE_MAX: usize = 64 * 1024;
 
-/// Connection settings, derived once from [`Config`].
-#[derive(Debug, Clone)]
-pub struct ConnConfig {
-    pub limits: Limits,
-    pub read_buf: usize,
-    pub max_discard: u64,
-    pub max_requests: u32,
-    pub max_ranges: usize,
-    pub header_timeout: Duration,
-    pub keepalive_timeout: Duration,
-    pub write_timeout: Duration,
-    /// `drain_idle_grace`: how long a draining shard waits for the next
-    /// request of a connection between requests before parting with it.
-    pub drain_idle_grace: Duration,
-    pub server_line: Vec<u8>,
-    /// Large files by `sendfile` (zero-copy) instead of a verified copy.
-    pub zero_copy: bool,
-    /// `max_connections_per_core`: the shard pauses accepting at this many.
-    pub max_conns: usize,
-    /// `Strict-Transport-Security: …\r\n` for TLS responses, or empty.
-    pub hsts_line: Vec<u8>,
-    /// `redirect_https`: cleartext requests get a 301 to this HTTPS port.
-    pub redirect_https: Option<u16>,
-    /// Cleartext connections opening with the HTTP/2 preface speak h2c.
-    pub h2c: bool,
-    pub h2: crate::h2::H2Config,
-    /// `proxy_protocol`: a PROXY header opens every connection.
-    pub proxy_protocol: bool,
-    /// `trusted_proxies`.
-    pub trusted_proxies: Arc<[proxy::Cidr]>,
-    /// `real_ip_header`.
-    pub real_ip_header: Option<Arc<str>>,
-}
-
-impl ConnConfig {
-    pub fn new(cfg: &Config) -> ConnConfig {
-        ConnConfig {
-            limits: Limits {
-                max_head: cfg.max_head_bytes,
-                max_uri: cfg.max_uri_bytes,
-            },
-            // Room for a maximal head plus pipelined requests behind it,
-            // and for a whole HTTP/2 frame of the largest size we allow.
-            read_buf: (cfg.max_head_bytes + 1)
-                .max(16 * 1024)
-                .max(crate::h2::MAX_FRAME_IN + crate::h2::frame::HEAD_LEN),
-            max_discard: cfg.max_discard_bytes,
-            max_requests: cfg.max_requests_per_connection,
-            max_ranges: cfg.max_ranges,
-            header_timeout: cfg.header_timeout,
-            keepalive_timeout: cfg.keepalive_timeout,
-            write_timeout: cfg.write_timeout,
-            drain_idle_grace: cfg.drain_idle_grace,
-            server_line: cfg.server_line.clone(),
-            zero_copy: cfg.sendfile,
-            max_conns: cfg.max_connections_per_core,
-            hsts_line: cfg
-                .hsts
-                .as_ref()
-                .map(|v| format!("Strict-Transport-Security: {v}\r\n").into_bytes())
-                .unwrap_or_default(),
-            redirect_https: if cfg.redirect_https {
-                cfg.tls
-                    .as_ref()
-                    .and_then(|t| t.listen.first())
-                    .map(|a| a.port())
-            } else {
-                None
-            },
-            h2c: cfg.h2c,
-            h2: crate::h2::H2Config {
-                max_concurrent: cfg.h2_max_concurrent_streams,
-                max_header_list: cfg.max_head_bytes,
-                max_uri: cfg.max_uri_bytes,
-                max_body: cfg.max_discard_bytes,
-            },
-            proxy_protocol: cfg.proxy_protocol,
-            trusted_proxies: cfg.trusted_proxies.clone().into(),
-            real_ip_header: cfg.real_ip_header.as_deref().map(Arc::from),
-        }
-    }
-}
-
-/// Buffers of idle connections, reused so that a keep-alive connection
-/// between requests holds no buffer memory and the hot path does not allocate.
-#[derive(Default)]
-pub struct BufPool {
-    /// The boxed I/O state of parked connections, with their buffers;
-    /// boxed because the box itself moves into and out of `Conn::io`.
-    #[allow(clippy::vec_box)]
-    io: Vec<Box<ConnIo>>,
-    /// Full-size read buffers given up by connections holding a partial head.
-    read: Vec<Vec<u8>>,
-    /// Output buffers given up by connections holding a partial head.
-    write: Vec<Vec<u8>>,
-    /// Ciphertext buffers of TLS sessions that hold no ciphertext.
-    cipher: tls::CipherPool,
-}
-
-impl BufPool {
-    #[inline]
-    fn take_io(&mut self, zero_copy: bool) -> Box<ConnIo> {
-        let mut io = match self.io.pop() {
-            Some(io) => io,
-            None => ConnIo::boxed(),
-        };
-        io.out.set_zero_copy(zero_copy);
-        io
-    }
-}
-
 /// Bytes a connection holding a partial request head keeps for it between
 /// reads, at least: the head is moved out of the full-size read buffer
 /// into one sized to it (rounded up to a power of two), so a slow client
 /// costs what it sent, not [`ConnConfig::read_buf`].
 const PARTIAL_MIN: usize = 64;
-
-/// The shard's state a connection needs while handling an event.
-pub struct ShardEnv<'a> {
-    pub cfg: &'a ConnConfig,
-    pub snapshot: &'a Arc<Snapshot>,
-    pub date: &'a DateCache,
-    pub scratch: &'a mut Scratch,
-    pub pool: &'a mut BufPool,
-    pub counters: &'a mut ShardCounters,
-    pub log: Option<&'a mut ShardLog>,
-    pub now: Instant,
-    /// Where the server is in stopping.
-    pub stop: Stop,
-}
-
-/// Where the server is in stopping, as a connection sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// Serving as usual.
-    Serving,
-    /// SIGTERM's `drain_delay`: still accepting, but every response says
-    /// `Connection: close`, so clients move to other instances while this
-    /// one still answers.
-    Closing,
-    /// Draining (the listeners are closed): each connection is answered
-    /// once more with `Connection: close`, or parted with after
-    /// `drain_idle_grace` between requests.
-    Draining,
-}
-
-impl Stop {
-    /// Every response closes its connection.
-    #[inline]
-    pub fn closes(self) -> bool {
-        self != Stop::Serving
-    }
-}
-
-impl ShardEnv<'_> {
-    /// Count an answer and write its access-log line.
-    fn record(
-        &mut self,
-        peer: &Peer,
-        tls: Option<&TlsConn>,
-        req: Option<&request::Request<'_>>,
-        status: Status,
-        bytes: u64,
-    ) {
-        self.counters.request(status, bytes);
-        if let Some(log) = self.log.as_deref_mut() {
-            let session = tls.and_then(TlsConn::session_info);
-            log.line(self.date.secs(), peer.get(), session, req, status, bytes);
-        }
-    }
-}
 
 /// What the shard should do with the connection after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
