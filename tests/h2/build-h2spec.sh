@@ -9,7 +9,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out=$(realpath -m "${1:-$repo/.ci/bin/h2spec}")
 shared=${SHARED_DIR:-$repo/../shared}
-[ -d "$shared/third_party/h2spec" ] || shared=/work/shared
 mkdir -p "$(dirname "$out")"
 if "$shared/tools/h2spec-build.sh" "$out" && [ -x "$out" ]; then
   exit 0
