@@ -557,7 +557,7 @@ fn upgrade_under_h2load_loses_no_stream() {
     let undone = r.total - r.succeeded;
     if undone > 0 {
         loud(&format!(
-            "h2load across an upgrade: {undone} request(s) submitted after the GOAWAY were not sent (h2load does not retry them on a new connection)"
+            "h2load across an upgrade: {undone} request(s) not done; nghttp2 fails the streams a GOAWAY says were not taken, and h2load does not retry them on a new connection"
         ));
     }
     assert!(
