@@ -7,7 +7,7 @@
 use crate::support;
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use support::*;
@@ -18,26 +18,6 @@ fn script() -> Vec<u8> {
         .map(|i| format!("export const value{i} = compute({i}, \"some repeated text\");\n"))
         .collect::<String>()
         .into_bytes()
-}
-
-fn decode(encoding: Option<&str>, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    match encoding {
-        None => out.extend_from_slice(body),
-        Some("gzip") => {
-            flate2::read::GzDecoder::new(body)
-                .read_to_end(&mut out)
-                .unwrap();
-        }
-        Some("br") => {
-            brotli::Decompressor::new(body, 4096)
-                .read_to_end(&mut out)
-                .unwrap();
-        }
-        Some("zstd") => out = zstd::stream::decode_all(body).unwrap(),
-        Some(other) => panic!("unexpected Content-Encoding {other}"),
-    }
-    out
 }
 
 fn get_with(server: &Server, path: &str, headers: &[(&str, &str)]) -> Response {
@@ -92,7 +72,7 @@ fn accept_encoding_table() {
         assert_eq!(r.header("content-encoding"), *want, "{ae:?}: {r:?}");
         assert_eq!(r.content_length(), Some(r.body.len() as u64), "{ae:?}");
         assert_eq!(
-            decode(*want, &r.body),
+            decode_body(*want, &r.body),
             js,
             "{ae:?}: variant decodes to the original"
         );
@@ -264,7 +244,7 @@ fn sidecars_are_preferred() {
     assert_eq!(r.body, gz, "the sidecar's bytes");
     let r = get_with(&server, "/site.css", &[("Accept-Encoding", "br, gzip")]);
     assert_eq!(r.body, br, "the brotli sidecar");
-    assert_eq!(decode(Some("br"), &r.body), css);
+    assert_eq!(decode_body(Some("br"), &r.body), css);
     // No zstd sidecar, and compression is off: identity.
     let r = get_with(&server, "/site.css", &[("Accept-Encoding", "zstd")]);
     assert_eq!(r.header("content-encoding"), None);
@@ -422,7 +402,7 @@ fn large_root_starts_uncompressed_and_keeps_changes_made_while_compressing() {
     let r = get_with(&server, "/big3.html", &[("Accept-Encoding", "br")]);
     assert_eq!(r.header("content-encoding"), Some("br"));
     assert_eq!(
-        decode(Some("br"), &r.body),
+        decode_body(Some("br"), &r.body),
         v2.as_bytes(),
         "variant of the new version"
     );

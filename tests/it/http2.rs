@@ -125,27 +125,6 @@ fn assert_h2_response(r: &Response, what: &str) {
     }
 }
 
-fn decode(encoding: Option<&str>, body: &[u8]) -> Vec<u8> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    match encoding {
-        None => out.extend_from_slice(body),
-        Some("gzip") => {
-            flate2::read::GzDecoder::new(body)
-                .read_to_end(&mut out)
-                .unwrap();
-        }
-        Some("br") => {
-            brotli::Decompressor::new(body, 4096)
-                .read_to_end(&mut out)
-                .unwrap();
-        }
-        Some("zstd") => out = zstd::stream::decode_all(body).unwrap(),
-        Some(other) => panic!("unexpected Content-Encoding {other}"),
-    }
-    out
-}
-
 /// What curl must get over `t`: statuses, headers, bodies and lengths of
 /// a 200, HEAD, 304, 206, each compressed variant, 404, 301, 405 and a file
 /// past the default flow-control window.
@@ -205,7 +184,7 @@ fn curl_suite(t: &Target) {
             "{what} {enc}"
         );
         assert!(r.body.len() < js.len(), "{what} {enc}: not smaller");
-        assert_eq!(decode(Some(enc), &r.body), js, "{what} {enc}: decodes");
+        assert_eq!(decode_body(Some(enc), &r.body), js, "{what} {enc}: decodes");
     }
 
     let r = h2::curl(t, "/nope.html", &[]).response;

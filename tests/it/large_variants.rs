@@ -7,31 +7,11 @@
 
 use crate::support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use support::metrics::await_value;
 use support::*;
-
-fn decode(encoding: Option<&str>, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    match encoding {
-        None => out.extend_from_slice(body),
-        Some("gzip") => {
-            flate2::read::GzDecoder::new(body)
-                .read_to_end(&mut out)
-                .unwrap();
-        }
-        Some("br") => {
-            brotli::Decompressor::new(body, 4096)
-                .read_to_end(&mut out)
-                .unwrap();
-        }
-        Some("zstd") => out = zstd::stream::decode_all(body).unwrap(),
-        Some(other) => panic!("unexpected encoding {other}"),
-    }
-    out
-}
 
 fn get_with(server: &Server, path: &str, accept: &str, extra: &[(&str, &str)]) -> Response {
     let mut headers = vec![("Accept-Encoding", accept)];
@@ -103,7 +83,7 @@ fn variants_of(server: &Server, path: &str, data: &[u8]) -> Vec<(&'static str, u
         assert_eq!(r.header("content-encoding"), Some(coding), "{path}");
         assert_eq!(r.header("vary"), Some("Accept-Encoding"), "{path}");
         assert!(
-            decode(Some(coding), &r.body) == data,
+            decode_body(Some(coding), &r.body) == data,
             "{path}: {coding} does not decode to the file"
         );
         assert!(r.body.len() < data.len() / 2, "{path}: {coding} too large");

@@ -1199,3 +1199,25 @@ pub fn threads(pid: u32) -> BTreeMap<String, u32> {
     out
 }
 pub mod tls;
+
+/// A response body decoded from its `Content-Encoding` (none, gzip, br,
+/// zstd); any other coding fails the test.
+pub fn decode_body(encoding: Option<&str>, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match encoding {
+        None => out.extend_from_slice(body),
+        Some("gzip") => {
+            flate2::read::GzDecoder::new(body)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        Some("br") => {
+            brotli::Decompressor::new(body, 4096)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        Some("zstd") => out = zstd::stream::decode_all(body).unwrap(),
+        Some(other) => panic!("unexpected Content-Encoding {other}"),
+    }
+    out
+}
