@@ -194,7 +194,7 @@ impl Metrics {
     }
 
     fn shard_families(&self) -> Vec<MetricFamily> {
-        let shards: Vec<(String, String, bool, ShardCounters)> = self
+        let shards: Vec<ShardRow> = self
             .slots
             .iter()
             .map(|s| {
@@ -202,160 +202,201 @@ impl Metrics {
                 (s.core.to_string(), s.cpu.to_string(), running, s.read())
             })
             .collect();
-        let mut requests = family(
-            "shardhttpd_http_requests_total",
-            "HTTP responses sent, by shard and status code.",
-            MetricType::COUNTER,
-        );
-        let mut duration = family(
-            "shardhttpd_http_request_duration_seconds",
-            "Time from a request parsed to its response handed to the kernel.",
-            MetricType::HISTOGRAM,
-        );
-        let mut bytes = family(
-            "shardhttpd_http_response_bytes_total",
-            "Response body bytes queued for sending.",
-            MetricType::COUNTER,
-        );
-        let mut accepted = family(
-            "shardhttpd_connections_accepted_total",
-            "Connections accepted.",
-            MetricType::COUNTER,
-        );
-        let mut active = family(
-            "shardhttpd_connections_active",
-            "Connections open now.",
-            MetricType::GAUGE,
-        );
-        let mut closed = family(
-            "shardhttpd_connections_closed_total",
-            "Connections closed, by reason.",
-            MetricType::COUNTER,
-        );
-        let mut drain = family(
-            "shardhttpd_drain_closes_total",
-            "Connections closed by a shutdown or handover drain, by how: after_response (the response said Connection: close), idle_grace (parted with after drain_idle_grace between requests), deadline (still open when shutdown_grace ran out).",
-            MetricType::COUNTER,
-        );
-        let mut limit = family(
-            "shardhttpd_connections_limit_reached_total",
-            "Times a shard reached max_connections_per_core and paused accepting.",
-            MetricType::COUNTER,
-        );
-        let mut proxy = family(
-            "shardhttpd_proxy_protocol_total",
-            "PROXY protocol headers on proxy_protocol listeners, by result: accepted, or refused (an untrusted peer, no or a malformed header, or none within header_timeout).",
-            MetricType::COUNTER,
-        );
-        let mut handshakes = family(
-            "shardhttpd_tls_handshakes_total",
-            "TLS handshakes, by result: full, resumed (session ticket or ID) or failed.",
-            MetricType::COUNTER,
-        );
-        let mut handshake_duration = family(
-            "shardhttpd_tls_handshake_duration_seconds",
-            "Time from accept to the end of the TLS handshake (failed ones too).",
-            MetricType::HISTOGRAM,
-        );
-        let mut from_replaced = family(
-            "shardhttpd_downloads_from_replaced_file_total",
-            "Large-file bodies sent in full from a file renamed over or unlinked while they were sent.",
-            MetricType::COUNTER,
-        );
-        let mut cut_changed = family(
-            "shardhttpd_downloads_cut_file_changed_total",
-            "Large-file responses cut short because the file's bytes changed in place while they were sent.",
-            MetricType::COUNTER,
-        );
-        let mut info = family(
-            "shardhttpd_shard_info",
-            "One series per running shard: its core label and the CPU it is pinned to.",
-            MetricType::GAUGE,
-        );
-        for (core, cpu, running, c) in &shards {
-            for (i, &n) in c.requests.iter().enumerate() {
-                let status = Status::ALL[i];
-                // 200 always, so every shard has a series from the start.
-                if n > 0 || status == Status::Ok {
-                    let code = status.code().to_string();
-                    requests
-                        .mut_metric()
-                        .push(counter(&[("core", core), ("code", &code)], n as f64));
-                }
-            }
-            duration.mut_metric().push(histogram(&[("core", core)], c));
-            bytes
-                .mut_metric()
-                .push(counter(&[("core", core)], c.response_bytes as f64));
-            accepted
-                .mut_metric()
-                .push(counter(&[("core", core)], c.accepted as f64));
-            active
-                .mut_metric()
-                .push(gauge(&[("core", core)], c.active as f64));
-            for reason in CloseReason::ALL {
-                closed.mut_metric().push(counter(
-                    &[("core", core), ("reason", reason.label())],
-                    c.closed[reason as usize] as f64,
-                ));
-            }
-            for kind in DrainClose::ALL {
-                drain.mut_metric().push(counter(
-                    &[("core", core), ("kind", kind.label())],
-                    c.drain_closes[kind as usize] as f64,
-                ));
-            }
-            limit
-                .mut_metric()
-                .push(counter(&[("core", core)], c.conn_limit_hits as f64));
-            for (i, result) in ["accepted", "refused"].into_iter().enumerate() {
-                proxy.mut_metric().push(counter(
-                    &[("core", core), ("result", result)],
-                    c.proxy_protocol[i] as f64,
-                ));
-            }
-            for kind in crate::conn::tls::Handshake::ALL {
-                handshakes.mut_metric().push(counter(
-                    &[("core", core), ("result", kind.label())],
-                    c.handshakes[kind as usize] as f64,
-                ));
-            }
-            handshake_duration.mut_metric().push(buckets(
-                &[("core", core)],
-                &HANDSHAKE_BUCKETS,
-                &c.handshake_buckets,
-                c.handshake_sum,
-            ));
-            from_replaced
-                .mut_metric()
-                .push(counter(&[("core", core)], c.downloads_from_replaced as f64));
-            cut_changed
-                .mut_metric()
-                .push(counter(&[("core", core)], c.downloads_cut_changed as f64));
-            if *running {
-                info.mut_metric()
-                    .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
-            }
-        }
         let mut out = vec![
-            requests,
-            duration,
-            bytes,
-            accepted,
-            active,
-            closed,
-            drain,
-            limit,
-            proxy,
-            handshakes,
-            handshake_duration,
-            from_replaced,
-            cut_changed,
-            info,
+            requests_family(&shards),
+            histogram_family(
+                "shardhttpd_http_request_duration_seconds",
+                "Time from a request parsed to its response handed to the kernel.",
+                &shards,
+                |core, c| histogram(&[("core", core)], c),
+            ),
+            per_core(
+                "shardhttpd_http_response_bytes_total",
+                "Response body bytes queued for sending.",
+                MetricType::COUNTER,
+                &shards,
+                |c| c.response_bytes,
+            ),
+            per_core(
+                "shardhttpd_connections_accepted_total",
+                "Connections accepted.",
+                MetricType::COUNTER,
+                &shards,
+                |c| c.accepted,
+            ),
+            per_core(
+                "shardhttpd_connections_active",
+                "Connections open now.",
+                MetricType::GAUGE,
+                &shards,
+                |c| c.active,
+            ),
+            per_core_by(
+                "shardhttpd_connections_closed_total",
+                "Connections closed, by reason.",
+                &shards,
+                "reason",
+                |c| CloseReason::ALL.map(|r| (r.label(), c.closed[r as usize])).to_vec(),
+            ),
+            per_core_by(
+                "shardhttpd_drain_closes_total",
+                "Connections closed by a shutdown or handover drain, by how: after_response (the response said Connection: close), idle_grace (parted with after drain_idle_grace between requests), deadline (still open when shutdown_grace ran out).",
+                &shards,
+                "kind",
+                |c| DrainClose::ALL.map(|k| (k.label(), c.drain_closes[k as usize])).to_vec(),
+            ),
+            per_core(
+                "shardhttpd_connections_limit_reached_total",
+                "Times a shard reached max_connections_per_core and paused accepting.",
+                MetricType::COUNTER,
+                &shards,
+                |c| c.conn_limit_hits,
+            ),
+            per_core_by(
+                "shardhttpd_proxy_protocol_total",
+                "PROXY protocol headers on proxy_protocol listeners, by result: accepted, or refused (an untrusted peer, no or a malformed header, or none within header_timeout).",
+                &shards,
+                "result",
+                |c| vec![("accepted", c.proxy_protocol[0]), ("refused", c.proxy_protocol[1])],
+            ),
+            per_core_by(
+                "shardhttpd_tls_handshakes_total",
+                "TLS handshakes, by result: full, resumed (session ticket or ID) or failed.",
+                &shards,
+                "result",
+                |c| {
+                    crate::conn::tls::Handshake::ALL
+                        .map(|k| (k.label(), c.handshakes[k as usize]))
+                        .to_vec()
+                },
+            ),
+            histogram_family(
+                "shardhttpd_tls_handshake_duration_seconds",
+                "Time from accept to the end of the TLS handshake (failed ones too).",
+                &shards,
+                |core, c| {
+                    buckets(
+                        &[("core", core)],
+                        &HANDSHAKE_BUCKETS,
+                        &c.handshake_buckets,
+                        c.handshake_sum,
+                    )
+                },
+            ),
+            per_core(
+                "shardhttpd_downloads_from_replaced_file_total",
+                "Large-file bodies sent in full from a file renamed over or unlinked while they were sent.",
+                MetricType::COUNTER,
+                &shards,
+                |c| c.downloads_from_replaced,
+            ),
+            per_core(
+                "shardhttpd_downloads_cut_file_changed_total",
+                "Large-file responses cut short because the file's bytes changed in place while they were sent.",
+                MetricType::COUNTER,
+                &shards,
+                |c| c.downloads_cut_changed,
+            ),
+            info_family(&shards),
         ];
         out.extend(h2::families(&shards));
         out
     }
+}
+
+/// One published shard: its `core` and `cpu` labels, whether it runs, and
+/// its counters.
+pub(super) type ShardRow = (String, String, bool, ShardCounters);
+
+/// A family with one series per shard (label `core`), valued by `value`.
+pub(super) fn per_core(
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    shards: &[ShardRow],
+    value: impl Fn(&ShardCounters) -> u64,
+) -> MetricFamily {
+    let mut f = family(name, help, kind);
+    for (core, _, _, c) in shards {
+        let labels = [("core", core.as_str())];
+        let v = value(c) as f64;
+        f.mut_metric().push(if kind == MetricType::GAUGE {
+            gauge(&labels, v)
+        } else {
+            counter(&labels, v)
+        });
+    }
+    f
+}
+
+/// A counter family with one series per shard and value of `label`; every
+/// value `values` lists has its series from the start (at 0).
+pub(super) fn per_core_by(
+    name: &str,
+    help: &str,
+    shards: &[ShardRow],
+    label: &str,
+    values: impl Fn(&ShardCounters) -> Vec<(&'static str, u64)>,
+) -> MetricFamily {
+    let mut f = family(name, help, MetricType::COUNTER);
+    for (core, _, _, c) in shards {
+        for (value, n) in values(c) {
+            f.mut_metric()
+                .push(counter(&[("core", core), (label, value)], n as f64));
+        }
+    }
+    f
+}
+
+/// A histogram family with one series per shard, made by `series`.
+fn histogram_family(
+    name: &str,
+    help: &str,
+    shards: &[ShardRow],
+    series: impl Fn(&str, &ShardCounters) -> Metric,
+) -> MetricFamily {
+    let mut f = family(name, help, MetricType::HISTOGRAM);
+    for (core, _, _, c) in shards {
+        f.mut_metric().push(series(core, c));
+    }
+    f
+}
+
+/// Responses by shard and status code: a series for each code sent, and
+/// for 200 always, so every shard has a series from the start.
+fn requests_family(shards: &[ShardRow]) -> MetricFamily {
+    let mut f = family(
+        "shardhttpd_http_requests_total",
+        "HTTP responses sent, by shard and status code.",
+        MetricType::COUNTER,
+    );
+    for (core, _, _, c) in shards {
+        for (i, &n) in c.requests.iter().enumerate() {
+            let status = Status::ALL[i];
+            if n > 0 || status == Status::Ok {
+                let code = status.code().to_string();
+                f.mut_metric()
+                    .push(counter(&[("core", core), ("code", &code)], n as f64));
+            }
+        }
+    }
+    f
+}
+
+/// One series per running shard: its core and the CPU it is pinned to.
+fn info_family(shards: &[ShardRow]) -> MetricFamily {
+    let mut f = family(
+        "shardhttpd_shard_info",
+        "One series per running shard: its core label and the CPU it is pinned to.",
+        MetricType::GAUGE,
+    );
+    for (core, cpu, running, _) in shards {
+        if *running {
+            f.mut_metric()
+                .push(gauge(&[("core", core), ("cpu", cpu)], 1.0));
+        }
+    }
+    f
 }
 
 fn snapshot_families(snap: &StoreStats) -> Vec<MetricFamily> {
