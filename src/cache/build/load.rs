@@ -237,16 +237,16 @@ pub(super) fn load_all(
     Ok(results)
 }
 
-/// Read, hash and compress one file; use its sidecars where present.
-fn load_one(
+/// Open and read (or, starting from disk, only stat) one file: the file,
+/// or what the load makes of it instead (unsettled, skipped, forbidden).
+fn read_one(
     opts: &BuildOptions,
     walk: &Walk<'_>,
-    i: usize,
+    job: &super::walk::FileJob,
     in_mem: bool,
     dest: Option<Dest<'_>>,
     placer: &mut Placer<'_, '_>,
-) -> anyhow::Result<Loaded> {
-    let job = &walk.files[i];
+) -> anyhow::Result<Result<LoadedFile, Loaded>> {
     let policy = MemPolicy {
         below: opts.sendfile_threshold,
         budget: if in_mem { job.stamp.size } else { 0 },
@@ -262,16 +262,16 @@ fn load_one(
         }
     };
     let file = match loaded {
-        Ok(Some(file)) if !file.settled => return Ok(Loaded::Unsettled),
+        Ok(Some(file)) if !file.settled => return Ok(Err(Loaded::Unsettled)),
         Ok(Some(file)) => file,
         Ok(None) => {
             tracing::debug!(path = %job.path.display(), "skipping file replaced by a non-file");
-            return Ok(Loaded::Skip);
+            return Ok(Err(Loaded::Skip));
         }
         Err(err) if is_forbidden(&err) => {
             // Once per file and build: every request for it gets a 403.
             tracing::warn!(path = %job.path.display(), %err, "unreadable file; answering 403");
-            return Ok(Loaded::Forbidden);
+            return Ok(Err(Loaded::Forbidden));
         }
         Err(err) if tree_changed(&err) => {
             tracing::debug!(path = %job.path.display(), %err, "file changed since the walk");
@@ -280,8 +280,25 @@ fn load_one(
         Err(err) if is_exhausted(&err) => return Err(exhausted(&job.path, err)),
         Err(err) => {
             tracing::warn!(path = %job.path.display(), %err, "skipping file");
-            return Ok(Loaded::Skip);
+            return Ok(Err(Loaded::Skip));
         }
+    };
+    Ok(Ok(file))
+}
+
+/// Read, hash and compress one file; use its sidecars where present.
+fn load_one(
+    opts: &BuildOptions,
+    walk: &Walk<'_>,
+    i: usize,
+    in_mem: bool,
+    dest: Option<Dest<'_>>,
+    placer: &mut Placer<'_, '_>,
+) -> anyhow::Result<Loaded> {
+    let job = &walk.files[i];
+    let file = match read_one(opts, walk, job, in_mem, dest, placer)? {
+        Ok(file) => file,
+        Err(outcome) => return Ok(outcome),
     };
     if walk.from_disk {
         // Unread, it has nothing to check a sidecar against: variants wait
