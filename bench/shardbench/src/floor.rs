@@ -22,19 +22,52 @@ const RECV_BYTES: usize = 64 * 1024;
 /// Listen backlog, as the servers get: c=10000 connects in a burst.
 const BACKLOG: libc::c_int = 4096;
 
-struct Conn {
-    fd: OwnedFd,
+/// The request counting both floors share: request ends (`\r\n\r\n`),
+/// carried across reads, and whether a `Connection: close` was seen.
+#[derive(Debug, Default, Clone)]
+pub struct Scan {
     /// How much of `\r\n\r\n` the last read ended with.
     matched: usize,
-    /// "connection: close" seen in the current request.
-    close: bool,
+    /// "connection: close" seen in the connection's requests.
+    pub close: bool,
+}
+
+impl Scan {
+    /// Count request ends in `buf`, carrying a partial `\r\n\r\n` across
+    /// reads, and note a `Connection: close` (any case).
+    pub fn feed(&mut self, buf: &[u8]) -> usize {
+        const END: &[u8] = b"\r\n\r\n";
+        let mut n = 0;
+        for &b in buf {
+            if b == END[self.matched] {
+                self.matched += 1;
+                if self.matched == END.len() {
+                    n += 1;
+                    self.matched = 0;
+                }
+            } else {
+                self.matched = usize::from(b == b'\r');
+            }
+        }
+        if !self.close && buf.len() >= 17 {
+            self.close = buf
+                .windows(17)
+                .any(|w| w.eq_ignore_ascii_case(b"connection: close"));
+        }
+        n
+    }
+}
+
+struct Conn {
+    fd: OwnedFd,
+    scan: Scan,
     /// Response bytes not yet accepted by the kernel.
     pending: Vec<u8>,
     /// Registered for EPOLLOUT (waiting to send `pending`), not EPOLLIN.
     out_armed: bool,
 }
 
-fn response(close: bool) -> Vec<u8> {
+pub fn response(close: bool) -> Vec<u8> {
     let mut r = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n{}\r\n",
         BODY.len(),
@@ -45,53 +78,12 @@ fn response(close: bool) -> Vec<u8> {
     r
 }
 
-/// Count request ends in `buf`, carrying a partial `\r\n\r\n` across reads,
-/// and note a `Connection: close` (any case).
-fn scan(conn: &mut Conn, buf: &[u8]) -> usize {
-    const END: &[u8] = b"\r\n\r\n";
-    let mut n = 0;
-    for &b in buf {
-        if b == END[conn.matched] {
-            conn.matched += 1;
-            if conn.matched == END.len() {
-                n += 1;
-                conn.matched = 0;
-            }
-        } else {
-            conn.matched = usize::from(b == b'\r');
-        }
-    }
-    if !conn.close && buf.len() >= 17 {
-        conn.close = buf
-            .windows(17)
-            .any(|w| w.eq_ignore_ascii_case(b"connection: close"));
-    }
-    n
-}
-
 /// Serve forever on `addr` (the caller pins the process).
 pub fn run(addr: SocketAddr) -> io::Result<()> {
     let listener = TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let lfd = listener.as_raw_fd();
-    // SAFETY: re-listening on a listening socket only changes its backlog.
-    if unsafe { libc::listen(lfd, BACKLOG) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    let defer: libc::c_int = 1;
-    // SAFETY: passes a pointer to a live c_int and its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            lfd,
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&defer as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    listen_like_the_floor(&listener)?;
     // SAFETY: epoll_create1 returns a new fd (checked) that nothing else owns.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if ep == -1 {
@@ -145,6 +137,31 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
     }
 }
 
+/// The listener as both floors (and shardhttpd) have it: the servers'
+/// backlog, and `TCP_DEFER_ACCEPT`.
+pub fn listen_like_the_floor(listener: &TcpListener) -> io::Result<()> {
+    let lfd = listener.as_raw_fd();
+    // SAFETY: re-listening on a listening socket only changes its backlog.
+    if unsafe { libc::listen(lfd, BACKLOG) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let defer: libc::c_int = 1;
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            lfd,
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&defer as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn ctl(ep: &OwnedFd, op: libc::c_int, fd: RawFd, events: u32) -> io::Result<()> {
     let mut ev = libc::epoll_event {
         events,
@@ -184,8 +201,7 @@ fn accept_all(
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         let mut conn = Conn {
             fd: owned,
-            matched: 0,
-            close: false,
+            scan: Scan::default(),
             pending: Vec::new(),
             out_armed: false,
         };
@@ -225,11 +241,11 @@ fn serve(
     if n < 0 {
         return io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock;
     }
-    let requests = scan(conn, &buf[..n as usize]);
+    let requests = conn.scan.feed(&buf[..n as usize]);
     if requests == 0 {
         return false;
     }
-    let one = if conn.close { close } else { keep };
+    let one = if conn.scan.close { close } else { keep };
     let mut out = Vec::with_capacity(one.len() * requests);
     for _ in 0..requests {
         out.extend_from_slice(one);
@@ -257,7 +273,7 @@ fn flush(ep: &OwnedFd, conn: &mut Conn, registered: bool) -> bool {
     } else {
         conn.pending.drain(..n as usize);
     }
-    if conn.pending.is_empty() && conn.close {
+    if conn.pending.is_empty() && conn.scan.close {
         return true;
     }
     let want_out = !conn.pending.is_empty();
@@ -282,8 +298,7 @@ mod tests {
     fn conn() -> Conn {
         Conn {
             fd: std::fs::File::open("/dev/null").expect("open").into(),
-            matched: 0,
-            close: false,
+            scan: Scan::default(),
             pending: Vec::new(),
             out_armed: false,
         }
@@ -293,15 +308,15 @@ mod tests {
     fn counts_request_ends_across_reads() {
         let mut c = conn();
         assert_eq!(
-            scan(&mut c, b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r"),
+            c.scan.feed(b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r"),
             1
         );
-        assert_eq!(scan(&mut c, b"\n"), 1);
+        assert_eq!(c.scan.feed(b"\n"), 1);
         assert_eq!(
-            scan(&mut c, b"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"),
+            c.scan.feed(b"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"),
             1
         );
-        assert!(c.close);
+        assert!(c.scan.close);
     }
 
     #[test]

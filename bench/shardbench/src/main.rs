@@ -9,6 +9,7 @@
 
 mod docs;
 mod floor;
+mod floor_uring;
 mod load;
 mod matrix;
 mod plot;
@@ -27,7 +28,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use load::{Mode, Spec, Tool};
 use matrix::{Cell, Kind};
-use report::{Csv, Row};
+use report::{Csv, Row, UNSUPPORTED};
 use servers::{Server, Setup};
 
 /// Run the scaling study (or, as `floor`, the floor responder).
@@ -46,6 +47,11 @@ enum Cmd {
     Floor {
         #[arg(long)]
         listen: SocketAddr,
+        /// epoll (one level-triggered epoll loop) or uring (one io_uring
+        /// ring: multishot accept and receive, provided buffers, batched
+        /// sends).
+        #[arg(long, value_enum, default_value = "epoll")]
+        io: servers::Io,
     },
 }
 
@@ -104,6 +110,20 @@ struct RunArgs {
     /// the same interleaved run (an A/B of two versions).
     #[arg(long, value_name = "PATH")]
     baseline_bin: Option<PathBuf>,
+    /// Measure every cell N times: each round runs the cell on every
+    /// server in turn, so drift on a busy machine hits them alike. Tables,
+    /// summary.csv and plots give the median and the range (min–max);
+    /// results.csv keeps every round.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// shardhttpd's I/O backends (comma-separated: epoll,uring): one server
+    /// per backend, `shardhttpd-epoll` and `shardhttpd-uring`, each started
+    /// with `--io`. A backend this binary cannot run is reported as
+    /// unsupported, never measured on another. Without it: one
+    /// `shardhttpd` on the server's default backend.
+    #[arg(long, value_enum, value_name = "LIST", value_delimiter = ',')]
+    io: Option<Vec<servers::Io>>,
     /// Show the matrix and the time it will take, and exit.
     #[arg(long)]
     dry_run: bool,
@@ -111,8 +131,12 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Floor { listen }) = cli.cmd {
-        return match floor::run(listen) {
+    if let Some(Cmd::Floor { listen, io }) = cli.cmd {
+        let served = match io {
+            servers::Io::Epoll => floor::run(listen),
+            servers::Io::Uring => floor_uring::run(listen),
+        };
+        return match served {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("floor: {e}");
@@ -212,6 +236,14 @@ fn study(args: RunArgs) -> io::Result<bool> {
 
     let bin = match &args.server_bin {
         Some(p) => p.clone(),
+        None if args.quick => match servers::existing_release() {
+            Some((p, note)) => {
+                eprintln!("--quick: {note}");
+                notes.push(format!("--quick: {note}"));
+                p
+            }
+            None => servers::build_release(&mut commands)?,
+        },
         None => servers::build_release(&mut commands)?,
     };
     let setup = Setup {
@@ -239,17 +271,74 @@ fn study(args: RunArgs) -> io::Result<bool> {
         plan.cells.retain(|c| !c.mode.is_tls());
     }
     let mut running: Vec<Server> = Vec::new();
+    // Backends this shardhttpd cannot run: (server name, why), reported
+    // cell by cell as unsupported.
+    let mut unsupported: Vec<(String, String)> = Vec::new();
     if !args.sweep_only {
-        let (shard, _) =
-            servers::start_shardhttpd(&bin, &setup, 1, "hash", "shardhttpd", tls.as_ref())?;
-        running.push(shard);
+        let knows_io = has_flag(&bin, "--io")?;
+        let backends: Vec<Option<servers::Io>> = match &args.io {
+            None => vec![None],
+            Some(list) => {
+                let mut l = list.clone();
+                l.sort();
+                l.dedup();
+                l.into_iter().map(Some).collect()
+            }
+        };
+        for io in backends {
+            let name = match io {
+                None => "shardhttpd".to_owned(),
+                Some(io) => format!("shardhttpd-{}", io.name()),
+            };
+            let flag = match io {
+                // A binary without the flag has epoll alone: run it
+                // without the flag, and say so.
+                Some(servers::Io::Epoll) if !knows_io => {
+                    notes.push(format!(
+                        "{name}: this shardhttpd has no --io flag; epoll, its only backend, runs without it"
+                    ));
+                    None
+                }
+                Some(servers::Io::Uring) if !knows_io => {
+                    let why = format!(
+                        "{UNSUPPORTED}: this shardhttpd has no --io flag (no io_uring backend)"
+                    );
+                    eprintln!("{name}: {why}");
+                    notes.push(format!("{name}: {why}"));
+                    unsupported.push((name, why));
+                    continue;
+                }
+                other => other,
+            };
+            match servers::start_shardhttpd(&bin, &setup, 1, "hash", &name, tls.as_ref(), flag) {
+                Ok((s, _)) => running.push(s),
+                Err(e) if flag.is_some() => {
+                    let why = format!(
+                        "{UNSUPPORTED}: it did not start with --io {}: {e}",
+                        io.map_or("", |i| i.name())
+                    );
+                    eprintln!("{name}: {why}");
+                    notes.push(format!("{name}: {why}"));
+                    unsupported.push((name, why));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         if let Some(b) = &args.baseline_bin {
             let tls = tls.as_ref().filter(|_| has_tls(b).unwrap_or(false));
             let name = "shardhttpd-baseline";
-            let (base, _) = servers::start_shardhttpd(b, &setup, 1, "hash", name, tls)?;
+            let (base, _) = servers::start_shardhttpd(b, &setup, 1, "hash", name, tls, None)?;
             running.push(base);
         }
-        running.push(servers::start_floor(&setup)?);
+        running.push(servers::start_floor(&setup, servers::Io::Epoll)?);
+        match floor_uring::available() {
+            Ok(()) => running.push(servers::start_floor(&setup, servers::Io::Uring)?),
+            Err(why) => {
+                let n = format!("SKIP floor-uring: io_uring is not available here ({why})");
+                eprintln!("{n}");
+                notes.push(n);
+            }
+        }
     }
     if args.no_peers || args.sweep_only {
         notes.push("no peer servers measured".into());
@@ -308,22 +397,32 @@ fn study(args: RunArgs) -> io::Result<bool> {
             LONG_CELL.as_secs()
         ));
     }
-    let jobs: Vec<(Cell, usize)> = plan
-        .cells
+    let rounds = args.rounds as usize;
+    // Cell by cell; within a cell, round by round; within a round, every
+    // server in turn (an unsupported one once, in its place).
+    let mut jobs: Vec<(Cell, Target, usize)> = Vec::new();
+    for c in &plan.cells {
+        let reference = running.iter().find(|s| s.name.starts_with("shardhttpd"));
+        for round in 1..=rounds {
+            if round == 1 && reference.is_none() {
+                jobs.extend((0..unsupported.len()).map(|u| (*c, Target::Unsupported(u), 0)));
+            }
+            for (i, s) in running.iter().enumerate() {
+                if c.applies_to(&s.name) && can_serve(c, s) {
+                    jobs.push((*c, Target::Running(i), round));
+                }
+                let first_shard = reference.is_some_and(|r| r.name == s.name);
+                if first_shard && round == 1 && can_serve(c, s) {
+                    jobs.extend((0..unsupported.len()).map(|u| (*c, Target::Unsupported(u), 0)));
+                }
+            }
+        }
+    }
+    let measured = jobs
         .iter()
-        .flat_map(|c| {
-            running
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| {
-                    c.applies_to(&s.name)
-                        && (!c.mode.is_tls() || s.tls_port.is_some())
-                        && (c.mode != Mode::H2 || s.h2)
-                        && (c.mode != Mode::H2c || s.h2c_port.is_some())
-                })
-                .map(move |(i, _)| (*c, i))
-        })
-        .collect();
+        .filter(|(_, t, _)| matches!(t, Target::Running(_)))
+        .count();
+    let sweep_warning = plot::sweep_warning(ctx.server.len());
     let sweep_shards: Vec<usize> = if args.no_sweep
         || kind == Kind::Tls
         || kind == Kind::H2
@@ -333,24 +432,45 @@ fn study(args: RunArgs) -> io::Result<bool> {
     } else {
         (1..=ctx.server.len()).collect()
     };
-    let total = jobs.len() + 2 * sweep_shards.len();
+    if !sweep_shards.is_empty() {
+        if let Some(w) = &sweep_warning {
+            eprintln!("WARNING: {w}");
+            notes.push(w.clone());
+        }
+    }
+    let total = measured + 2 * sweep_shards.len() * rounds;
     let expected: f64 = jobs
         .iter()
-        .map(|(c, _)| cell_duration(duration, c.concurrency, somaxconn).as_secs_f64() + 0.2)
+        .filter(|(_, t, _)| matches!(t, Target::Running(_)))
+        .map(|(c, _, _)| cell_duration(duration, c.concurrency, somaxconn).as_secs_f64() + 0.2)
         .sum::<f64>()
-        + 2.0 * sweep_shards.len() as f64 * (duration.as_secs_f64() + 1.5);
+        + 2.0 * (sweep_shards.len() * rounds) as f64 * (duration.as_secs_f64() + 1.5);
     eprintln!(
-        "{} cells ({} matrix over {}, {} sweep), about {} at {:.0} s per cell",
+        "{} cells ({} matrix over {}, {} sweep; {} round{}), about {} at {:.0} s per cell",
         total,
-        jobs.len(),
+        measured,
         names.join(", "),
-        2 * sweep_shards.len(),
+        2 * sweep_shards.len() * rounds,
+        rounds,
+        if rounds == 1 { "" } else { "s" },
         hms(expected),
         duration.as_secs_f64()
     );
     if args.dry_run {
-        for (c, i) in &jobs {
-            eprintln!("  {} {}", c.label(), running[*i].name);
+        for (c, t, round) in &jobs {
+            match t {
+                Target::Running(i) => {
+                    eprintln!("  {} {} (round {round})", c.label(), running[*i].name)
+                }
+                Target::Unsupported(u) => {
+                    eprintln!(
+                        "  {} {}: {}",
+                        c.label(),
+                        unsupported[*u].0,
+                        unsupported[*u].1
+                    )
+                }
+            }
         }
         return Ok(true);
     }
@@ -374,11 +494,38 @@ fn study(args: RunArgs) -> io::Result<bool> {
             hms(left)
         );
     };
-    for (cell, i) in &jobs {
+    for (cell, target, round) in &jobs {
         if procs::interrupted() {
             complete = false;
             break;
         }
+        let i = match target {
+            Target::Running(i) => i,
+            Target::Unsupported(u) => {
+                let (name, why) = &unsupported[*u];
+                let row = Row {
+                    section: "matrix".into(),
+                    server: name.clone(),
+                    tool: cell.tool.name().into(),
+                    mode: cell.mode.name().into(),
+                    size: cell.doc.label.into(),
+                    size_bytes: cell.doc.bytes,
+                    concurrency: cell.concurrency,
+                    pipeline_depth: if cell.mode == Mode::Pipeline {
+                        load::PIPELINE_DEPTH
+                    } else {
+                        cell.streams.max(1)
+                    },
+                    shards: 1,
+                    note: why.clone(),
+                    round: 0,
+                    ..Row::default()
+                };
+                csv.append(&row)?;
+                rows.push(row);
+                continue;
+            }
+        };
         let s = &mut running[*i];
         if !s.alive() {
             return Err(io::Error::other(format!(
@@ -403,7 +550,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
             last_modified: s.last_modified.as_deref(),
             work: &ctx.work,
         };
-        let label = format!("{} {}", cell.label(), s.name);
+        let label = round_label(format!("{} {}", cell.label(), s.name), *round, rounds);
         let Some(mut row) = measure(&ctx, &mut commands, s.pid(), 1, &spec, &label)? else {
             complete = false;
             break;
@@ -411,7 +558,8 @@ fn study(args: RunArgs) -> io::Result<bool> {
         row.section = "matrix".into();
         row.server = s.name.clone();
         row.shards = 1;
-        if s.name == "shardhttpd" {
+        row.round = *round;
+        if s.name.starts_with("shardhttpd") {
             row.steer = "hash".into();
         }
         row.size = cell.doc.label.into();
@@ -424,60 +572,70 @@ fn study(args: RunArgs) -> io::Result<bool> {
     // The peers are done: free their CPU before the sweep.
     drop(running);
 
-    'sweep: for &n in &sweep_shards {
-        for steer in ["hash", "cpu"] {
-            if !complete || procs::interrupted() {
-                complete = false;
-                break 'sweep;
+    'sweep: for round in 1..=rounds {
+        for &n in &sweep_shards {
+            for steer in ["hash", "cpu"] {
+                if !complete || procs::interrupted() {
+                    complete = false;
+                    break 'sweep;
+                }
+                let name = format!("shardhttpd-{n}-{steer}");
+                let (mut s, admin) =
+                    servers::start_shardhttpd(&bin, &setup, n, steer, &name, None, None)?;
+                commands.push(format!("# {name}\n{}", s.command));
+                let spec = Spec {
+                    tool: Tool::Wrk,
+                    mode: Mode::KeepAlive,
+                    port: s.port,
+                    path: docs::SMALL.path,
+                    concurrency: args.sweep_concurrency.min(cap),
+                    streams: 1,
+                    duration: ctx.duration,
+                    client_cpus: &ctx.client,
+                    last_modified: None,
+                    work: &ctx.work,
+                };
+                // Let the readiness checks' requests be published first.
+                procs::sleep(Duration::from_millis(400));
+                let before = per_core_requests(admin)?;
+                let label = round_label(format!("sweep shards={n} steer={steer}"), round, rounds);
+                let Some(mut row) = measure(&ctx, &mut commands, s.pid(), n, &spec, &label)? else {
+                    complete = false;
+                    break 'sweep;
+                };
+                // Shards publish their counters every 250 ms.
+                procs::sleep(Duration::from_millis(400));
+                let after = per_core_requests(admin)?;
+                row.per_core = (0..n)
+                    .map(|i| {
+                        after.get(i).copied().unwrap_or(0) - before.get(i).copied().unwrap_or(0)
+                    })
+                    .collect();
+                row.section = "sweep".into();
+                row.server = "shardhttpd".into();
+                row.shards = n;
+                row.steer = steer.into();
+                row.round = round;
+                row.size = docs::SMALL.label.into();
+                row.size_bytes = docs::SMALL.bytes;
+                if !s.alive() {
+                    row.note = "the server exited during the cell".into();
+                }
+                done += 1;
+                progress(done, &label, &row);
+                csv.append(&row)?;
+                rows.push(row);
             }
-            let name = format!("shardhttpd-{n}-{steer}");
-            let (mut s, admin) = servers::start_shardhttpd(&bin, &setup, n, steer, &name, None)?;
-            commands.push(format!("# {name}\n{}", s.command));
-            let spec = Spec {
-                tool: Tool::Wrk,
-                mode: Mode::KeepAlive,
-                port: s.port,
-                path: docs::SMALL.path,
-                concurrency: args.sweep_concurrency.min(cap),
-                streams: 1,
-                duration: ctx.duration,
-                client_cpus: &ctx.client,
-                last_modified: None,
-                work: &ctx.work,
-            };
-            // Let the readiness checks' requests be published first.
-            procs::sleep(Duration::from_millis(400));
-            let before = per_core_requests(admin)?;
-            let label = format!("sweep shards={n} steer={steer}");
-            let Some(mut row) = measure(&ctx, &mut commands, s.pid(), n, &spec, &label)? else {
-                complete = false;
-                break 'sweep;
-            };
-            // Shards publish their counters every 250 ms.
-            procs::sleep(Duration::from_millis(400));
-            let after = per_core_requests(admin)?;
-            row.per_core = (0..n)
-                .map(|i| after.get(i).copied().unwrap_or(0) - before.get(i).copied().unwrap_or(0))
-                .collect();
-            row.section = "sweep".into();
-            row.server = "shardhttpd".into();
-            row.shards = n;
-            row.steer = steer.into();
-            row.size = docs::SMALL.label.into();
-            row.size_bytes = docs::SMALL.bytes;
-            if !s.alive() {
-                row.note = "the server exited during the cell".into();
-            }
-            done += 1;
-            progress(done, &label, &row);
-            csv.append(&row)?;
-            rows.push(row);
         }
     }
 
     let plots = plot::all(&rows, &out);
     let machine = machine(&ctx, &bin, nofile, cap);
     fs::write(out.join("machine.md"), &machine)?;
+    fs::write(
+        out.join("summary.csv"),
+        report::summary_csv(&report::summarize(&rows)),
+    )?;
     fs::write(out.join("commands.txt"), commands.join("\n") + "\n")?;
     let mut md = format!(
         "# shardbench results\n\n{}\n\nCommand: `{}`\n\n",
@@ -527,6 +685,30 @@ fn study(args: RunArgs) -> io::Result<bool> {
         hms(started.elapsed().as_secs_f64())
     );
     Ok(complete)
+}
+
+/// What a job measures: a started server, or a server that cannot run
+/// (an index into the unsupported list), reported without a measurement.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Running(usize),
+    Unsupported(usize),
+}
+
+/// Whether server `s` has what cell `c` needs (TLS, h2, h2c).
+fn can_serve(c: &Cell, s: &Server) -> bool {
+    (!c.mode.is_tls() || s.tls_port.is_some())
+        && (c.mode != Mode::H2 || s.h2)
+        && (c.mode != Mode::H2c || s.h2c_port.is_some())
+}
+
+/// A cell's label, with its round when there are several.
+fn round_label(label: String, round: usize, rounds: usize) -> String {
+    if rounds > 1 {
+        format!("{label} round {round}")
+    } else {
+        label
+    }
 }
 
 /// Shortest cell above the listen backlog.
@@ -738,8 +920,23 @@ fn machine(ctx: &Ctx, bin: &Path, nofile: u64, cap: usize) -> String {
 
 /// Whether this shardhttpd binary has TLS listeners.
 fn has_tls(bin: &Path) -> io::Result<bool> {
+    has_flag(bin, "--tls-listen")
+}
+
+/// Whether this shardhttpd binary's `--help` lists `flag` (as itself, not
+/// as the start of a longer flag).
+fn has_flag(bin: &Path, flag: &str) -> io::Result<bool> {
     let help = std::process::Command::new(bin).arg("--help").output()?;
-    Ok(String::from_utf8_lossy(&help.stdout).contains("--tls-listen"))
+    Ok(help_lists(&String::from_utf8_lossy(&help.stdout), flag))
+}
+
+fn help_lists(help: &str, flag: &str) -> bool {
+    help.match_indices(flag).any(|(at, _)| {
+        let before = help[..at].chars().next_back();
+        let after = help[at + flag.len()..].chars().next();
+        !matches!(before, Some(c) if c.is_alphanumeric() || c == '-')
+            && !matches!(after, Some(c) if c.is_alphanumeric() || c == '-')
+    })
 }
 
 fn rps_text(v: f64) -> String {
@@ -772,5 +969,25 @@ impl ValueEnum for Kind {
             Kind::Tls => "tls",
             Kind::H2 => "h2",
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flag_is_found_as_itself() {
+        let help = "  --io <IO>  the backend\n  --io-depth <N>\n  --tls-listen <ADDR>\n";
+        assert!(help_lists(help, "--io"));
+        assert!(help_lists(help, "--tls-listen"));
+        assert!(!help_lists("  --io-depth <N>\n  --radio <X>\n", "--io"));
+        assert!(!help_lists("", "--io"));
+    }
+
+    #[test]
+    fn round_labels_only_with_rounds() {
+        assert_eq!(round_label("c".into(), 1, 1), "c");
+        assert_eq!(round_label("c".into(), 2, 3), "c round 2");
     }
 }

@@ -74,7 +74,7 @@ impl Cell {
     /// The floor answers every request with the same 100-byte page: it is
     /// measured where that is the work the others do too.
     pub fn applies_to(&self, server: &str) -> bool {
-        server != "floor"
+        !crate::servers::is_floor(server)
             || (self.doc.bytes == SMALL.bytes
                 && self.tool == Tool::Wrk
                 && matches!(self.mode, Mode::KeepAlive | Mode::Close | Mode::Pipeline))

@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::load::Outcome;
 
 /// The CSV columns, in order; `docs/benchmarks.md` documents each.
-pub const COLUMNS: [&str; 24] = [
+pub const COLUMNS: [&str; 25] = [
     "section",
     "server",
     "tool",
@@ -36,6 +36,7 @@ pub const COLUMNS: [&str; 24] = [
     "balance_max_min",
     "core_shares_pct",
     "note",
+    "round",
 ];
 
 /// One measured cell.
@@ -61,6 +62,9 @@ pub struct Row {
     /// Requests per shard from shardhttpd's /metrics (sweep rows).
     pub per_core: Vec<u64>,
     pub note: String,
+    /// Which of `--rounds` this is (from 1); 0 for a cell not run
+    /// (unsupported).
+    pub round: usize,
 }
 
 impl Row {
@@ -128,9 +132,18 @@ impl Row {
                 .map_or_else(String::new, |b| format!("{b:.2}")),
             join(self.shares().iter().map(|s| format!("{s:.1}")).collect()),
             self.note.clone(),
+            self.round.to_string(),
         ]
     }
+
+    /// Whether the cell was not run because the server cannot do it.
+    pub fn unsupported(&self) -> bool {
+        self.note.starts_with(UNSUPPORTED)
+    }
 }
+
+/// How the note of a cell that was not run starts.
+pub const UNSUPPORTED: &str = "unsupported";
 
 /// `results.csv`, written a row at a time.
 pub struct Csv {
@@ -184,41 +197,353 @@ fn rps(v: f64) -> String {
     }
 }
 
+/// A figure over a cell's rounds: the median (the mean of the middle two
+/// for an even count) and the range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values`, leaving out NaNs (figures a tool did not
+    /// give); `None` when none is left.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
+    }
+
+    const NONE: Spread = Spread {
+        median: f64::NAN,
+        min: f64::NAN,
+        max: f64::NAN,
+    };
+}
+
+/// One server's cell over its rounds: what the tables, `summary.csv` and
+/// the plots show. Targets are judged on the medians.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// The first round's row: the cell's labels.
+    pub row: Row,
+    /// Rounds measured (0: not run, see [`Summary::unsupported`]).
+    pub rounds: usize,
+    pub rps: Spread,
+    pub us_per_req: Spread,
+    pub p50_ms: Spread,
+    pub p99_ms: Spread,
+    /// Over all rounds.
+    pub errors: u64,
+    pub server_busy_pct: f64,
+    pub client_busy_pct: f64,
+    /// Requests per shard summed over the rounds (sweep rows).
+    pub per_core: Vec<u64>,
+    pub balance: Option<Spread>,
+    /// Why the cell was not run, when it was not.
+    pub unsupported: Option<String>,
+    /// The rounds' notes, each once.
+    pub notes: Vec<String>,
+}
+
+impl Summary {
+    /// The client CPU was saturated (median over the rounds ≥ 90 %): then
+    /// requests/s measures the client, and µs/request is the figure.
+    pub fn client_saturated(&self) -> bool {
+        self.client_busy_pct >= 90.0
+    }
+
+    pub fn limited_by(&self) -> &'static str {
+        Row {
+            server_cpu_busy_pct: self.server_busy_pct,
+            client_cpu_busy_pct: self.client_busy_pct,
+            ..Row::default()
+        }
+        .limited_by()
+    }
+}
+
+/// Group the rows by server and cell (every round of one cell together, in
+/// the order they were first measured) and take the spreads.
+pub fn summarize(rows: &[Row]) -> Vec<Summary> {
+    type Key = (
+        String,
+        String,
+        String,
+        String,
+        String,
+        usize,
+        usize,
+        usize,
+        String,
+    );
+    let key = |r: &Row| -> Key {
+        (
+            r.section.clone(),
+            r.server.clone(),
+            r.tool.clone(),
+            r.mode.clone(),
+            r.size.clone(),
+            r.concurrency,
+            r.pipeline_depth,
+            r.shards,
+            r.steer.clone(),
+        )
+    };
+    let mut order: Vec<Key> = Vec::new();
+    let mut groups: BTreeMap<Key, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        let k = key(r);
+        if !groups.contains_key(&k) {
+            order.push(k.clone());
+        }
+        groups.entry(k).or_default().push(r);
+    }
+    order
+        .into_iter()
+        .map(|k| {
+            let all = &groups[&k];
+            let first = all[0].clone();
+            if let Some(u) = all.iter().find(|r| r.unsupported()) {
+                return Summary {
+                    row: first,
+                    rounds: 0,
+                    rps: Spread::NONE,
+                    us_per_req: Spread::NONE,
+                    p50_ms: Spread::NONE,
+                    p99_ms: Spread::NONE,
+                    errors: 0,
+                    server_busy_pct: 0.0,
+                    client_busy_pct: 0.0,
+                    per_core: Vec::new(),
+                    balance: None,
+                    unsupported: Some(u.note.clone()),
+                    notes: Vec::new(),
+                };
+            }
+            let spread = |f: &dyn Fn(&Row) -> f64| {
+                Spread::of(all.iter().map(|r| f(r))).unwrap_or(Spread::NONE)
+            };
+            let mut per_core: Vec<u64> = Vec::new();
+            for r in all {
+                if per_core.len() < r.per_core.len() {
+                    per_core.resize(r.per_core.len(), 0);
+                }
+                for (sum, n) in per_core.iter_mut().zip(&r.per_core) {
+                    *sum += n;
+                }
+            }
+            let mut notes: Vec<String> = Vec::new();
+            for r in all {
+                if !r.note.is_empty() && !notes.contains(&r.note) {
+                    notes.push(r.note.clone());
+                }
+            }
+            Summary {
+                rounds: all.len(),
+                rps: spread(&|r| r.outcome.rps),
+                us_per_req: spread(&|r| r.server_cpu_us_per_req),
+                p50_ms: spread(&|r| r.outcome.p50_ms),
+                p99_ms: spread(&|r| r.outcome.p99_ms),
+                errors: all.iter().map(|r| r.outcome.errors).sum(),
+                server_busy_pct: spread(&|r| r.server_cpu_busy_pct).median,
+                client_busy_pct: spread(&|r| r.client_cpu_busy_pct).median,
+                balance: Spread::of(
+                    all.iter()
+                        .filter_map(|r| r.balance())
+                        .filter(|b| b.is_finite()),
+                ),
+                per_core,
+                unsupported: None,
+                notes,
+                row: first,
+            }
+        })
+        .collect()
+}
+
+/// The `summary.csv` columns: one row per server and cell over its rounds.
+pub const SUMMARY_COLUMNS: [&str; 25] = [
+    "section",
+    "server",
+    "tool",
+    "mode",
+    "size",
+    "size_bytes",
+    "concurrency",
+    "pipeline_depth",
+    "shards",
+    "steer",
+    "rounds",
+    "rps_median",
+    "rps_min",
+    "rps_max",
+    "server_cpu_us_per_req_median",
+    "server_cpu_us_per_req_min",
+    "server_cpu_us_per_req_max",
+    "latency_p50_ms_median",
+    "latency_p99_ms_median",
+    "errors",
+    "server_cpu_busy_pct_median",
+    "client_cpu_busy_pct_median",
+    "limited_by",
+    "balance_max_min_median",
+    "note",
+];
+
+/// `summary.csv`, whole.
+pub fn summary_csv(summaries: &[Summary]) -> String {
+    let mut out = SUMMARY_COLUMNS.join(",") + "\n";
+    let num = |v: f64, places: usize| {
+        if v.is_nan() {
+            String::new()
+        } else {
+            format!("{v:.places$}")
+        }
+    };
+    for s in summaries {
+        let r = &s.row;
+        let note = match &s.unsupported {
+            Some(u) => u.clone(),
+            None => s.notes.join("; "),
+        };
+        let run = s.unsupported.is_none();
+        let fields = [
+            r.section.clone(),
+            r.server.clone(),
+            r.tool.clone(),
+            r.mode.clone(),
+            r.size.clone(),
+            r.size_bytes.to_string(),
+            r.concurrency.to_string(),
+            r.pipeline_depth.to_string(),
+            r.shards.to_string(),
+            r.steer.clone(),
+            s.rounds.to_string(),
+            num(s.rps.median, 0),
+            num(s.rps.min, 0),
+            num(s.rps.max, 0),
+            num(s.us_per_req.median, 2),
+            num(s.us_per_req.min, 2),
+            num(s.us_per_req.max, 2),
+            num(s.p50_ms.median, 3),
+            num(s.p99_ms.median, 3),
+            if run {
+                s.errors.to_string()
+            } else {
+                String::new()
+            },
+            if run {
+                num(s.server_busy_pct, 0)
+            } else {
+                String::new()
+            },
+            if run {
+                num(s.client_busy_pct, 0)
+            } else {
+                String::new()
+            },
+            if run {
+                s.limited_by().to_owned()
+            } else {
+                String::new()
+            },
+            s.balance.map_or_else(String::new, |b| num(b.median, 2)),
+            note,
+        ];
+        let line: Vec<String> = fields.iter().map(|f| quote(f)).collect();
+        out.push_str(&line.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A figure and, over several rounds, its range: `131.2k (127.0k–133.5k)`.
+fn with_range(s: &Spread, rounds: usize, fmt: &dyn Fn(f64) -> String) -> String {
+    if rounds > 1 && s.max > s.min {
+        format!("{} ({}–{})", fmt(s.median), fmt(s.min), fmt(s.max))
+    } else {
+        fmt(s.median)
+    }
+}
+
+/// The servers whose µs/request is given as a ratio to the epoll floor's:
+/// shardhttpd on each backend, and the io_uring floor.
+fn ratio_to_floor(server: &str) -> bool {
+    server.starts_with("shardhttpd") || server == "floor-uring"
+}
+
 /// The Markdown tables: one per (mode, size, tool) with a column per server,
-/// then the shard sweep.
+/// then the shard sweep. Each figure is the median over the rounds, with
+/// its range when there were several.
 pub fn markdown(rows: &[Row]) -> String {
+    let summaries = summarize(rows);
     let mut md = String::new();
-    let matrix: Vec<&Row> = rows.iter().filter(|r| r.section == "matrix").collect();
+    let matrix: Vec<&Summary> = summaries
+        .iter()
+        .filter(|s| s.row.section == "matrix")
+        .collect();
     let mut servers: Vec<String> = Vec::new();
-    for r in &matrix {
-        if !servers.contains(&r.server) {
-            servers.push(r.server.clone());
+    for s in &matrix {
+        if !servers.contains(&s.row.server) {
+            servers.push(s.row.server.clone());
         }
     }
     let mut groups: Vec<(String, String, String)> = Vec::new();
-    for r in &matrix {
-        let key = (r.mode.clone(), r.size.clone(), r.tool.clone());
+    for s in &matrix {
+        let key = (s.row.mode.clone(), s.row.size.clone(), s.row.tool.clone());
         if !groups.contains(&key) {
             groups.push(key);
         }
     }
+    let rounds = summaries.iter().map(|s| s.rounds).max().unwrap_or(0);
     let _ = writeln!(
         md,
-        "Each cell: requests/s · server CPU µs per request · p99 latency; \
+        "Each cell: requests/s · server CPU µs per request · p99 latency{}; \
          `!` marks errors, `ᶜ` a saturated client CPU (then compare µs/req, not requests/s). \
-         floor = the fixed-response epoll responder; ×floor = shardhttpd's µs/req over the floor's.\n"
+         floor = the fixed-response epoll responder, floor-uring the same on io_uring; \
+         ×floor = µs/req over the epoll floor's.\n",
+        if rounds > 1 {
+            format!(
+                ", each the median of {rounds} interleaved rounds with the range (min–max) \
+                 in brackets"
+            )
+        } else {
+            String::new()
+        }
     );
     for (mode, size, tool) in &groups {
-        let cells: Vec<&&Row> = matrix
+        let cells: Vec<&&Summary> = matrix
             .iter()
-            .filter(|r| &r.mode == mode && &r.size == size && &r.tool == tool)
+            .filter(|s| &s.row.mode == mode && &s.row.size == size && &s.row.tool == tool)
             .collect();
         let present: Vec<&String> = servers
             .iter()
-            .filter(|s| cells.iter().any(|r| &&r.server == s))
+            .filter(|s| cells.iter().any(|c| &&c.row.server == s))
             .collect();
-        let ratio =
-            present.iter().any(|s| *s == "floor") && present.iter().any(|s| *s == "shardhttpd");
+        let ratios: Vec<&String> = if present.iter().any(|s| *s == "floor") {
+            present
+                .iter()
+                .copied()
+                .filter(|s| ratio_to_floor(s))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let _ = writeln!(md, "### {mode}, {size} ({tool})\n");
         let mut head = String::from("| concurrency |");
         let mut rule = String::from("|---:|");
@@ -226,38 +551,42 @@ pub fn markdown(rows: &[Row]) -> String {
             let _ = write!(head, " {s} |");
             rule.push_str("---|");
         }
-        if ratio {
-            head.push_str(" ×floor |");
+        for s in &ratios {
+            if ratios.len() == 1 && s.as_str() == "shardhttpd" {
+                head.push_str(" ×floor |");
+            } else {
+                let _ = write!(head, " {s} ×floor |");
+            }
             rule.push_str("---:|");
         }
         let _ = writeln!(md, "{head}\n{rule}");
-        let concs: BTreeSet<usize> = cells.iter().map(|r| r.concurrency).collect();
+        let concs: BTreeSet<usize> = cells.iter().map(|c| c.row.concurrency).collect();
         for c in concs {
             let mut line = format!("| {c} |");
             let mut us: BTreeMap<&str, f64> = BTreeMap::new();
             for s in &present {
-                match cells.iter().find(|r| &&r.server == s && r.concurrency == c) {
-                    Some(r) => {
-                        us.insert(s.as_str(), r.server_cpu_us_per_req);
+                match cells
+                    .iter()
+                    .find(|x| &&x.row.server == s && x.row.concurrency == c)
+                {
+                    Some(x) if x.unsupported.is_some() => line.push_str(" unsupported |"),
+                    Some(x) => {
+                        us.insert(s.as_str(), x.us_per_req.median);
                         let _ = write!(
                             line,
-                            " {} · {:.2} µs · {}{}{} |",
-                            rps(r.outcome.rps),
-                            r.server_cpu_us_per_req,
-                            ms(r.outcome.p99_ms, " ms"),
-                            if r.outcome.errors > 0 { " !" } else { "" },
-                            if r.client_cpu_busy_pct >= 90.0 {
-                                " ᶜ"
-                            } else {
-                                ""
-                            },
+                            " {} · {} µs · {}{}{} |",
+                            with_range(&x.rps, x.rounds, &rps),
+                            with_range(&x.us_per_req, x.rounds, &|v| format!("{v:.2}")),
+                            ms(x.p99_ms.median, " ms"),
+                            if x.errors > 0 { " !" } else { "" },
+                            if x.client_saturated() { " ᶜ" } else { "" },
                         );
                     }
                     None => line.push_str(" |"),
                 }
             }
-            if ratio {
-                match (us.get("shardhttpd"), us.get("floor")) {
+            for s in &ratios {
+                match (us.get(s.as_str()), us.get("floor")) {
                     (Some(a), Some(b)) if *b > 0.0 => {
                         let _ = write!(line, " {:.2} |", a / b);
                     }
@@ -268,40 +597,48 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         md.push('\n');
     }
-    let sweep: Vec<&Row> = rows.iter().filter(|r| r.section == "sweep").collect();
+    let sweep: Vec<&Summary> = summaries
+        .iter()
+        .filter(|s| s.row.section == "sweep")
+        .collect();
     if !sweep.is_empty() {
         let _ = writeln!(
             md,
             "### Shard sweep: shardhttpd, keep-alive, {} B, c={}\n",
-            sweep[0].size_bytes, sweep[0].concurrency
+            sweep[0].row.size_bytes, sweep[0].row.concurrency
         );
         let _ = writeln!(
             md,
             "| shards | steer | requests/s | server µs/req | per-core requests | balance max/min | shares % | client CPU busy % | limited by |"
         );
         let _ = writeln!(md, "|---:|---|---:|---:|---|---:|---|---:|---|");
-        for r in sweep {
+        for s in sweep {
+            let summed = Row {
+                per_core: s.per_core.clone(),
+                ..Row::default()
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {:.2} | {} | {} | {} | {:.0} | {} |",
-                r.shards,
-                r.steer,
-                rps(r.outcome.rps),
-                r.server_cpu_us_per_req,
-                r.per_core
+                "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+                s.row.shards,
+                s.row.steer,
+                with_range(&s.rps, s.rounds, &rps),
+                with_range(&s.us_per_req, s.rounds, &|v| format!("{v:.2}")),
+                s.per_core
                     .iter()
                     .map(u64::to_string)
                     .collect::<Vec<_>>()
                     .join(" / "),
-                r.balance()
-                    .map_or_else(|| "n/a".into(), |b| format!("{b:.2}")),
-                r.shares()
+                s.balance
+                    .map_or_else(|| "n/a".into(), |b| format!("{:.2}", b.median)),
+                summed
+                    .shares()
                     .iter()
                     .map(|s| format!("{s:.0}"))
                     .collect::<Vec<_>>()
                     .join(" / "),
-                r.client_cpu_busy_pct,
-                r.limited_by(),
+                s.client_busy_pct,
+                s.limited_by(),
             );
         }
         md.push('\n');
@@ -325,5 +662,116 @@ mod tests {
         assert_eq!(r.balance(), Some(3.0));
         assert_eq!(r.shares(), vec![75.0, 25.0]);
         assert_eq!(quote(&r.note), "\"a, \"\"b\"\"\"");
+    }
+
+    #[test]
+    fn spread_is_median_and_range() {
+        let s = Spread::of([3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        let even = Spread::of([4.0, 1.0, 2.0, 10.0]).unwrap();
+        assert_eq!((even.median, even.min, even.max), (3.0, 1.0, 10.0));
+        let gaps = Spread::of([f64::NAN, 5.0]).unwrap();
+        assert_eq!((gaps.median, gaps.min, gaps.max), (5.0, 5.0, 5.0));
+        assert_eq!(Spread::of([f64::NAN]), None);
+        assert_eq!(Spread::of([]), None);
+    }
+
+    fn round(server: &str, round: usize, rps: f64, us: f64, client: f64) -> Row {
+        Row {
+            section: "matrix".into(),
+            server: server.into(),
+            tool: "wrk".into(),
+            mode: "keep-alive".into(),
+            size: "100B".into(),
+            size_bytes: 100,
+            concurrency: 100,
+            pipeline_depth: 1,
+            shards: 1,
+            outcome: Outcome {
+                rps,
+                p99_ms: 1.0,
+                ..Outcome::default()
+            },
+            server_cpu_us_per_req: us,
+            client_cpu_busy_pct: client,
+            round,
+            ..Row::default()
+        }
+    }
+
+    /// Three interleaved rounds of two servers: one summary each, in the
+    /// order first measured, medians and ranges over its own rounds only.
+    #[test]
+    fn rounds_are_aggregated_per_server_and_cell() {
+        let rows = vec![
+            round("shardhttpd", 1, 100.0, 9.0, 50.0),
+            round("floor", 1, 200.0, 5.0, 95.0),
+            round("shardhttpd", 2, 130.0, 7.0, 50.0),
+            round("floor", 2, 180.0, 6.0, 95.0),
+            round("shardhttpd", 3, 120.0, 8.0, 50.0),
+            round("floor", 3, 210.0, 4.0, 40.0),
+        ];
+        let s = summarize(&rows);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].row.server, "shardhttpd");
+        assert_eq!(s[0].rounds, 3);
+        assert_eq!(
+            (s[0].rps.median, s[0].rps.min, s[0].rps.max),
+            (120.0, 100.0, 130.0)
+        );
+        assert_eq!(s[0].us_per_req.median, 8.0);
+        assert!(!s[0].client_saturated());
+        assert_eq!(s[1].rps.median, 200.0);
+        assert!(s[1].client_saturated(), "two of three rounds at 95 %");
+        let md = markdown(&rows);
+        assert!(md.contains("median of 3 interleaved rounds"), "{md}");
+        assert!(
+            md.contains("| 100 | 120 (100–130) · 8.00 (7.00–9.00) µs · 1.00 ms | 200 (180–210) · 5.00 (4.00–6.00) µs · 1.00 ms ᶜ | 1.60 |"),
+            "{md}"
+        );
+        let csv = summary_csv(&s);
+        let mut lines = csv.lines();
+        assert_eq!(lines.next(), Some(SUMMARY_COLUMNS.join(",").as_str()));
+        let first: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(first.len(), SUMMARY_COLUMNS.len());
+        let col = |name: &str| SUMMARY_COLUMNS.iter().position(|c| *c == name).unwrap();
+        assert_eq!(first[col("rounds")], "3");
+        assert_eq!(first[col("rps_median")], "120");
+        assert_eq!(first[col("rps_min")], "100");
+        assert_eq!(first[col("rps_max")], "130");
+        assert_eq!(first[col("server_cpu_us_per_req_median")], "8.00");
+    }
+
+    /// A backend the binary lacks is a column that says so, not a figure.
+    #[test]
+    fn unsupported_cells_say_so() {
+        let mut rows = vec![
+            round("shardhttpd-epoll", 1, 100.0, 9.0, 50.0),
+            Row {
+                server: "shardhttpd-uring".into(),
+                note: format!("{UNSUPPORTED}: no --io flag"),
+                round: 0,
+                ..round("x", 0, 0.0, 0.0, 0.0)
+            },
+            round("floor", 1, 200.0, 4.5, 50.0),
+        ];
+        rows.push(round("shardhttpd-epoll", 2, 100.0, 9.0, 50.0));
+        let s = summarize(&rows);
+        assert_eq!(
+            s[1].unsupported.as_deref(),
+            Some("unsupported: no --io flag")
+        );
+        assert_eq!(s[1].rounds, 0);
+        let md = markdown(&rows);
+        assert!(
+            md.contains("| shardhttpd-epoll | shardhttpd-uring | floor | shardhttpd-epoll ×floor | shardhttpd-uring ×floor |"),
+            "{md}"
+        );
+        assert!(md.contains("| unsupported |"), "{md}");
+        assert!(
+            md.contains("| 2.00 | |"),
+            "epoll's ratio, none for uring: {md}"
+        );
+        assert!(summary_csv(&s).contains(",0,,,,,,,,,,,,,,unsupported: no --io flag"));
     }
 }

@@ -45,6 +45,24 @@ pub struct Tls {
     pub key: PathBuf,
 }
 
+/// An I/O backend: of a floor, and of shardhttpd on the backend axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Io {
+    /// Readiness: one epoll loop per shard.
+    Epoll,
+    /// Completion: one io_uring ring per shard.
+    Uring,
+}
+
+impl Io {
+    pub fn name(self) -> &'static str {
+        match self {
+            Io::Epoll => "epoll",
+            Io::Uring => "uring",
+        }
+    }
+}
+
 /// The key type of the TLS rows' certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum KeyKind {
@@ -165,6 +183,54 @@ pub fn build_release(log: &mut Vec<String>) -> io::Result<PathBuf> {
     ))
 }
 
+/// The release shardhttpd an earlier build left (`--quick` measures it
+/// rather than spend its minutes on a build): its path, and a line saying
+/// how old it is, with a warning when a source file is newer.
+pub fn existing_release() -> Option<(PathBuf, String)> {
+    let root = workspace_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("release").join("shardhttpd");
+    let built = fs::metadata(&bin).ok()?.modified().ok()?;
+    let age = |t: std::time::SystemTime| {
+        std::time::SystemTime::now()
+            .duration_since(t)
+            .map_or(0, |d| d.as_secs() / 60)
+    };
+    let mut note = format!(
+        "measuring the existing release binary {} (built {} min ago), not rebuilding it",
+        bin.display(),
+        age(built)
+    );
+    let newest = [root.join("Cargo.toml"), root.join("Cargo.lock")]
+        .iter()
+        .filter_map(|p| fs::metadata(p).ok()?.modified().ok())
+        .chain(newest_under(&root.join("src")))
+        .max();
+    if let Some(t) = newest.filter(|t| *t > built) {
+        note.push_str(&format!(
+            "; WARNING: the sources changed {} min ago, after it was built: \
+             run without --quick (or cargo build --release) to measure them",
+            age(t)
+        ));
+    }
+    Some((bin, note))
+}
+
+/// The newest modification time of a file under `dir`.
+fn newest_under(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for e in fs::read_dir(dir).ok()?.flatten() {
+        let t = match e.file_type() {
+            Ok(ft) if ft.is_dir() => newest_under(&e.path()),
+            _ => e.metadata().ok().and_then(|m| m.modified().ok()),
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
 /// The string value of `"key":"…"` in one JSON line (paths need only the
 /// `\\` and `\"` escapes undone).
 fn json_string(line: &str, key: &str) -> Option<String> {
@@ -270,7 +336,7 @@ fn wait_ready(group: &mut Group, port: u16, name: &str) -> io::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    if name == "floor" {
+    if is_floor(name) {
         return Ok(());
     }
     for d in crate::docs::DOCS {
@@ -334,6 +400,7 @@ pub fn start_shardhttpd(
     steer: &str,
     name: &str,
     tls: Option<&Tls>,
+    io: Option<Io>,
 ) -> io::Result<(Server, u16)> {
     let [port, admin, tls_port] = free_ports()?;
     let tls_port = tls.map(|_| tls_port);
@@ -372,8 +439,14 @@ pub fn start_shardhttpd(
             t.key.display().to_string(),
         ]);
     }
+    if let Some(io) = io {
+        cmd.extend(["--io".into(), io.name().into()]);
+    }
     let sub = Setup { cpus, ..*setup };
     let mut server = launch(name, &sub, port, &cmd)?;
+    if let Some(io) = io {
+        check_backend(admin, io)?;
+    }
     if let Some(p) = tls_port {
         wait_tls(p)?;
         server.tls_port = Some(p);
@@ -381,6 +454,39 @@ pub fn start_shardhttpd(
     // h2 (ALPN) and h2c are on by default where the binary has them.
     check_h2(&mut server, Some(port));
     Ok((server, admin))
+}
+
+/// Refuse a shardhttpd that was asked for `io` and runs another backend:
+/// where its /metrics has `shardhttpd_io_backend{…,backend="…"} 1` per
+/// shard, every such line must name `io`. (A binary that predates the
+/// metric is trusted: it took the flag.)
+fn check_backend(admin: u16, io: Io) -> io::Result<()> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], admin));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    match backends_in_use(&text).iter().find(|b| *b != io.name()) {
+        Some(other) => Err(io::Error::other(format!(
+            "asked for --io {}, it runs {other}",
+            io.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The backends `shardhttpd_io_backend` says are in use (value 1).
+pub fn backends_in_use(metrics: &str) -> Vec<String> {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("shardhttpd_io_backend{"))
+        .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1.0))
+        .filter_map(|l| {
+            let v = l.split("backend=\"").nth(1)?.split('"').next()?;
+            Some(v.to_owned())
+        })
+        .collect()
 }
 
 /// Whether one HTTP/2 request to `url` succeeds with h2load (h2c with
@@ -411,13 +517,16 @@ fn check_h2(server: &mut Server, h2c: Option<u16>) {
     server.h2c_port = h2c.filter(|p| speaks_h2(&format!("http://127.0.0.1:{p}{page}")));
 }
 
-/// The floor, run from this very executable.
-pub fn start_floor(setup: &Setup<'_>) -> io::Result<Server> {
+/// The floor on `io`, run from this very executable: `floor` (epoll) or
+/// `floor-uring`.
+pub fn start_floor(setup: &Setup<'_>, io: Io) -> io::Result<Server> {
     let port = free_port()?;
     let me = std::env::current_exe()?;
     let cmd = vec![
         me.display().to_string(),
         "floor".into(),
+        "--io".into(),
+        io.name().into(),
         "--listen".into(),
         format!("127.0.0.1:{port}"),
     ];
@@ -425,7 +534,21 @@ pub fn start_floor(setup: &Setup<'_>) -> io::Result<Server> {
         cpus: &setup.cpus[..1],
         ..*setup
     };
-    launch("floor", &sub, port, &cmd)
+    launch(floor_name(io), &sub, port, &cmd)
+}
+
+/// The floor's name in the tables: `floor` is the epoll floor every ratio
+/// is taken to.
+pub fn floor_name(io: Io) -> &'static str {
+    match io {
+        Io::Epoll => "floor",
+        Io::Uring => "floor-uring",
+    }
+}
+
+/// Whether a server name is one of the floors.
+pub fn is_floor(name: &str) -> bool {
+    name == "floor" || name == "floor-uring"
 }
 
 /// Whether `program` is on PATH.
@@ -634,6 +757,16 @@ pub fn version(program: &str, flag: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backend_from_metrics() {
+        let text = "# TYPE shardhttpd_io_backend gauge\n\
+            shardhttpd_io_backend{core=\"0\",backend=\"uring\"} 1\n\
+            shardhttpd_io_backend{core=\"0\",backend=\"epoll\"} 0\n\
+            shardhttpd_io_backend{core=\"1\",backend=\"epoll\"} 1\n";
+        assert_eq!(backends_in_use(text), ["uring", "epoll"]);
+        assert!(backends_in_use("shardhttpd_up 1\n").is_empty());
+    }
 
     #[test]
     fn executable_from_cargo_json() {
