@@ -480,6 +480,10 @@ fn study(args: RunArgs) -> io::Result<bool> {
     let mut done = 0usize;
     let loop_start = Instant::now();
     let mut complete = true;
+    // Each server's last h2 requests/s per mode: sizes the request count
+    // of its h2load cells at high concurrency.
+    let mut h2_rates: std::collections::HashMap<(String, &str), f64> =
+        std::collections::HashMap::new();
     let progress = |done: usize, label: &str, row: &Row| {
         let elapsed = loop_start.elapsed().as_secs_f64();
         let left = (total - done) as f64 * (elapsed / done as f64);
@@ -549,6 +553,12 @@ fn study(args: RunArgs) -> io::Result<bool> {
             client_cpus: &ctx.client,
             last_modified: s.last_modified.as_deref(),
             work: &ctx.work,
+            requests: (cell.tool == Tool::H2load && cell.concurrency >= load::H2LOAD_BY_COUNT)
+                .then(|| {
+                    let rate = h2_rates.get(&(s.name.clone(), cell.mode.name())).copied();
+                    let secs = cell_duration(ctx.duration, cell.concurrency, somaxconn);
+                    load::h2load_requests(cell.concurrency, rate, secs.as_secs_f64())
+                }),
         };
         let label = round_label(format!("{} {}", cell.label(), s.name), *round, rounds);
         let Some(mut row) = measure(&ctx, &mut commands, s.pid(), 1, &spec, &label)? else {
@@ -564,6 +574,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
         }
         row.size = cell.doc.label.into();
         row.size_bytes = cell.doc.bytes;
+        if cell.tool == Tool::H2load && row.outcome.rps > 0.0 {
+            h2_rates.insert((s.name.clone(), cell.mode.name()), row.outcome.rps);
+        }
         done += 1;
         progress(done, &label, &row);
         csv.append(&row)?;
@@ -594,6 +607,7 @@ fn study(args: RunArgs) -> io::Result<bool> {
                     client_cpus: &ctx.client,
                     last_modified: None,
                     work: &ctx.work,
+                    requests: None,
                 };
                 // Let the readiness checks' requests be published first.
                 procs::sleep(Duration::from_millis(400));

@@ -501,9 +501,22 @@ pub fn speaks_h2(url: &str) -> bool {
         .output()
         .map(|o| {
             let text = String::from_utf8_lossy(&o.stdout);
-            o.status.success() && text.contains("1 succeeded") && text.contains("1 2xx")
+            o.status.success()
+                && text.contains("1 succeeded")
+                && text.contains("1 2xx")
+                && negotiated_h2(&text)
         })
         .unwrap_or(false)
+}
+
+/// Whether h2load says it spoke HTTP/2. Over TLS it offers http/1.1 too
+/// and carries on with it when the server picks it (a binary without h2
+/// does): such a run measures HTTP/1.1, and must not pass for h2.
+pub fn negotiated_h2(h2load_output: &str) -> bool {
+    h2load_output.lines().any(|l| {
+        l.strip_prefix("Application protocol:")
+            .is_some_and(|p| matches!(p.trim(), "h2" | "h2c"))
+    })
 }
 
 /// Sets [`Server::h2`] and [`Server::h2c_port`] from what the server
@@ -757,6 +770,16 @@ pub fn version(program: &str, flag: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http11_over_tls_is_not_h2() {
+        assert!(negotiated_h2(
+            "TLS Protocol: TLSv1.3\nApplication protocol: h2\n"
+        ));
+        assert!(negotiated_h2("Application protocol: h2c\n"));
+        assert!(!negotiated_h2("Application protocol: http/1.1\n"));
+        assert!(!negotiated_h2("finished in 1s\n"));
+    }
 
     #[test]
     fn backend_from_metrics() {
