@@ -1,11 +1,13 @@
 //! shardbench: the scaling study in one command. It builds shardhttpd in
-//! release, writes the classic document set, starts shardhttpd, the floor
-//! (a fixed-response epoll responder) and every installed peer pinned to the
-//! server CPUs, runs the matrix (concurrency × keep-alive/close × file size,
-//! pipelining, 304, HEAD) with wrk (and ab for the classic rows) pinned to
-//! the client CPUs, sweeps shardhttpd's shard count with both steering
-//! modes, and writes results.csv, results.md, SVG plots, the machine
-//! description and the exact commands into `--out`.
+//! release, writes the classic document set, starts shardhttpd (once per
+//! `--io` backend), the floors (a fixed-response responder on epoll and on
+//! io_uring) and every installed peer pinned to the server CPUs, runs the
+//! matrix (concurrency × keep-alive/close × file size, pipelining, 304,
+//! HEAD) with wrk (and ab for the classic rows) pinned to the client CPUs,
+//! `--rounds` times with the servers interleaved, sweeps shardhttpd's shard
+//! count with both steering modes, and writes results.csv, summary.csv,
+//! results.md, SVG plots, the machine description and the exact commands
+//! into `--out`.
 
 mod docs;
 mod floor;

@@ -1,13 +1,15 @@
 //! Runs the study on the tiny matrix (one keep-alive 100 B cell per server
-//! and one h2c cell with h2load, 1 s cells, no peers) against the debug
-//! shardhttpd, and checks the CSV's columns and rows, the sweep's per-core
-//! figures and the files written.
+//! and one h2c cell with h2load, 1 s cells, no peers, two rounds, the
+//! backend axis `--io epoll,uring`) against the debug shardhttpd, and checks
+//! the CSV's columns and rows (rounds interleaved, a backend the binary
+//! lacks reported as unsupported), the sweep's per-core figures, the
+//! one-CPU sweep warning and the files written.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 /// The CSV header, as docs/benchmarks.md documents it.
-const COLUMNS: &str = "section,server,tool,mode,size,size_bytes,concurrency,pipeline_depth,shards,steer,duration_s,requests,rps,latency_p50_ms,latency_p99_ms,errors,server_cpu_us_per_req,server_cpu_busy_pct,client_cpu_busy_pct,limited_by,per_core_requests,balance_max_min,core_shares_pct,note";
+const COLUMNS: &str = "section,server,tool,mode,size,size_bytes,concurrency,pipeline_depth,shards,steer,duration_s,requests,rps,latency_p50_ms,latency_p99_ms,errors,server_cpu_us_per_req,server_cpu_busy_pct,client_cpu_busy_pct,limited_by,per_core_requests,balance_max_min,core_shares_pct,note,round";
 
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
@@ -60,14 +62,35 @@ fn tiny_matrix_writes_every_expected_row() {
     }
     let out = std::env::temp_dir().join(format!("shardbench-tiny-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let status = Command::new(env!("CARGO_BIN_EXE_shardbench"))
-        .args(["--matrix", "tiny", "--no-peers", "--duration", "1", "--out"])
+    // Two rounds, and the backend axis: a shardhttpd that lacks `--io`
+    // shows its uring cells as unsupported, never as epoll figures.
+    let bin = shardhttpd();
+    let knows_io = {
+        let help = Command::new(&bin).arg("--help").output().expect("--help");
+        String::from_utf8_lossy(&help.stdout).contains("--io <")
+    };
+    let run = Command::new(env!("CARGO_BIN_EXE_shardbench"))
+        .args([
+            "--matrix",
+            "tiny",
+            "--no-peers",
+            "--duration",
+            "1",
+            "--rounds",
+            "2",
+        ])
+        .args(["--io", "epoll,uring", "--out"])
         .arg(&out)
         .arg("--server-bin")
-        .arg(shardhttpd())
-        .status()
+        .arg(&bin)
+        .output()
         .expect("run shardbench");
-    assert!(status.success(), "shardbench exited with {status}");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "shardbench exited with {}: {stderr}",
+        run.status
+    );
 
     let csv = std::fs::read_to_string(out.join("results.csv")).expect("results.csv");
     let mut lines = csv.lines();
@@ -78,22 +101,55 @@ fn tiny_matrix_writes_every_expected_row() {
     for r in &rows {
         assert_eq!(r.len(), header.len(), "row {r:?}");
     }
+    let uring_floor = rows.iter().any(|r| r[col("server")] == "floor-uring");
+    if !uring_floor {
+        assert!(stderr.contains("SKIP floor-uring"), "{stderr}");
+    }
+    let unsupported: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r[col("note")].starts_with("unsupported"))
+        .collect();
+    if knows_io {
+        assert!(unsupported.is_empty(), "{unsupported:?}");
+    } else {
+        // The keep-alive cell and the h2c cell, once each, not measured.
+        assert!(!unsupported.is_empty());
+        for r in &unsupported {
+            assert_eq!(r[col("server")], "shardhttpd-uring", "{r:?}");
+            assert_eq!(r[col("round")], "0", "{r:?}");
+            assert_eq!(r[col("requests")], "0", "{r:?}");
+        }
+    }
     let matrix: Vec<&Vec<&str>> = rows
         .iter()
-        .filter(|r| r[0] == "matrix" && r[col("tool")] != "h2load")
+        .filter(|r| r[0] == "matrix" && r[col("tool")] != "h2load" && r[col("round")] != "0")
         .collect();
-    let servers: Vec<&str> = matrix.iter().map(|r| r[col("server")]).collect();
-    assert_eq!(servers, ["shardhttpd", "floor"], "one tiny cell per server");
+    let servers: Vec<(&str, &str)> = matrix
+        .iter()
+        .map(|r| (r[col("server")], r[col("round")]))
+        .collect();
+    let mut want = Vec::new();
+    for round in ["1", "2"] {
+        want.push(("shardhttpd-epoll", round));
+        if knows_io {
+            want.push(("shardhttpd-uring", round));
+        }
+        want.push(("floor", round));
+        if uring_floor {
+            want.push(("floor-uring", round));
+        }
+    }
+    assert_eq!(servers, want, "each server in turn, round by round");
     // The h2 smoke cell: h2c, 10 streams per connection, shardhttpd only
     // (the floor speaks HTTP/1.1).
     let h2: Vec<&Vec<&str>> = rows
         .iter()
-        .filter(|r| r[0] == "matrix" && r[col("tool")] == "h2load")
+        .filter(|r| r[0] == "matrix" && r[col("tool")] == "h2load" && r[col("round")] != "0")
         .collect();
     if on_path("h2load") {
-        assert_eq!(h2.len(), 1, "one h2c cell: {h2:?}");
+        assert_eq!(h2.len(), 2, "one h2c cell, two rounds: {h2:?}");
         let r = h2[0];
-        assert_eq!(r[col("server")], "shardhttpd");
+        assert_eq!(r[col("server")], "shardhttpd-epoll");
         assert_eq!(r[col("mode")], "h2c");
         assert_eq!(r[col("pipeline_depth")], "10", "streams per connection");
         let rps: f64 = r[col("rps")].parse().expect("rps");
@@ -122,8 +178,8 @@ fn tiny_matrix_writes_every_expected_row() {
     let sweep: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == "sweep").collect();
     assert_eq!(
         sweep.len(),
-        2 * n,
-        "hash and cpu for each shard count: {sweep:?}"
+        2 * n * 2,
+        "hash and cpu for each shard count, each round: {sweep:?}"
     );
     for r in &sweep {
         let shards: usize = r[col("shards")].parse().expect("shards");
@@ -137,16 +193,34 @@ fn tiny_matrix_writes_every_expected_row() {
         assert!(per_core.iter().sum::<u64>() >= requests, "{r:?}");
         assert!(["hash", "cpu"].contains(&r[col("steer")]));
     }
-    for file in [
-        "results.md",
-        "machine.md",
-        "commands.txt",
-        "sweep-rps.svg",
-        "sweep-balance.svg",
-    ] {
+    for file in ["results.md", "summary.csv", "machine.md", "commands.txt"] {
         assert!(out.join(file).is_file(), "{file} written");
     }
     let md = std::fs::read_to_string(out.join("results.md")).expect("results.md");
     assert!(md.contains("| 10 | ") && md.contains("Shard sweep"), "{md}");
+    assert!(md.contains("median of 2 interleaved rounds"), "{md}");
+    // One server CPU: a warning, and no scaling plot of a single point.
+    for file in ["sweep-rps.svg", "sweep-balance.svg"] {
+        assert_eq!(
+            out.join(file).is_file(),
+            n >= 2,
+            "{file} with {n} server CPUs"
+        );
+    }
+    assert_eq!(
+        stderr.contains("WARNING: the servers have 1 CPU"),
+        n < 2,
+        "{stderr}"
+    );
+    if !knows_io {
+        assert!(md.contains("unsupported"), "{md}");
+    }
+    let summary = std::fs::read_to_string(out.join("summary.csv")).expect("summary.csv");
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.starts_with("matrix,floor,wrk,keep-alive,100B,100,10,1,1,,2,")),
+        "the floor's cell over 2 rounds: {summary}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
