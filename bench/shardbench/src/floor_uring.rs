@@ -419,9 +419,20 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
         ],
         one: [floor::response(false).len(), floor::response(true).len()],
     };
-    // Declared before the ring so it is dropped after it.
     let mut ring = ring()?;
     let mut bufs = BufRing::new(&ring.submitter())?;
+    let served = serve(&mut ring, &mut bufs, &mut floor, lfd);
+    // The ring first: it unregisters the buffer ring and ends every
+    // operation before the memory they point at (the buffers, `floor`'s
+    // responses) is freed.
+    drop(ring);
+    drop(bufs);
+    served
+}
+
+/// The loop: one `io_uring_enter` per turn, then every completion it
+/// reaped.
+fn serve(ring: &mut IoUring, bufs: &mut BufRing, floor: &mut Floor, lfd: RawFd) -> io::Result<()> {
     {
         let (submitter, sq, _) = ring.split();
         let mut q = Queue { sq, submitter };
@@ -444,7 +455,7 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
         cqes.extend(&mut cq);
         let mut q = Queue { sq, submitter };
         for cqe in &cqes {
-            floor.complete(&mut q, &mut bufs, lfd, cqe)?;
+            floor.complete(&mut q, bufs, lfd, cqe)?;
         }
         q.sq.sync();
     }
