@@ -106,10 +106,10 @@ pub struct Spec<'a> {
 /// (`-n`), not a duration (`-D`). h2load 1.52 in timing mode stops only the
 /// clients whose session is up when the duration ends: a connection still
 /// in its TLS handshake then (hundreds at `-c 1000` on a busy machine)
-/// connects afterwards, is never stopped, sends nothing, and so never trips
-/// `-N` (an inactivity timer armed only while a request is out); h2load
-/// waits for it forever. nginx makes it hang the same way, so the server is
-/// not at fault. With `-n` every client runs to its share of the count.
+/// connects afterwards, is never stopped, and goes on sending requests for
+/// ever, so `-N` (inactivity) never fires and h2load never exits. nginx
+/// makes it hang the same way (the server is not at fault). With `-n`
+/// every client runs to its share of the count.
 pub const H2LOAD_BY_COUNT: usize = 500;
 
 /// The request count for an h2load cell meant to last `secs` at `rate`
