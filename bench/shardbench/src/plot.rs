@@ -304,12 +304,14 @@ impl Figure {
                     0.0..y_top,
                 )?;
                 let x_fmt = |v: &f64| tick(*v);
+                // No minor grid: on a log axis it greys whole decades.
                 chart
                     .configure_mesh()
                     .x_desc(self.x_label)
                     .y_desc(self.y_label)
                     .x_label_formatter(&x_fmt)
                     .y_label_formatter(&y_fmt)
+                    .light_line_style(TRANSPARENT)
                     .draw()?;
                 draw_series(&mut chart, series)?;
             } else {
@@ -324,6 +326,7 @@ impl Figure {
                     .x_labels(labels)
                     .x_label_formatter(&x_fmt)
                     .y_label_formatter(&y_fmt)
+                    .light_line_style(TRANSPARENT)
                     .draw()?;
                 draw_series(&mut chart, series)?;
             }
