@@ -482,10 +482,23 @@ fn study(args: RunArgs) -> io::Result<bool> {
     let mut done = 0usize;
     let loop_start = Instant::now();
     let mut complete = true;
-    // Each server's last h2 requests/s per mode: sizes the request count
-    // of its h2load cells at high concurrency.
-    let mut h2_rates: std::collections::HashMap<(String, &str), f64> =
-        std::collections::HashMap::new();
+    // Each server's last h2 requests/s, by the cell's label (the same cell
+    // in an earlier round), by shape (another document at the same -c and
+    // -m) and by mode: sizes the request count of its h2load cells at high
+    // concurrency, the closest estimate first.
+    let mut h2_rates: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
+    let h2_keys = |server: &str, cell: &Cell| {
+        [
+            format!("{server} {}", cell.label()),
+            format!(
+                "{server} {} c={} m={}",
+                cell.mode.name(),
+                cell.concurrency,
+                cell.streams
+            ),
+            format!("{server} {}", cell.mode.name()),
+        ]
+    };
     let progress = |done: usize, label: &str, row: &Row| {
         let elapsed = loop_start.elapsed().as_secs_f64();
         let left = (total - done) as f64 * (elapsed / done as f64);
@@ -557,7 +570,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
             work: &ctx.work,
             requests: (cell.tool == Tool::H2load && cell.concurrency >= load::H2LOAD_BY_COUNT)
                 .then(|| {
-                    let rate = h2_rates.get(&(s.name.clone(), cell.mode.name())).copied();
+                    let rate = h2_keys(&s.name, cell)
+                        .iter()
+                        .find_map(|k| h2_rates.get(k).copied());
                     let secs = cell_duration(ctx.duration, cell.concurrency, somaxconn);
                     load::h2load_requests(cell.concurrency, rate, secs.as_secs_f64())
                 }),
@@ -577,7 +592,9 @@ fn study(args: RunArgs) -> io::Result<bool> {
         row.size = cell.doc.label.into();
         row.size_bytes = cell.doc.bytes;
         if cell.tool == Tool::H2load && row.outcome.rps > 0.0 {
-            h2_rates.insert((s.name.clone(), cell.mode.name()), row.outcome.rps);
+            for k in h2_keys(&s.name, cell) {
+                h2_rates.insert(k, row.outcome.rps);
+            }
         }
         done += 1;
         progress(done, &label, &row);
