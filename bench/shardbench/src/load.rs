@@ -113,13 +113,13 @@ pub struct Spec<'a> {
 pub const H2LOAD_BY_COUNT: usize = 500;
 
 /// The request count for an h2load cell meant to last `secs` at `rate`
-/// requests/s (this server's last h2 figure), at least 20 per connection;
-/// 200 per connection when there is no figure yet.
+/// requests/s (this server's last h2 figure), at least 5 per connection;
+/// 20 per connection when there is no figure yet.
 pub fn h2load_requests(concurrency: usize, rate: Option<f64>, secs: f64) -> u64 {
-    let floor = 20 * concurrency as u64;
+    let floor = 5 * concurrency as u64;
     match rate {
         Some(r) if r > 0.0 => ((r * secs) as u64).max(floor),
-        _ => 200 * concurrency as u64,
+        _ => 20 * concurrency as u64,
     }
 }
 
@@ -575,8 +575,8 @@ traffic: 28.52MB (29904210) total, 2.14MB (2244590) headers (space savings 95.18
     #[test]
     fn h2load_request_counts() {
         assert_eq!(h2load_requests(1000, Some(30_000.0), 3.0), 90_000);
-        assert_eq!(h2load_requests(1000, Some(100.0), 3.0), 20_000, "20 each");
-        assert_eq!(h2load_requests(1000, None, 3.0), 200_000);
+        assert_eq!(h2load_requests(1000, Some(100.0), 3.0), 5_000, "5 each");
+        assert_eq!(h2load_requests(1000, None, 3.0), 20_000);
     }
 
     #[test]
