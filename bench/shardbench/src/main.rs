@@ -13,23 +13,28 @@ mod docs;
 mod floor;
 mod floor_uring;
 mod load;
+mod machine;
 mod matrix;
+mod measure;
 mod plot;
 mod procs;
+mod release;
 mod report;
 mod servers;
 
 use std::fs;
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use load::{Mode, Spec, Tool};
+use machine::{has_flag, has_tls, machine, split_cpus};
 use matrix::{Cell, Kind};
+use measure::{cell_duration, measure, per_core_requests, Ctx, LONG_CELL};
 use report::{Csv, Row, UNSUPPORTED};
 use servers::{Server, Setup};
 
@@ -160,14 +165,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// Everything the cells share.
-struct Ctx {
-    client: Vec<usize>,
-    server: Vec<usize>,
-    work: PathBuf,
-    duration: Duration,
-}
-
 /// The whole study. Ok(false) when interrupted.
 fn study(args: RunArgs) -> io::Result<bool> {
     let started = Instant::now();
@@ -238,15 +235,15 @@ fn study(args: RunArgs) -> io::Result<bool> {
 
     let bin = match &args.server_bin {
         Some(p) => p.clone(),
-        None if args.quick => match servers::existing_release() {
+        None if args.quick => match release::existing_release() {
             Some((p, note)) => {
                 eprintln!("--quick: {note}");
                 notes.push(format!("--quick: {note}"));
                 p
             }
-            None => servers::build_release(&mut commands)?,
+            None => release::build_release(&mut commands)?,
         },
-        None => servers::build_release(&mut commands)?,
+        None => release::build_release(&mut commands)?,
     };
     let setup = Setup {
         root: &root,
@@ -744,234 +741,6 @@ fn round_label(label: String, round: usize, rounds: usize) -> String {
     }
 }
 
-/// Shortest cell above the listen backlog.
-const LONG_CELL: Duration = Duration::from_secs(5);
-
-/// A cell's length: at least [`LONG_CELL`] when its connections overflow
-/// the listen backlog.
-fn cell_duration(base: Duration, concurrency: usize, somaxconn: usize) -> Duration {
-    if concurrency > somaxconn {
-        base.max(LONG_CELL)
-    } else {
-        base
-    }
-}
-
-/// Run one load and turn it into a row (section and names left to the
-/// caller). `None` when interrupted.
-fn measure(
-    ctx: &Ctx,
-    commands: &mut Vec<String>,
-    server_pid: u32,
-    server_cpus: usize,
-    spec: &Spec<'_>,
-    label: &str,
-) -> io::Result<Option<Row>> {
-    let raw = ctx.work.join(format!(
-        "{}.txt",
-        label.replace(
-            |c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '=',
-            "_"
-        )
-    ));
-    let cmd = load::command(spec, &raw)?;
-    commands.push(format!("# {label}\n{}", cmd.join(" ")));
-    let t0 = procs::tree_cpu_ns(server_pid);
-    let c0 = procs::cpu_ticks(&ctx.client);
-    let start = Instant::now();
-    let Some(outcome) = load::run(spec.tool, &cmd, spec.duration, &raw)? else {
-        return Ok(None);
-    };
-    let elapsed = start.elapsed().as_secs_f64();
-    let mut note = outcome.note.clone();
-    if outcome.requests == 0 && note.is_empty() {
-        note = "no responses".into();
-    }
-    let t1 = procs::tree_cpu_ns(server_pid);
-    let c1 = procs::cpu_ticks(&ctx.client);
-    let server_s = t1.saturating_sub(t0) as f64 / 1e9;
-    let (busy, all) = (c1.0.saturating_sub(c0.0), c1.1.saturating_sub(c0.1));
-    Ok(Some(Row {
-        tool: spec.tool.name().into(),
-        mode: spec.mode.name().into(),
-        concurrency: spec.concurrency,
-        // Requests in flight per connection: the pipeline's depth, or
-        // h2's streams per connection.
-        pipeline_depth: if spec.mode == Mode::Pipeline {
-            load::PIPELINE_DEPTH
-        } else {
-            spec.streams.max(1)
-        },
-        duration_s: elapsed,
-        server_cpu_us_per_req: if outcome.requests > 0 {
-            server_s * 1e6 / outcome.requests as f64
-        } else {
-            0.0
-        },
-        server_cpu_busy_pct: 100.0 * server_s / (elapsed * server_cpus.max(1) as f64),
-        client_cpu_busy_pct: if all > 0 {
-            100.0 * busy as f64 / all as f64
-        } else {
-            0.0
-        },
-        outcome,
-        note,
-        ..Row::default()
-    }))
-}
-
-/// Requests answered per shard (index = `core` label), from /metrics.
-fn per_core_requests(admin: u16) -> io::Result<Vec<u64>> {
-    let text = metrics_text(admin)?;
-    let mut out: Vec<u64> = Vec::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("shardhttpd_http_requests_total{") else {
-            continue;
-        };
-        let Some(core) = rest
-            .split("core=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .and_then(|s| s.parse::<usize>().ok())
-        else {
-            continue;
-        };
-        let value = rest
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0) as u64;
-        if out.len() <= core {
-            out.resize(core + 1, 0);
-        }
-        out[core] += value;
-    }
-    Ok(out)
-}
-
-fn metrics_text(admin: u16) -> io::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", admin))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// Client and server CPUs from the flags, or split from the affinity mask.
-fn split_cpus(args: &RunArgs) -> io::Result<(Vec<usize>, Vec<usize>)> {
-    let allowed = procs::allowed_cpus();
-    let client = match &args.client_cpus {
-        Some(l) => procs::parse_cpu_list(l),
-        None => allowed[..(allowed.len() / 3).max(1).min(allowed.len())].to_vec(),
-    };
-    let server = match &args.server_cpus {
-        Some(l) => procs::parse_cpu_list(l),
-        None => allowed
-            .iter()
-            .copied()
-            .filter(|c| !client.contains(c))
-            .collect(),
-    };
-    if client.is_empty() {
-        return Err(io::Error::other("no client CPU"));
-    }
-    if server.is_empty() {
-        // One CPU: share it, and say that the figures then mean little.
-        eprintln!("WARNING: one CPU only: client and server share it");
-        return Ok((client.clone(), client));
-    }
-    Ok((client, server))
-}
-
-/// The machine description (Markdown).
-fn machine(ctx: &Ctx, bin: &Path, nofile: u64, cap: usize) -> String {
-    let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_owned();
-    let cpuinfo = read("/proc/cpuinfo");
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_default();
-    let online = read("/sys/devices/system/cpu/online");
-    let siblings = read("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list");
-    let nodes = fs::read_dir("/sys/devices/system/node")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    e.file_name()
-                        .to_str()
-                        .is_some_and(|n| n.starts_with("node") && n[4..].parse::<u32>().is_ok())
-                })
-                .count()
-        })
-        .unwrap_or(0);
-    let git = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(servers::workspace_root())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
-    let date = std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
-    let mut m = String::new();
-    let mut line = |k: &str, v: String| m.push_str(&format!("- {k}: {v}\n"));
-    line("date", date);
-    line("CPU", model);
-    line(
-        "CPUs online",
-        format!("{online} (CPU 0's SMT siblings: {siblings}; NUMA nodes: {nodes})"),
-    );
-    line("client CPUs", procs::cpu_list(&ctx.client));
-    line("server CPUs", procs::cpu_list(&ctx.server));
-    line("kernel", read("/proc/sys/kernel/osrelease"));
-    line("load average at the end", read("/proc/loadavg"));
-    line(
-        "RLIMIT_NOFILE",
-        format!("{nofile} (concurrency capped at {cap})"),
-    );
-    line(
-        "shardhttpd",
-        format!(
-            "{} ({}, commit {git})",
-            servers::version(&bin.display().to_string(), "--version"),
-            bin.display()
-        ),
-    );
-    line("wrk", servers::version("wrk", "-v"));
-    line("ab", servers::version("ab", "-V"));
-    line("h2load", servers::version("h2load", "--version"));
-    line("nginx", servers::version("nginx", "-v"));
-    line("h2o", servers::version("h2o", "--version"));
-    line("lighttpd", servers::version("lighttpd", "-v"));
-    m
-}
-
-/// Whether this shardhttpd binary has TLS listeners.
-fn has_tls(bin: &Path) -> io::Result<bool> {
-    has_flag(bin, "--tls-listen")
-}
-
-/// Whether this shardhttpd binary's `--help` lists `flag` (as itself, not
-/// as the start of a longer flag).
-fn has_flag(bin: &Path, flag: &str) -> io::Result<bool> {
-    let help = std::process::Command::new(bin).arg("--help").output()?;
-    Ok(help_lists(&String::from_utf8_lossy(&help.stdout), flag))
-}
-
-fn help_lists(help: &str, flag: &str) -> bool {
-    help.match_indices(flag).any(|(at, _)| {
-        let before = help[..at].chars().next_back();
-        let after = help[at + flag.len()..].chars().next();
-        !matches!(before, Some(c) if c.is_alphanumeric() || c == '-')
-            && !matches!(after, Some(c) if c.is_alphanumeric() || c == '-')
-    })
-}
-
 fn rps_text(v: f64) -> String {
     if v >= 1000.0 {
         format!("{:.1}k", v / 1000.0)
@@ -1008,15 +777,6 @@ impl ValueEnum for Kind {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_flag_is_found_as_itself() {
-        let help = "  --io <IO>  the backend\n  --io-depth <N>\n  --tls-listen <ADDR>\n";
-        assert!(help_lists(help, "--io"));
-        assert!(help_lists(help, "--tls-listen"));
-        assert!(!help_lists("  --io-depth <N>\n  --radio <X>\n", "--io"));
-        assert!(!help_lists("", "--io"));
-    }
 
     #[test]
     fn round_labels_only_with_rounds() {
