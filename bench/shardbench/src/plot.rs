@@ -299,8 +299,15 @@ impl Figure {
                 .y_label_area_size(60);
             let y_fmt = |v: &f64| tick(*v);
             if self.log_x {
+                // Ticks at the measured levels only (1, 10, 100, 1k, 10k),
+                // not at every 2…9 of each decade.
+                let mut levels: Vec<f64> = pts().map(|p| p.x).filter(|x| *x >= 1.0).collect();
+                levels.sort_by(f64::total_cmp);
+                levels.dedup();
                 let mut chart = builder.build_cartesian_2d(
-                    (x_min.max(1.0) * 0.8..x_max.max(2.0) * 1.25).log_scale(),
+                    (x_min.max(1.0) * 0.8..x_max.max(2.0) * 1.25)
+                        .log_scale()
+                        .with_key_points(levels),
                     0.0..y_top,
                 )?;
                 let x_fmt = |v: &f64| tick(*v);
