@@ -91,8 +91,51 @@ impl Claims {
     }
 }
 
-/// The claim sockets' backlog: nothing accepts on them; a connection only
-/// asks who holds the claim.
+impl Claims {
+    /// Answer the connections that ask who holds a claim (`--check`, a
+    /// second instance): accepted and closed at once by a thread of their
+    /// own. Unanswered, they would stay queued for the process's lifetime,
+    /// and once the backlog is full (129 asks) the next asker's `connect`
+    /// would block for ever. The asker reads the holder's pid from its own
+    /// socket (`SO_PEERCRED`, set at connect), so the close loses nothing.
+    pub fn answer_askers(&self) -> io::Result<()> {
+        let socks: Vec<UnixListener> = self
+            .locks
+            .iter()
+            .map(|(_, lock)| lock.try_clone())
+            .collect::<io::Result<_>>()?;
+        if socks.is_empty() {
+            return Ok(());
+        }
+        let epoll = crate::sys::Epoll::new()?;
+        for (i, sock) in socks.iter().enumerate() {
+            sock.set_nonblocking(true)?;
+            epoll.add(sock, i as u64, crate::sys::EPOLLIN)?;
+        }
+        std::thread::Builder::new()
+            .name("claims".into())
+            .spawn(move || {
+                let mut events = crate::sys::Events::with_capacity(socks.len());
+                loop {
+                    if epoll.wait(&mut events, None).is_err() {
+                        // EINTR; anything else would repeat, so pause.
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        continue;
+                    }
+                    for (token, _) in events.iter() {
+                        // Edge-triggered: until the queue is empty.
+                        while let Ok((asker, _)) = socks[token as usize].accept() {
+                            drop(asker);
+                        }
+                    }
+                }
+            })?;
+        Ok(())
+    }
+}
+
+/// The claim sockets' backlog: nothing but [`Claims::answer_askers`]
+/// accepts on them; a connection only asks who holds the claim.
 const CLAIM_BACKLOG: i32 = 128;
 
 /// A claim socket handed over by the process being upgraded: an abstract

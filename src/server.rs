@@ -371,6 +371,9 @@ fn serve(
     for addr in addrs.tls() {
         tracing::info!(shards = shards.threads.len(), "listening tls_addr={addr}");
     }
+    if let Err(e) = claims.answer_askers() {
+        tracing::warn!(error = %e, "cannot answer who holds the address claims; a --check may block");
+    }
     announce_ready(inherited, &claims, &metrics)?;
     Ok(Serving {
         claims,

@@ -308,6 +308,23 @@ fn check_after_an_upgrade_names_the_new_process_and_passes() {
     let new = status_pid(admin).expect("status.json after the upgrade");
     successors.push(new);
     assert_ne!(new, old);
+    // Many asks first: each `--check` connects to the claim socket, and
+    // unanswered connections would fill its backlog (129) until the next
+    // `connect` blocked for ever.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("shardhttpd/listen/{addr}");
+        let unix = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        for _ in 0..300 {
+            drop(std::os::unix::net::UnixStream::connect_addr(&unix).unwrap());
+        }
+        let _ = done_tx.send(());
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "connecting to the claim socket blocked: nobody answers the askers"
+    );
     let out = support::command()
         .args(["--root", &site.root.display().to_string()])
         .args(["--listen", &addr.to_string(), "--admin", &admin.to_string()])
