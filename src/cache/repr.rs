@@ -228,7 +228,7 @@ pub enum Body {
 /// opens it on demand beneath the root (checking it is that very file) and
 /// keeps it in the bounded [`OpenFiles`] cache. A response takes its own
 /// reference to the fd before its head is written and sends every byte from
-/// it, re-checking the file's [`Witness`] around each piece: a rename, unlink
+/// it, re-checking the file's [`Witness`](super::Witness) around each piece: a rename, unlink
 /// or chmod of the path cannot cut it, a rewrite of the bytes does.
 #[derive(Debug, Clone)]
 pub struct LargeFile {
