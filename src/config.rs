@@ -112,7 +112,11 @@ Signals: SIGHUP reloads the configuration (a changed, valid file is applied
 by handover to a new process; a bad edit is refused and logged; unchanged:
 the snapshot is rebuilt), SIGUSR1 reopens the access log, SIGUSR2 upgrades
 the binary by handing the listening sockets to a new process, SIGTERM/SIGINT
-drain and exit.";
+drain and exit.
+
+systemd socket activation: sockets passed in LISTEN_FDS serve the configured
+listen, tls_listen or admin address they are bound to; one that no configured
+address names refuses the start (exit status 2).";
 
 /// Every setting, as given by flags or by the file; `None` means "not given".
 /// Flag names are the kebab-case of the TOML keys. Each option's default is

@@ -16,11 +16,12 @@
 //! - [`http`]: pure HTTP/1.x code: request parsing, path normalisation,
 //!   conditional and range evaluation, response heads.
 //! - [`upgrade`]: the SIGUSR2 binary upgrade by listener handover; [`notify`]
-//!   the systemd notification protocol.
+//!   the systemd notification protocol; [`activation`] systemd's sockets.
 //! - [`sys`]: the only module allowed `unsafe`: thin wrappers over epoll,
 //!   eventfd, `sendfile`, `send(MSG_MORE)`.
 #![deny(unsafe_code)]
 
+pub mod activation;
 pub mod cache;
 pub mod config;
 pub mod conn;

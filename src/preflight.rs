@@ -16,6 +16,7 @@
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -49,7 +50,7 @@ fn setup(msg: String) -> anyhow::Error {
 /// Held claims on listen addresses; dropping it releases them.
 #[derive(Debug, Default)]
 pub struct Claims {
-    _locks: Vec<UnixListener>,
+    locks: Vec<(SocketAddr, UnixListener)>,
 }
 
 impl Claims {
@@ -58,9 +59,94 @@ impl Claims {
     /// effort: the port is already exclusively ours.
     pub fn add_picked(&mut self, addr: SocketAddr) {
         if let Ok(lock) = claim(addr) {
-            self._locks.push(lock);
+            self.locks.push((addr, lock));
         }
     }
+
+    /// Each claim's fd and address, for a handover: the new process keeps
+    /// the claims after this one exits, so a second instance (or a
+    /// `--check`) is still told that a shardhttpd holds the addresses.
+    pub fn handover_list(&self) -> Vec<(RawFd, SocketAddr)> {
+        self.locks
+            .iter()
+            .map(|(addr, lock)| (lock.as_raw_fd(), *addr))
+            .collect()
+    }
+
+    /// Keep claims handed over by the process this one replaces.
+    pub fn adopt(&mut self, inherited: Vec<(SocketAddr, UnixListener)>) {
+        self.locks.extend(inherited);
+    }
+
+    /// Name this process as the claims' holder: a connection to a claim
+    /// socket reports the process that last called `listen` on it (what
+    /// `--check` reports as the holder's pid). Done by the new process of
+    /// an upgrade once it serves, so a failed upgrade never names it.
+    pub fn restamp(&self) {
+        for (addr, lock) in &self.locks {
+            if let Err(e) = socket2::SockRef::from(lock).listen(CLAIM_BACKLOG) {
+                tracing::warn!(error = %e, "could not take over the claim on {addr}");
+            }
+        }
+    }
+}
+
+impl Claims {
+    /// Answer the connections that ask who holds a claim (`--check`, a
+    /// second instance): accepted and closed at once by a thread of their
+    /// own. Unanswered, they would stay queued for the process's lifetime,
+    /// and once the backlog is full (129 asks) the next asker's `connect`
+    /// would block for ever. The asker reads the holder's pid from its own
+    /// socket (`SO_PEERCRED`, set at connect), so the close loses nothing.
+    pub fn answer_askers(&self) -> io::Result<()> {
+        let socks: Vec<UnixListener> = self
+            .locks
+            .iter()
+            .map(|(_, lock)| lock.try_clone())
+            .collect::<io::Result<_>>()?;
+        if socks.is_empty() {
+            return Ok(());
+        }
+        let epoll = crate::sys::Epoll::new()?;
+        for (i, sock) in socks.iter().enumerate() {
+            sock.set_nonblocking(true)?;
+            epoll.add(sock, i as u64, crate::sys::EPOLLIN)?;
+        }
+        std::thread::Builder::new()
+            .name("claims".into())
+            .spawn(move || {
+                let mut events = crate::sys::Events::with_capacity(socks.len());
+                loop {
+                    if epoll.wait(&mut events, None).is_err() {
+                        // EINTR; anything else would repeat, so pause.
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        continue;
+                    }
+                    for (token, _) in events.iter() {
+                        // Edge-triggered: until the queue is empty.
+                        while let Ok((asker, _)) = socks[token as usize].accept() {
+                            drop(asker);
+                        }
+                    }
+                }
+            })?;
+        Ok(())
+    }
+}
+
+/// The claim sockets' backlog: nothing but [`Claims::answer_askers`]
+/// accepts on them; a connection only asks who holds the claim.
+const CLAIM_BACKLOG: i32 = 128;
+
+/// A claim socket handed over by the process being upgraded: an abstract
+/// listening Unix socket with `addr`'s claim name.
+pub fn inherited_claim(fd: OwnedFd, addr: SocketAddr) -> io::Result<UnixListener> {
+    let lock = UnixListener::from(fd);
+    let name = lock.local_addr()?;
+    if name.as_abstract_name() != Some(claim_name(addr).as_bytes()) {
+        return Err(io::Error::other(format!("not the claim socket of {addr}")));
+    }
+    Ok(lock)
 }
 
 /// The checks, and what to skip.
@@ -75,6 +161,11 @@ pub struct Preflight {
     pub check_only: bool,
     /// The admin listener was inherited from the process being upgraded.
     pub inherited_admin: bool,
+    /// Addresses whose sockets systemd passed (socket activation): claimed,
+    /// not probed (systemd holds the port too).
+    pub activated: Vec<SocketAddr>,
+    /// The admin socket was passed by systemd.
+    pub activated_admin: bool,
 }
 
 impl Preflight {
@@ -94,12 +185,14 @@ impl Preflight {
                 continue;
             }
             match claim(addr) {
-                Ok(lock) => claims._locks.push(lock),
+                Ok(lock) => claims.locks.push((addr, lock)),
                 Err(Claim::HeldByShardhttpd) if self.check_only => {
                     // Still try the privilege: EACCES comes before EADDRINUSE.
                     probe_privilege(addr)?;
                     notes.push(format!(
-                        "{addr} is in use by a running shardhttpd{}; a second instance would be refused",
+                        "listen address {addr} is held by the running shardhttpd{}; a reload \
+                         or upgrade of it hands the address over (a second instance would be \
+                         refused)",
                         holder(addr)
                     ));
                     continue;
@@ -115,19 +208,22 @@ impl Preflight {
                     return Err(setup(format!("claiming listen address {addr}: {e}")))
                 }
             }
-            probe(addr, "listen")?;
+            if !self.activated.contains(&addr) {
+                probe(addr, "listen")?;
+            }
         }
         let admin = config.admin;
         if admin.port() != 0 && !self.inherited_admin {
             // Claimed like a listen address, so that `--check` next to the
             // running server tells its admin socket from a foreign one.
             match claim(admin) {
-                Ok(lock) => claims._locks.push(lock),
+                Ok(lock) => claims.locks.push((admin, lock)),
                 Err(Claim::HeldByShardhttpd) if self.check_only => {
                     probe_privilege(admin)?;
                     notes.push(format!(
-                        "admin address {admin} is in use by a running shardhttpd{}; \
-                         a second instance would be refused",
+                        "admin address {admin} is held by the running shardhttpd{}; a reload \
+                         or upgrade of it hands the address over (a second instance would be \
+                         refused)",
                         holder(admin)
                     ));
                     return Ok((claims, notes));
@@ -145,7 +241,9 @@ impl Preflight {
             }
             // The admin socket has no SO_REUSEPORT: a bind is the whole
             // check, and anything else there fails it, `--check` included.
-            probe(admin, "admin")?;
+            if !self.activated_admin {
+                probe(admin, "admin")?;
+            }
         }
         Ok((claims, notes))
     }

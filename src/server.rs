@@ -75,6 +75,7 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
             upgrade: &serving.upgrade,
             metrics: &serving.metrics,
             handover: &serving.handover,
+            claims: &serving.claims.handover_list(),
         },
     )?;
     drain(&config, serving, stopped);
@@ -107,26 +108,32 @@ fn claim(config: &Config) -> anyhow::Result<Claimed> {
     let addrs = Addrs { all, plain };
     // Adopted before the preflight, which must neither claim nor probe the
     // addresses the old process still holds.
-    let adopted: Vec<Vec<TcpListener>> = addrs
+    let mut adopted: Vec<Vec<TcpListener>> = addrs
         .all
         .iter()
         .enumerate()
         .map(|(i, &addr)| inherited.take_listen(addr, addrs.kind_of(i)))
         .collect();
-    let adopted_admin = inherited.take_admin(config.admin);
+    let mut adopted_admin = inherited.take_admin(config.admin);
     inherited.close_rest();
+    // systemd's sockets: each configured address it passed is taken like
+    // an inherited one, but still claimed (nothing else holds the claim).
+    let activated = sockets::take_activated(config, &addrs, &mut adopted, &mut adopted_admin)?;
     let preflight = Preflight {
         inherited: addrs
             .all
             .iter()
             .zip(&adopted)
-            .filter(|(_, a)| !a.is_empty())
+            .filter(|(addr, a)| !a.is_empty() && !activated.listen.contains(addr))
             .map(|(&addr, _)| addr)
             .collect(),
-        inherited_admin: adopted_admin.is_some(),
+        inherited_admin: adopted_admin.is_some() && !activated.admin,
+        activated: activated.listen,
+        activated_admin: activated.admin,
         ..Preflight::default()
     };
-    let (claims, _) = preflight.run(config)?;
+    let (mut claims, _) = preflight.run(config)?;
+    claims.adopt(inherited.take_claims());
     Ok(Claimed {
         inherited,
         addrs,
@@ -364,7 +371,10 @@ fn serve(
     for addr in addrs.tls() {
         tracing::info!(shards = shards.threads.len(), "listening tls_addr={addr}");
     }
-    announce_ready(inherited, &metrics)?;
+    if let Err(e) = claims.answer_askers() {
+        tracing::warn!(error = %e, "cannot answer who holds the address claims; a --check may block");
+    }
+    announce_ready(inherited, &claims, &metrics)?;
     Ok(Serving {
         claims,
         metrics,
@@ -442,9 +452,15 @@ fn spawn_shards(
 
 /// Serving: tell systemd (a new process of an upgrade also names itself
 /// the main process), then the old process, if there is one.
-fn announce_ready(mut inherited: Inherited, metrics: &Metrics) -> anyhow::Result<()> {
+fn announce_ready(
+    mut inherited: Inherited,
+    claims: &Claims,
+    metrics: &Metrics,
+) -> anyhow::Result<()> {
     let upgraded = inherited.is_upgrade();
     if upgraded {
+        // The claims handed over name this process from now on.
+        claims.restamp();
         notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
     } else {
         notify("READY=1");

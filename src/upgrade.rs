@@ -14,6 +14,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +26,12 @@ use anyhow::{bail, Context};
 pub const LISTEN_FDS_ENV: &str = "SHARDHTTPD_LISTEN_FDS";
 /// The inherited write end of the readiness pipe.
 pub const READY_FD_ENV: &str = "SHARDHTTPD_UPGRADE_FD";
+/// The inherited address claims (`preflight`): `fd=address`, `;`-separated.
+/// Apart from the sockets' list, so a binary that predates it ignores it.
+pub const CLAIM_FDS_ENV: &str = "SHARDHTTPD_CLAIM_FDS";
+/// systemd's socket activation variables: never passed on (the sockets are
+/// handed over in [`LISTEN_FDS_ENV`]).
+const ACTIVATION_ENV: [&str; 3] = ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"];
 
 /// Why an upgrade failed when the new process exited by itself; its exit
 /// status is added once it is reaped.
@@ -45,7 +52,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Kind::Listen => "listen",
             Kind::Tls => "tls",
@@ -100,6 +107,25 @@ pub fn decode(s: &str) -> anyhow::Result<Vec<Passed>> {
     Ok(out)
 }
 
+fn encode_claims(claims: &[(RawFd, SocketAddr)]) -> String {
+    claims
+        .iter()
+        .map(|(fd, addr)| format!("{fd}={addr}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn decode_claims(s: &str) -> anyhow::Result<Vec<(RawFd, SocketAddr)>> {
+    s.split(';')
+        .filter(|i| !i.is_empty())
+        .map(|item| {
+            item.split_once('=')
+                .and_then(|(fd, addr)| Some((fd.parse().ok()?, addr.parse().ok()?)))
+                .with_context(|| format!("{CLAIM_FDS_ENV}: bad entry `{item}`"))
+        })
+        .collect()
+}
+
 /// A configured address adopts a passed socket on the same address, or, if
 /// it asks for port 0, on the same IP with the port the old process got.
 fn matches(want: SocketAddr, have: SocketAddr) -> bool {
@@ -112,6 +138,9 @@ pub struct Inherited {
     admin: Option<(Passed, TcpListener)>,
     ready: Option<File>,
     adopted: Vec<RawFd>,
+    /// The addresses of the sockets adopted.
+    adopted_addrs: Vec<SocketAddr>,
+    claims: Vec<(SocketAddr, UnixListener)>,
 }
 
 impl Inherited {
@@ -124,6 +153,8 @@ impl Inherited {
             admin: None,
             ready: None,
             adopted: Vec::new(),
+            adopted_addrs: Vec::new(),
+            claims: Vec::new(),
         };
         if let Some(fd) = std::env::var_os(READY_FD_ENV) {
             let fd: RawFd = fd
@@ -133,6 +164,17 @@ impl Inherited {
             let pipe = crate::sys::take_inherited(fd)
                 .with_context(|| format!("{READY_FD_ENV}: fd {fd}"))?;
             inherited.ready = Some(File::from(pipe));
+        }
+        if let Some(list) = std::env::var_os(CLAIM_FDS_ENV) {
+            let list = list
+                .into_string()
+                .map_err(|_| anyhow::anyhow!("{CLAIM_FDS_ENV}: not UTF-8"))?;
+            for (fd, addr) in decode_claims(&list)? {
+                let taken = crate::sys::take_inherited(fd)
+                    .and_then(|fd| crate::preflight::inherited_claim(fd, addr))
+                    .with_context(|| format!("{CLAIM_FDS_ENV}: fd {fd}"))?;
+                inherited.claims.push((addr, taken));
+            }
         }
         let Some(list) = std::env::var_os(LISTEN_FDS_ENV) else {
             return Ok(inherited);
@@ -176,6 +218,7 @@ impl Inherited {
         let mut mine: Vec<(Passed, TcpListener)> = mine;
         mine.sort_by_key(|(p, _)| p.shard);
         self.adopted.extend(mine.iter().map(|(p, _)| p.fd));
+        self.adopted_addrs.push(addr);
         mine.into_iter().map(|(_, l)| l).collect()
     }
 
@@ -190,7 +233,19 @@ impl Inherited {
         }
         let (passed, listener) = self.admin.take()?;
         self.adopted.push(passed.fd);
+        self.adopted_addrs.push(passed.addr);
         Some(listener)
+    }
+
+    /// The claims on the addresses this process adopted (call after the
+    /// `take_` calls); the claims on the others close here, and are
+    /// released when the old process exits.
+    pub fn take_claims(&mut self) -> Vec<(SocketAddr, UnixListener)> {
+        let adopted = &self.adopted_addrs;
+        std::mem::take(&mut self.claims)
+            .into_iter()
+            .filter(|(addr, _)| adopted.contains(addr))
+            .collect()
     }
 
     /// Close what no configured address adopted: the old process drains
@@ -252,6 +307,7 @@ pub fn start(
     binary: &Path,
     args: &[OsString],
     passed: &[Passed],
+    claims: &[(RawFd, SocketAddr)],
     timeout: Duration,
     cancel: &AtomicBool,
     env: &[(&str, &str)],
@@ -262,9 +318,14 @@ pub fn start(
         .env_remove(crate::reload::RELOAD_ENV)
         .envs(env.iter().copied())
         .env(LISTEN_FDS_ENV, encode(passed))
+        .env(CLAIM_FDS_ENV, encode_claims(claims))
         .env(READY_FD_ENV, write_end.as_raw_fd().to_string())
         .stdin(Stdio::null());
+    for k in ACTIVATION_ENV {
+        cmd.env_remove(k);
+    }
     let mut fds: Vec<RawFd> = passed.iter().map(|p| p.fd).collect();
+    fds.extend(claims.iter().map(|&(fd, _)| fd));
     fds.push(write_end.as_raw_fd());
     crate::sys::inherit_fds(&mut cmd, fds);
     let mut child = cmd
@@ -414,6 +475,14 @@ mod tests {
         assert!(decode("5=listen/x/127.0.0.1:1").is_err());
         assert!(decode("5=tcp/0/127.0.0.1:1").is_err());
         assert!(decode("").unwrap().is_empty());
+        let claims = vec![
+            (10, "127.0.0.1:8080".parse().unwrap()),
+            (11, "[::1]:9180".parse().unwrap()),
+        ];
+        let s = encode_claims(&claims);
+        assert_eq!(s, "10=127.0.0.1:8080;11=[::1]:9180");
+        assert_eq!(decode_claims(&s).unwrap(), claims);
+        assert!(decode_claims("x=127.0.0.1:1").is_err());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! starts a binary upgrade on the `upgrade` thread, and a stop signal ends
 //! the loop. The signal thread never does slow work itself.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
@@ -75,6 +76,8 @@ pub(super) struct Actions<'a> {
     pub(super) upgrade: &'a Arc<UpgradeState>,
     pub(super) metrics: &'a Arc<Metrics>,
     pub(super) handover: &'a [(Passed, TcpListener)],
+    /// The address claims (fd, address), handed over with the sockets.
+    pub(super) claims: &'a [(RawFd, SocketAddr)],
 }
 
 /// How the signal loop ended: the signal that stopped it (none when a
@@ -134,7 +137,10 @@ pub(super) fn wait_for_signals(
                 upgrade_thread = Some(spawn_upgrade(
                     actions.relaunch.binary.clone(),
                     actions.relaunch.args.clone(),
-                    passed,
+                    Handed {
+                        sockets: passed,
+                        claims: actions.claims.to_vec(),
+                    },
                     actions.config.upgrade_timeout,
                     Arc::clone(upgrade),
                     Arc::clone(actions.metrics),
@@ -251,13 +257,20 @@ fn rebuild_on_hup(store: &Store) {
     }
 }
 
+/// What an upgrade hands the new process: the listening sockets and the
+/// claims on their addresses (fds this process keeps open meanwhile).
+struct Handed {
+    sockets: Vec<Passed>,
+    claims: Vec<(RawFd, SocketAddr)>,
+}
+
 /// The thread that starts the new binary and waits for it: on success it
 /// ends the signal loop (this process then drains), on failure this process
 /// keeps serving.
 fn spawn_upgrade(
     binary: PathBuf,
     args: Vec<std::ffi::OsString>,
-    passed: Vec<Passed>,
+    handed: Handed,
     timeout: Duration,
     state: Arc<UpgradeState>,
     metrics: Arc<Metrics>,
@@ -272,7 +285,15 @@ fn spawn_upgrade(
             } else {
                 &[]
             };
-            match upgrade::start(&binary, &args, &passed, timeout, &state.cancel, env) {
+            match upgrade::start(
+                &binary,
+                &args,
+                &handed.sockets,
+                &handed.claims,
+                timeout,
+                &state.cancel,
+                env,
+            ) {
                 Ok(ready) => {
                     // The success is counted by the new process.
                     tracing::info!(

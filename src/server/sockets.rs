@@ -8,7 +8,9 @@ use std::os::fd::AsRawFd;
 use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::preflight::{self, Claims};
+use crate::activation::{self, Target};
+use crate::config::{Config, Steer};
+use crate::preflight::{self, Claims, SetupError};
 use crate::upgrade::{Kind, Passed};
 
 /// How long the kernel holds a connection that has sent nothing before
@@ -97,7 +99,8 @@ fn listen(socket: Socket, backlog: u32) -> std::io::Result<TcpListener> {
 /// shard i's socket; with fewer shards than sockets the extra ones go
 /// round the shards (none is closed, so none of their queued connections
 /// is lost); with more, the other shards bind sockets that join the same
-/// reuseport group. Each shard's list: (cleartext, TLS).
+/// reuseport group (or share the socket, when it has no SO_REUSEPORT: one
+/// systemd passed). Each shard's list: (cleartext, TLS).
 pub(super) fn bind_shards(
     shards: usize,
     addrs: &mut Addrs,
@@ -111,7 +114,17 @@ pub(super) fn bind_shards(
             *addr = first.local_addr()?;
         }
         let passed = adopted.len();
-        for (j, listener) in adopted.into_iter().enumerate() {
+        // A socket without SO_REUSEPORT (systemd's, without ReusePort=yes)
+        // has no group to join: the extra shards share it instead.
+        let shared = match adopted.first() {
+            Some(first) if !socket2::SockRef::from(first).reuse_port()? => (passed
+                ..per_shard.len())
+                .map(|j| adopted[j % passed].try_clone())
+                .collect::<std::io::Result<Vec<_>>>()?,
+            _ => Vec::new(),
+        };
+        let passed = passed + shared.len();
+        for (j, listener) in adopted.into_iter().chain(shared).enumerate() {
             let lists = &mut per_shard[j % shards];
             let target = if i < plain {
                 &mut lists.0
@@ -138,6 +151,106 @@ pub(super) fn bind_shards(
         }
     }
     Ok(per_shard)
+}
+
+/// Which configured addresses systemd passed sockets for.
+#[derive(Default)]
+pub(super) struct ActivatedAddrs {
+    /// Listening addresses as configured (port 0 included).
+    pub(super) listen: Vec<SocketAddr>,
+    pub(super) admin: bool,
+}
+
+/// systemd socket activation: each passed socket goes to the configured
+/// address it is bound to, as if a process being upgraded had handed it
+/// over. Shard 0 takes it; with `ReusePort=yes` the other shards bind
+/// their own sockets beside it, as without activation. Without it (or when
+/// the kernel refuses to add a socket of this process's user to the group
+/// of one systemd created as another user) every shard shares the passed
+/// socket's accept queue. An upgrade later hands these sockets over like
+/// any other.
+pub(super) fn take_activated(
+    config: &Config,
+    addrs: &Addrs,
+    adopted: &mut [Vec<TcpListener>],
+    adopted_admin: &mut Option<TcpListener>,
+) -> anyhow::Result<ActivatedAddrs> {
+    let passed = activation::from_env()?;
+    let mut out = ActivatedAddrs::default();
+    if passed.is_empty() {
+        return Ok(out);
+    }
+    let listening: Vec<(SocketAddr, bool)> = (0..addrs.all.len())
+        .map(|i| (addrs.all[i], addrs.kind_of(i) == Kind::Tls))
+        .collect();
+    let named: Vec<(&str, SocketAddr)> = passed.iter().map(|p| (p.name.as_str(), p.addr)).collect();
+    let targets = activation::assign(&named, &listening, config.admin)
+        .map_err(|e| SetupError(format!("systemd socket activation: {e}")))?;
+    let shards = config.cpus.len();
+    let mut per_addr: Vec<Vec<activation::Activated>> =
+        addrs.all.iter().map(|_| Vec::new()).collect();
+    for (socket, target) in passed.into_iter().zip(targets) {
+        match target {
+            Target::Admin if adopted_admin.is_some() || out.admin => {
+                return Err(SetupError(format!(
+                    "systemd socket activation: a second socket for the admin address {}                      (fd {}); pass it once",
+                    socket.addr, socket.fd
+                ))
+                .into());
+            }
+            Target::Admin => {
+                tracing::info!(fd = socket.fd, name = %socket.name, "socket activation: admin addr={}", socket.addr);
+                out.admin = true;
+                *adopted_admin = Some(socket.listener);
+            }
+            Target::Listen(i) => per_addr[i].push(socket),
+        }
+    }
+    for (i, sockets) in per_addr.into_iter().enumerate() {
+        if sockets.is_empty() {
+            continue;
+        }
+        let addr = sockets[0].addr;
+        for s in &sockets {
+            crate::sys::set_defer_accept(&s.listener, DEFER_ACCEPT_SECS)
+                .with_context(|| format!("TCP_DEFER_ACCEPT on the passed socket for {addr}"))?;
+        }
+        let fds: Vec<String> = sockets.iter().map(|s| s.fd.to_string()).collect();
+        let beside = sockets.iter().all(|s| s.reuse_port)
+            && {
+                // The kernel joins a reuseport group only for sockets of the
+                // same user: a socket of this process's may be refused.
+                match bind_socket(addr) {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "socket activation: cannot bind beside the passed socket (ReusePort=yes, but created by another user?); the shards share it addr={addr}");
+                        false
+                    }
+                }
+            };
+        let mut listeners: Vec<TcpListener> = sockets.into_iter().map(|s| s.listener).collect();
+        if beside || listeners.len() >= shards {
+            tracing::info!(fds = %fds.join(","), shards, "socket activation: {} addr={addr}; the other shards bind beside it", addrs.kind_of(i).label());
+        } else {
+            if config.steer == Steer::Cpu {
+                return Err(SetupError(format!(
+                    "steer = \"cpu\" needs a socket per shard, but systemd passed {addr} \
+                     without ReusePort=yes (or created it as another user than the service's), \
+                     so the shards share it; set ReusePort=yes in the socket unit, or steer = \"hash\""
+                ))
+                .into());
+            }
+            tracing::info!(fds = %fds.join(","), shards, "socket activation: {} addr={addr}; no ReusePort=yes, so every shard accepts from this one socket", addrs.kind_of(i).label());
+            let passed = listeners.len();
+            for j in passed..shards {
+                let dup = listeners[j % passed].try_clone()?;
+                listeners.push(dup);
+            }
+        }
+        out.listen.push(addrs.all[i]);
+        adopted[i].extend(listeners);
+    }
+    Ok(out)
 }
 
 /// Every bound socket starts listening (the adopted ones already are).

@@ -177,6 +177,65 @@ fn systemd_unit_passes_systemd_analyze_verify() {
     );
 }
 
+/// The socket unit names the example config's `listen` addresses (a
+/// socket the config does not name refuses the start), and it, the service
+/// and the drop-in that goes with it pass `systemd-analyze verify`.
+#[test]
+fn systemd_socket_unit_matches_the_config_and_passes_verify() {
+    let socket = fs::read_to_string(deploy().join("systemd/shardhttpd.socket")).unwrap();
+    let drop_in =
+        fs::read_to_string(deploy().join("systemd/shardhttpd.service.d/socket-activation.conf"))
+            .unwrap();
+    let config: toml::Table = fs::read_to_string(deploy().join("shardhttpd.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let listen: Vec<&str> = config["listen"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let streams: Vec<&str> = socket
+        .lines()
+        .filter_map(|l| l.strip_prefix("ListenStream="))
+        .collect();
+    assert_eq!(streams, listen, "ListenStream= lines vs listen");
+    assert!(socket.contains("\nBindIPv6Only=ipv6-only\n"));
+    assert!(drop_in.contains("\nExecStartPre=\n"), "{drop_in}");
+    if !installed("systemd-analyze") {
+        loud("SKIP: systemd-analyze not installed");
+        return;
+    }
+    let dir = TempDir::new("socket-unit");
+    let bin = support::bin().display().to_string();
+    let service = fs::read_to_string(deploy().join("systemd/shardhttpd.service"))
+        .unwrap()
+        .replace("/usr/local/bin/shardhttpd", &bin);
+    fs::write(dir.path().join("shardhttpd.service"), service).unwrap();
+    fs::write(dir.path().join("shardhttpd.socket"), socket).unwrap();
+    fs::create_dir(dir.path().join("shardhttpd.service.d")).unwrap();
+    fs::write(
+        dir.path()
+            .join("shardhttpd.service.d/socket-activation.conf"),
+        drop_in,
+    )
+    .unwrap();
+    let units = [
+        dir.path().join("shardhttpd.socket").display().to_string(),
+        dir.path().join("shardhttpd.service").display().to_string(),
+    ];
+    let (ok, out) = run(
+        "systemd-analyze",
+        &["verify", &units[0], &units[1]],
+        dir.path(),
+    );
+    assert!(
+        ok && !out.contains("shardhttpd"),
+        "systemd-analyze verify:\n{out}"
+    );
+}
+
 #[test]
 fn containerfile_passes_hadolint_without_warnings() {
     if !installed("hadolint") {

@@ -47,6 +47,7 @@ mod shards;
 mod shutdown;
 mod site_rules;
 mod snapshot_scale;
+mod sockact;
 mod status_page;
 mod steer;
 mod tls;

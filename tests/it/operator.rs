@@ -282,7 +282,7 @@ fn check_fails_when_the_admin_address_is_taken() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stdout.contains(&format!(
-            "admin address {admin} is in use by a running shardhttpd (pid {})",
+            "admin address {admin} is held by the running shardhttpd (pid {})",
             server.pid()
         )),
         "{stdout}"

@@ -335,9 +335,19 @@ impl Server {
 
     /// [`Server::spawn`] with extra environment variables.
     pub fn spawn_env(args: &[String], listens: usize, env: &[(&str, &str)]) -> Server {
-        let mut child = command()
-            .args(args)
-            .envs(env.iter().copied())
+        let mut cmd = command();
+        cmd.args(args).envs(env.iter().copied());
+        Server::spawn_command(cmd, listens)
+    }
+
+    /// Spawns `cmd` (the binary, or a program that execs it in place, such
+    /// as `systemd-socket-activate`) and waits for `listens` listening lines.
+    pub fn spawn_command(mut cmd: Command, listens: usize) -> Server {
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
