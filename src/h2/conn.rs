@@ -441,6 +441,7 @@ impl H2 {
                 self.last_stream = id;
                 if self.goaway_sent {
                     // Above the GOAWAY's last stream id: ignored (§6.8).
+                    counters.refused_after_goaway += 1;
                     self.reset_recently.push_back(id);
                     if self.reset_recently.len() > RESET_MEMORY {
                         self.reset_recently.pop_front();

@@ -212,7 +212,7 @@ impl Encoder {
     /// for a head that is not one. Fields a response adds beyond its head
     /// follow through [`Encoder::field`] (see `h2::conn`'s `request`).
     pub fn head(&mut self, head: &[u8], out: &mut Vec<u8>) -> Option<u16> {
-        let eol = head.iter().position(|&b| b == b'\n')?;
+        let eol = memchr::memchr(b'\n', head)?;
         let status_line = &head[..eol];
         let code = status_line.get(9..12)?;
         if !code.iter().all(u8::is_ascii_digit) || status_line.get(..5) != Some(b"HTTP/") {
@@ -223,23 +223,25 @@ impl Encoder {
         self.status(status, out);
         let mut lower = [0u8; 64];
         let mut rest = &head[eol + 1..];
-        while let Some(eol) = rest.iter().position(|&b| b == b'\n') {
+        while let Some(eol) = memchr::memchr(b'\n', rest) {
             let line = &rest[..eol];
             rest = &rest[eol + 1..];
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if line.is_empty() {
                 break;
             }
-            let Some(colon) = line.iter().position(|&b| b == b':') else {
+            let Some(colon) = memchr::memchr(b':', line) else {
                 continue;
             };
             let name = &line[..colon];
             let value = trim(&line[colon + 1..]);
             let owned;
             let lname: &[u8] = if name.len() <= lower.len() {
-                lower[..name.len()].copy_from_slice(name);
-                lower[..name.len()].make_ascii_lowercase();
-                &lower[..name.len()]
+                let l = &mut lower[..name.len()];
+                for (d, &c) in l.iter_mut().zip(name) {
+                    *d = c.to_ascii_lowercase();
+                }
+                l
             } else {
                 owned = name.to_ascii_lowercase();
                 &owned
@@ -293,16 +295,16 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
     out.extend_from_slice(s);
 }
 
-fn trim(b: &[u8]) -> &[u8] {
-    let start = b
-        .iter()
-        .position(|c| !matches!(c, b' ' | b'\t'))
-        .unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !matches!(c, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &b[start..end]
+/// A field value without the optional whitespace around it (what we
+/// render has one space after the colon and none at the end).
+fn trim(mut b: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = b {
+        b = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = b {
+        b = rest;
+    }
+    b
 }
 
 #[cfg(test)]

@@ -113,6 +113,12 @@ pub struct H2Counters {
     pub defences: [u64; Defence::ALL.len()],
     /// Times a stream with data to send found its window closed.
     pub flow_stalls: u64,
+    /// Streams opened above a final GOAWAY's last stream id: never taken,
+    /// so a client may retry them elsewhere (RFC 9113 §6.8).
+    pub refused_after_goaway: u64,
+    /// Streams taken but not answered to their last byte when their
+    /// connection closed (a deadline, an error, the client leaving).
+    pub cut: u64,
 }
 
 /// Limits that ended a connection (or refused a stream), for the metrics.
