@@ -122,6 +122,20 @@ impl Conn {
         recv == Recv::Backlogged || sent == Sent::More
     }
 
+    /// HTTP/2 streams this connection took and has not answered to their
+    /// last byte: those still open, and, while frames wait to be written,
+    /// the answers not yet flushed. Counted when the connection closes.
+    pub fn h2_unfinished(&self) -> u64 {
+        let Some(io) = self.io.as_deref() else {
+            return 0;
+        };
+        let Some(h2) = io.h2.as_deref() else {
+            return 0;
+        };
+        let unflushed = if io.out.is_empty() { 0 } else { io.unflushed };
+        h2.active() as u64 + unflushed
+    }
+
     /// The deadline passed on an HTTP/2 connection.
     pub(super) fn h2_timeout(&mut self, env: &mut ShardEnv<'_>) -> Step {
         let stalled = self

@@ -441,6 +441,7 @@ impl H2 {
                 self.last_stream = id;
                 if self.goaway_sent {
                     // Above the GOAWAY's last stream id: ignored (§6.8).
+                    counters.refused_after_goaway += 1;
                     self.reset_recently.push_back(id);
                     if self.reset_recently.len() > RESET_MEMORY {
                         self.reset_recently.pop_front();
@@ -558,11 +559,15 @@ impl H2 {
         let mut block = std::mem::take(&mut self.block);
         block.clear();
         let mut encoded = false;
+        let encoder = &mut self.encoder;
         self.resp.for_each_piece(|p| {
             if let (false, Piece::Bytes(b)) = (encoded, p) {
-                encoded = hpack::encode_head(&b[..head_len], &mut block).is_some();
+                encoded = encoder.head(&b[..head_len], &mut block).is_some();
             }
         });
+        // Fields a response carries beyond its rendered head are appended
+        // here, after the head's, through `self.encoder.field` (a
+        // per-response value with `Indexing::Without`).
         if !encoded {
             self.block = block;
             return self.reset_stream(out.buf(), id, ErrorCode::Internal, counters);
@@ -714,8 +719,9 @@ impl H2 {
                     }
                     self.peer_max_frame = value as usize;
                 }
-                // The table size bounds an encoder table we never use;
-                // the rest concern push or are informative.
+                // Bounds our encoder's table from the next block on.
+                frame::SETTINGS_HEADER_TABLE_SIZE => self.encoder.peer_table_size(value),
+                // The rest concern push or are informative.
                 _ => {}
             }
         }

@@ -1,8 +1,7 @@
 //! HPACK glue (RFC 7541). Request header blocks are decoded by
 //! `loona-hpack` into one reusable byte buffer; response heads are encoded
-//! here without a dynamic table: static-table names and literals without
-//! indexing, so the encoder keeps no state and an idle connection holds no
-//! encoder table (see ARCHITECTURE.md, "HTTP/2").
+//! by `h2::encode`, with a dynamic table per connection (see
+//! ARCHITECTURE.md, "HTTP/2").
 
 use std::ops::Range;
 
@@ -178,41 +177,8 @@ fn unhuffman(
     Ok(any)
 }
 
-/// The static table's names (RFC 7541 Appendix A) for the response fields
-/// we send, by lower-case name.
-fn static_name(name: &[u8]) -> Option<usize> {
-    Some(match name {
-        b"accept-ranges" => 18,
-        b"access-control-allow-origin" => 20,
-        b"age" => 21,
-        b"allow" => 22,
-        b"cache-control" => 24,
-        b"content-disposition" => 25,
-        b"content-encoding" => 26,
-        b"content-language" => 27,
-        b"content-length" => 28,
-        b"content-location" => 29,
-        b"content-range" => 30,
-        b"content-type" => 31,
-        b"date" => 33,
-        b"etag" => 34,
-        b"expires" => 36,
-        b"last-modified" => 44,
-        b"link" => 45,
-        b"location" => 46,
-        b"retry-after" => 53,
-        b"server" => 54,
-        b"set-cookie" => 55,
-        b"strict-transport-security" => 56,
-        b"vary" => 59,
-        b"via" => 60,
-        b"www-authenticate" => 61,
-        _ => return None,
-    })
-}
-
 /// RFC 7541 §5.1 integer with an `n`-bit prefix under `mask`.
-fn integer(out: &mut Vec<u8>, mut value: usize, n: u8, mask: u8) {
+pub(super) fn integer(out: &mut Vec<u8>, mut value: usize, n: u8, mask: u8) {
     let max = (1usize << n) - 1;
     if value < max {
         out.push(mask | value as u8);
@@ -227,12 +193,6 @@ fn integer(out: &mut Vec<u8>, mut value: usize, n: u8, mask: u8) {
     out.push(value as u8);
 }
 
-/// A string literal without Huffman coding.
-fn string(out: &mut Vec<u8>, s: &[u8]) {
-    integer(out, s.len(), 7, 0);
-    out.extend_from_slice(s);
-}
-
 /// Fields HTTP/2 forbids in a message (RFC 9113 §8.2.2).
 pub fn connection_specific(name: &[u8]) -> bool {
     matches!(
@@ -241,122 +201,9 @@ pub fn connection_specific(name: &[u8]) -> bool {
     )
 }
 
-/// Encode an HTTP/1 response head (`HTTP/1.1 200 OK\r\n…\r\n\r\n`, as
-/// `conn::respond` renders it) as an HPACK block: `:status` from the status
-/// line, every field lower-cased, connection-specific ones dropped.
-/// Returns the status code, or `None` for a head that is not one.
-pub fn encode_head(head: &[u8], out: &mut Vec<u8>) -> Option<u16> {
-    let mut lines = head.split(|&b| b == b'\n');
-    let status_line = lines.next()?;
-    let code = status_line.get(9..12)?;
-    let status: u16 = std::str::from_utf8(code).ok()?.parse().ok()?;
-    match status {
-        200 => out.push(0x80 | 8),
-        204 => out.push(0x80 | 9),
-        206 => out.push(0x80 | 10),
-        304 => out.push(0x80 | 11),
-        400 => out.push(0x80 | 12),
-        404 => out.push(0x80 | 13),
-        500 => out.push(0x80 | 14),
-        _ => {
-            integer(out, 8, 4, 0);
-            string(out, code);
-        }
-    }
-    let mut lower = [0u8; 64];
-    for line in lines {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            break;
-        }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = &line[..colon];
-        let value = trim(&line[colon + 1..]);
-        let mut owned;
-        let lname: &[u8] = if name.len() <= lower.len() {
-            lower[..name.len()].copy_from_slice(name);
-            lower[..name.len()].make_ascii_lowercase();
-            &lower[..name.len()]
-        } else {
-            owned = name.to_vec();
-            owned.make_ascii_lowercase();
-            &owned
-        };
-        if connection_specific(lname) {
-            continue;
-        }
-        match static_name(lname) {
-            Some(index) => integer(out, index, 4, 0),
-            None => {
-                out.push(0);
-                string(out, lname);
-            }
-        }
-        string(out, value);
-    }
-    Some(status)
-}
-
-fn trim(b: &[u8]) -> &[u8] {
-    let start = b
-        .iter()
-        .position(|c| !matches!(c, b' ' | b'\t'))
-        .unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !matches!(c, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &b[start..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_head_encodes_to_what_a_decoder_reads_back() {
-        let head = b"HTTP/1.1 200 OK\r\nServer: shardhttpd\r\nDate: Thu, 01 Jan 2026 00:00:00 GMT\r\n\
-Content-Type: text/html\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\
-Transfer-Encoding: chunked\r\nX-Custom-Header-That-Is-Rather-Long-Indeed-Longer-Than-Sixty-Four-Bytes: 1\r\n\r\n";
-        let mut block = Vec::new();
-        assert_eq!(encode_head(head, &mut block), Some(200));
-        let got = loona_hpack::Decoder::new().decode(&block).unwrap();
-        let got: Vec<(String, String)> = got
-            .into_iter()
-            .map(|(n, v)| (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()))
-            .collect();
-        let want = [
-            (":status", "200"),
-            ("server", "shardhttpd"),
-            ("date", "Thu, 01 Jan 2026 00:00:00 GMT"),
-            ("content-type", "text/html"),
-            ("content-length", "5"),
-            (
-                "x-custom-header-that-is-rather-long-indeed-longer-than-sixty-four-bytes",
-                "1",
-            ),
-        ];
-        let want: Vec<(String, String)> = want
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect();
-        assert_eq!(got, want);
-    }
-
-    #[test]
-    fn statuses_outside_the_static_table_are_literals() {
-        for (line, code) in [
-            (&b"HTTP/1.1 416 Range Not Satisfiable\r\n\r\n"[..], 416),
-            (b"HTTP/1.1 304 Not Modified\r\n\r\n", 304),
-        ] {
-            let mut block = Vec::new();
-            assert_eq!(encode_head(line, &mut block), Some(code));
-            let got = loona_hpack::Decoder::new().decode(&block).unwrap();
-            assert_eq!(got, [(b":status".to_vec(), code.to_string().into_bytes())]);
-        }
-    }
 
     #[test]
     fn huffman_strings_decode_as_the_crate_decodes_them() {
@@ -415,8 +262,10 @@ Transfer-Encoding: chunked\r\nX-Custom-Header-That-Is-Rather-Long-Indeed-Longer-
     fn an_hpack_bomb_is_counted_not_stored() {
         // One 4000-byte entry inserted, then referenced 1000 times.
         let mut block = vec![0x40];
-        string(&mut block, b"x-bomb");
-        string(&mut block, &[b'a'; 4000]);
+        integer(&mut block, 6, 7, 0);
+        block.extend_from_slice(b"x-bomb");
+        integer(&mut block, 4000, 7, 0);
+        block.extend_from_slice(&[b'a'; 4000]);
         block.extend(std::iter::repeat_n(0x80 | 62, 1000));
         let mut decoder = loona_hpack::Decoder::new();
         let mut fields = Fields::default();

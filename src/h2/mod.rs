@@ -10,12 +10,15 @@
 //! an HPACK block (`hpack`), the body DATA frames (`stream`).
 //!
 //! - `frame`: pure frame decode/encode.
-//! - `hpack`: header block decode (loona-hpack) and response encoding.
+//! - `hpack`: header block decode (loona-hpack).
+//! - `encode`: response header blocks, with the connection's encoder
+//!   dynamic table.
 //! - `conn`: the frame handlers, stream states, limits and defences.
 //! - `request`: header list → `Request`, RFC 9113 §8 validity.
 //! - `stream`: per-stream state, response bodies and the DATA scheduler
 //!   (RFC 9218 urgency, incremental round-robin).
 
+pub mod encode;
 pub mod frame;
 pub mod hpack;
 
@@ -110,6 +113,12 @@ pub struct H2Counters {
     pub defences: [u64; Defence::ALL.len()],
     /// Times a stream with data to send found its window closed.
     pub flow_stalls: u64,
+    /// Streams opened above a final GOAWAY's last stream id: never taken,
+    /// so a client may retry them elsewhere (RFC 9113 §6.8).
+    pub refused_after_goaway: u64,
+    /// Streams taken but not answered to their last byte when their
+    /// connection closed (a deadline, an error, the client leaving).
+    pub cut: u64,
 }
 
 /// Limits that ended a connection (or refused a stream), for the metrics.
@@ -201,6 +210,8 @@ pub struct H2 {
     cfg: H2Config,
     phase: Phase,
     decoder: loona_hpack::Decoder<'static>,
+    /// The response side's HPACK state (its dynamic table).
+    encoder: encode::Encoder,
     /// Header block being assembled (HEADERS + CONTINUATION).
     block: Vec<u8>,
     pending: Option<Pending>,
@@ -264,6 +275,7 @@ impl H2 {
             cfg,
             phase: Phase::Preface,
             decoder,
+            encoder: encode::Encoder::default(),
             block: Vec::new(),
             pending: None,
             fields: hpack::Fields::default(),

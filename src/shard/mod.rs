@@ -313,11 +313,16 @@ impl Shard {
     fn log_drained(&self, deadline: Instant, now: Instant) {
         let began = deadline - self.shared.shutdown_grace;
         let [after_response, idle_grace, deadline] = self.counters.drain_closes;
+        // HTTP/2: streams a GOAWAY refused (retryable by the client) and
+        // streams taken but cut off, over the shard's life.
+        let h2 = &self.counters.h2;
         tracing::info!(
             shard = self.index,
             after_response,
             idle_grace,
             deadline,
+            h2_refused_after_goaway = h2.refused_after_goaway,
+            h2_streams_cut = h2.cut,
             elapsed_ms = now.duration_since(began).as_millis() as u64,
             "shard drained"
         );
@@ -589,6 +594,7 @@ impl Shard {
                 });
                 self.counters.drain_closed(kind);
             }
+            self.counters.h2.cut += conn.h2_unfinished();
             if let Some(secs) = conn.unfinished_handshake() {
                 // Closed (timeout, EOF, reset) before the handshake ended;
                 // a handshake error was counted when it happened.

@@ -1,0 +1,311 @@
+//! Response header blocks (RFC 7541 encoder side). A response head, as
+//! `conn::respond` renders it for HTTP/1, becomes an HPACK block: `:status`
+//! first, names lower-cased, connection-specific fields dropped.
+//!
+//! Each connection keeps an encoder dynamic table ([`Encoder`]), as h2o
+//! does: a field seen before on the connection (`server`, `content-type`,
+//! `cache-control`, `vary`, the Date of this second, a file's `etag`…) is
+//! sent as a one-byte index; a new one as a literal with incremental
+//! indexing, so the next response can name it. The table is bounded by
+//! [`ENCODER_TABLE`] and by the peer's SETTINGS_HEADER_TABLE_SIZE; a
+//! change of that bound is announced by a dynamic table size update at the
+//! start of the next block (§4.2, §6.3).
+
+use std::collections::VecDeque;
+
+use super::hpack::{connection_specific, integer};
+
+/// Our encoder table's bound: the protocol default (and h2o's), so no size
+/// update is needed with a client that keeps the default. Each entry costs
+/// its name and value plus 32 bytes (§4.1); see ARCHITECTURE.md, "HTTP/2",
+/// for what this adds to a connection's memory.
+pub const ENCODER_TABLE: usize = 4096;
+
+/// Fields larger than this (name + value + 32) are sent without indexing:
+/// one would evict most of the table for a value unlikely to repeat.
+const MAX_INDEXED_ENTRY: usize = 512;
+
+/// RFC 7541 §4.1.
+const FIELD_OVERHEAD: usize = 32;
+
+/// Index of the first dynamic table entry (the static table has 61).
+const DYNAMIC_BASE: usize = 62;
+
+/// One dynamic table entry: name and value in one allocation.
+struct Entry {
+    bytes: Box<[u8]>,
+    name_len: usize,
+}
+
+impl Entry {
+    fn name(&self) -> &[u8] {
+        &self.bytes[..self.name_len]
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.bytes[self.name_len..]
+    }
+
+    fn size(&self) -> usize {
+        self.bytes.len() + FIELD_OVERHEAD
+    }
+}
+
+/// A connection's HPACK encoder state: the dynamic table the peer's
+/// decoder mirrors.
+pub struct Encoder {
+    /// Newest first: entry `i` has index `DYNAMIC_BASE + i`.
+    entries: VecDeque<Entry>,
+    /// Sum of the entries' sizes (§4.1).
+    size: usize,
+    /// The table's maximum size now in effect on both sides.
+    max: usize,
+    /// Size updates owed at the start of the next block: the least bound
+    /// since the last block (when lower than the final one) and the final.
+    pending: Option<(usize, usize)>,
+}
+
+impl Default for Encoder {
+    fn default() -> Encoder {
+        Encoder {
+            entries: VecDeque::new(),
+            size: 0,
+            max: ENCODER_TABLE,
+            pending: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encoder")
+            .field("entries", &self.entries.len())
+            .field("size", &self.size)
+            .field("max", &self.max)
+            .finish()
+    }
+}
+
+/// How [`Encoder::field`] may send a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Indexing {
+    /// Indexed when small enough: the field may repeat on the connection.
+    Incremental,
+    /// Never entered into the table (a per-response value such as a
+    /// request id): a literal without indexing, or an index if present.
+    Without,
+}
+
+impl Encoder {
+    /// The peer's SETTINGS_HEADER_TABLE_SIZE: our bound becomes the lesser
+    /// of it and [`ENCODER_TABLE`], announced at the next block.
+    pub fn peer_table_size(&mut self, peer: u32) {
+        let bound = (peer as usize).min(ENCODER_TABLE);
+        let least = match self.pending {
+            Some((least, _)) => least.min(bound),
+            None => bound,
+        };
+        self.pending = Some((least, bound));
+    }
+
+    /// Bytes the table holds (entries and their overhead), for memory
+    /// accounting.
+    pub fn table_size(&self) -> usize {
+        self.size
+    }
+
+    /// Start a header block: the size updates owed come first (§4.2).
+    pub fn begin(&mut self, out: &mut Vec<u8>) {
+        let Some((least, bound)) = self.pending.take() else {
+            return;
+        };
+        if least < bound && least < self.max {
+            self.resize(least);
+            integer(out, least, 5, 0x20);
+        }
+        self.resize(bound);
+        integer(out, bound, 5, 0x20);
+    }
+
+    fn resize(&mut self, max: usize) {
+        self.max = max;
+        self.evict(0);
+    }
+
+    /// Evict the oldest entries until `room` more bytes fit.
+    fn evict(&mut self, room: usize) {
+        while self.size + room > self.max {
+            let Some(e) = self.entries.pop_back() else {
+                break;
+            };
+            self.size -= e.size();
+        }
+    }
+
+    /// The `:status` pseudo-header (the static table holds the common ones).
+    pub fn status(&mut self, code: u16, out: &mut Vec<u8>) {
+        let index = match code {
+            200 => 8,
+            204 => 9,
+            206 => 10,
+            304 => 11,
+            400 => 12,
+            404 => 13,
+            500 => 14,
+            _ => {
+                let mut digits = [0u8; 3];
+                let mut c = code.min(999);
+                for d in digits.iter_mut().rev() {
+                    *d = b'0' + (c % 10) as u8;
+                    c /= 10;
+                }
+                return self.field(b":status", &digits, Indexing::Incremental, out);
+            }
+        };
+        out.push(0x80 | index);
+    }
+
+    /// One field, `name` already lower-case: an index when the table holds
+    /// it, else a literal (entered into the table under `Incremental`).
+    pub fn field(&mut self, name: &[u8], value: &[u8], how: Indexing, out: &mut Vec<u8>) {
+        let mut name_index = static_name(name);
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.name_len != name.len() || e.name() != name {
+                continue;
+            }
+            if e.value() == value {
+                return integer(out, DYNAMIC_BASE + i, 7, 0x80);
+            }
+            if name_index.is_none() {
+                name_index = Some(DYNAMIC_BASE + i);
+            }
+        }
+        let entry_size = name.len() + value.len() + FIELD_OVERHEAD;
+        let index = how == Indexing::Incremental
+            && entry_size <= MAX_INDEXED_ENTRY
+            && entry_size <= self.max;
+        let (prefix, mask) = if index { (6, 0x40) } else { (4, 0x00) };
+        match name_index {
+            Some(n) => integer(out, n, prefix, mask),
+            None => {
+                out.push(mask);
+                string(out, name);
+            }
+        }
+        string(out, value);
+        if index {
+            self.evict(entry_size);
+            let mut bytes = Vec::with_capacity(name.len() + value.len());
+            bytes.extend_from_slice(name);
+            bytes.extend_from_slice(value);
+            self.entries.push_front(Entry {
+                bytes: bytes.into_boxed_slice(),
+                name_len: name.len(),
+            });
+            self.size += entry_size;
+        }
+    }
+
+    /// Encode an HTTP/1 response head (`HTTP/1.1 200 OK\r\n…\r\n\r\n`, as
+    /// `conn::respond` renders it) as the start of a header block. Returns
+    /// the status code, or `None` (nothing written, the table untouched)
+    /// for a head that is not one. Fields a response adds beyond its head
+    /// follow through [`Encoder::field`] (see `h2::conn`'s `request`).
+    pub fn head(&mut self, head: &[u8], out: &mut Vec<u8>) -> Option<u16> {
+        let eol = memchr::memchr(b'\n', head)?;
+        let status_line = &head[..eol];
+        let code = status_line.get(9..12)?;
+        if !code.iter().all(u8::is_ascii_digit) || status_line.get(..5) != Some(b"HTTP/") {
+            return None;
+        }
+        let status = code.iter().fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
+        self.begin(out);
+        self.status(status, out);
+        let mut lower = [0u8; 64];
+        let mut rest = &head[eol + 1..];
+        while let Some(eol) = memchr::memchr(b'\n', rest) {
+            let line = &rest[..eol];
+            rest = &rest[eol + 1..];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                break;
+            }
+            let Some(colon) = memchr::memchr(b':', line) else {
+                continue;
+            };
+            let name = &line[..colon];
+            let value = trim(&line[colon + 1..]);
+            let owned;
+            let lname: &[u8] = if name.len() <= lower.len() {
+                let l = &mut lower[..name.len()];
+                for (d, &c) in l.iter_mut().zip(name) {
+                    *d = c.to_ascii_lowercase();
+                }
+                l
+            } else {
+                owned = name.to_ascii_lowercase();
+                &owned
+            };
+            if connection_specific(lname) {
+                continue;
+            }
+            self.field(lname, value, Indexing::Incremental, out);
+        }
+        Some(status)
+    }
+}
+
+/// The static table's names (RFC 7541 Appendix A) for the response fields
+/// we send, by lower-case name.
+fn static_name(name: &[u8]) -> Option<usize> {
+    Some(match name {
+        b":status" => 8,
+        b"accept-ranges" => 18,
+        b"access-control-allow-origin" => 20,
+        b"age" => 21,
+        b"allow" => 22,
+        b"cache-control" => 24,
+        b"content-disposition" => 25,
+        b"content-encoding" => 26,
+        b"content-language" => 27,
+        b"content-length" => 28,
+        b"content-location" => 29,
+        b"content-range" => 30,
+        b"content-type" => 31,
+        b"date" => 33,
+        b"etag" => 34,
+        b"expires" => 36,
+        b"last-modified" => 44,
+        b"link" => 45,
+        b"location" => 46,
+        b"retry-after" => 53,
+        b"server" => 54,
+        b"set-cookie" => 55,
+        b"strict-transport-security" => 56,
+        b"vary" => 59,
+        b"via" => 60,
+        b"www-authenticate" => 61,
+        _ => return None,
+    })
+}
+
+/// A string literal without Huffman coding.
+fn string(out: &mut Vec<u8>, s: &[u8]) {
+    integer(out, s.len(), 7, 0);
+    out.extend_from_slice(s);
+}
+
+/// A field value without the optional whitespace around it (what we
+/// render has one space after the colon and none at the end).
+fn trim(mut b: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = b {
+        b = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = b {
+        b = rest;
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests;

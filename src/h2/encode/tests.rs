@@ -1,0 +1,168 @@
+use super::*;
+
+type Fields = Vec<(String, String)>;
+
+fn decoded(decoder: &mut loona_hpack::Decoder<'_>, block: &[u8]) -> Fields {
+    decoder
+        .decode(block)
+        .unwrap()
+        .into_iter()
+        .map(|(n, v)| (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()))
+        .collect()
+}
+
+fn fields(list: &[(&str, &str)]) -> Fields {
+    list.iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: shardhttpd\r\nDate: Thu, 01 Jan 2026 00:00:00 GMT\r\n\
+Content-Type: text/html\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\
+Transfer-Encoding: chunked\r\nX-Custom-Header-That-Is-Rather-Long-Indeed-Longer-Than-Sixty-Four-Bytes: 1\r\n\r\n";
+
+fn head_fields() -> Fields {
+    fields(&[
+        (":status", "200"),
+        ("server", "shardhttpd"),
+        ("date", "Thu, 01 Jan 2026 00:00:00 GMT"),
+        ("content-type", "text/html"),
+        ("content-length", "5"),
+        (
+            "x-custom-header-that-is-rather-long-indeed-longer-than-sixty-four-bytes",
+            "1",
+        ),
+    ])
+}
+
+#[test]
+fn a_head_encodes_to_what_a_decoder_reads_back() {
+    let mut enc = Encoder::default();
+    let mut block = Vec::new();
+    assert_eq!(enc.head(HEAD, &mut block), Some(200));
+    let mut dec = loona_hpack::Decoder::new();
+    assert_eq!(decoded(&mut dec, &block), head_fields());
+}
+
+#[test]
+fn a_repeated_head_is_one_byte_per_field() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let mut first = Vec::new();
+    enc.head(HEAD, &mut first);
+    let mut second = Vec::new();
+    enc.head(HEAD, &mut second);
+    // :status from the static table, five fields from the dynamic one.
+    assert_eq!(second.len(), 6, "{second:x?}");
+    assert!(second.iter().all(|b| b & 0x80 != 0));
+    assert!(first.len() > 100);
+    assert_eq!(decoded(&mut dec, &first), head_fields());
+    assert_eq!(decoded(&mut dec, &second), head_fields());
+    // A changed value is a literal naming the static (or indexed) name.
+    let third_head = String::from_utf8(HEAD.to_vec())
+        .unwrap()
+        .replace("00:00:00", "00:00:01");
+    let mut third = Vec::new();
+    enc.head(third_head.as_bytes(), &mut third);
+    let mut want = head_fields();
+    want[2].1 = "Thu, 01 Jan 2026 00:00:01 GMT".into();
+    assert_eq!(decoded(&mut dec, &third), want);
+    assert!(third.len() < 40, "{}", third.len());
+}
+
+#[test]
+fn statuses_outside_the_static_table_are_literals() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    for (line, code) in [
+        (&b"HTTP/1.1 416 Range Not Satisfiable\r\n\r\n"[..], 416),
+        (b"HTTP/1.1 304 Not Modified\r\n\r\n", 304),
+        (b"HTTP/1.1 416 Range Not Satisfiable\r\n\r\n", 416),
+        (b"HTTP/1.1 301 Moved Permanently\r\n\r\n", 301),
+    ] {
+        let mut block = Vec::new();
+        assert_eq!(enc.head(line, &mut block), Some(code));
+        assert_eq!(
+            decoded(&mut dec, &block),
+            fields(&[(":status", &code.to_string())])
+        );
+    }
+    let mut block = Vec::new();
+    assert_eq!(enc.head(b"HTTP/1.1 2x0 OK\r\n\r\n", &mut block), None);
+    assert_eq!(enc.head(b"garbage", &mut block), None);
+    assert!(block.is_empty());
+}
+
+#[test]
+fn the_table_stays_within_its_bound_and_in_step_with_the_decoder() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    // Many distinct values: the oldest are evicted on both sides alike.
+    for i in 0..400 {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nServer: shardhttpd\r\nETag: \"{i:08x}-{}\"\r\nContent-Length: {i}\r\n\r\n",
+            "v".repeat(i % 90)
+        );
+        let mut block = Vec::new();
+        enc.head(head.as_bytes(), &mut block);
+        assert!(enc.table_size() <= ENCODER_TABLE);
+        let want = fields(&[
+            (":status", "200"),
+            ("server", "shardhttpd"),
+            ("etag", &format!("\"{i:08x}-{}\"", "v".repeat(i % 90))),
+            ("content-length", &i.to_string()),
+        ]);
+        assert_eq!(decoded(&mut dec, &block), want, "response {i}");
+    }
+}
+
+#[test]
+fn the_peers_table_size_is_announced_and_obeyed() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let mut block = Vec::new();
+    enc.head(HEAD, &mut block);
+    assert_eq!(decoded(&mut dec, &block), head_fields());
+    // SETTINGS_HEADER_TABLE_SIZE 0, then 256 in one frame: both updates.
+    enc.peer_table_size(0);
+    enc.peer_table_size(256);
+    block.clear();
+    enc.head(HEAD, &mut block);
+    assert_eq!(block[0], 0x20, "{block:x?}");
+    assert_eq!(block[1..4], [0x3f, 0xe1, 0x01], "{block:x?}");
+    assert_eq!(decoded(&mut dec, &block), head_fields());
+    assert!(enc.table_size() <= 256);
+    // A table of 0: nothing indexed, every field a literal each time.
+    enc.peer_table_size(0);
+    for _ in 0..2 {
+        block.clear();
+        enc.head(HEAD, &mut block);
+        assert_eq!(decoded(&mut dec, &block), head_fields());
+        assert_eq!(enc.table_size(), 0);
+    }
+    // A peer asking for more than our bound gets our bound.
+    enc.peer_table_size(1 << 20);
+    block.clear();
+    enc.head(HEAD, &mut block);
+    assert_eq!(block[..3], [0x3f, 0xe1, 0x1f], "{block:x?}");
+    assert_eq!(decoded(&mut dec, &block), head_fields());
+}
+
+#[test]
+fn large_and_unindexed_fields_stay_out_of_the_table() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let big = "x".repeat(600);
+    for _ in 0..2 {
+        let mut block = Vec::new();
+        enc.begin(&mut block);
+        enc.status(200, &mut block);
+        enc.field(b"link", big.as_bytes(), Indexing::Incremental, &mut block);
+        enc.field(b"x-request-id", b"abc", Indexing::Without, &mut block);
+        assert_eq!(enc.table_size(), 0);
+        assert_eq!(
+            decoded(&mut dec, &block),
+            fields(&[(":status", "200"), ("link", &big), ("x-request-id", "abc")])
+        );
+    }
+}
