@@ -208,12 +208,23 @@ fn load_tls(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Tls>> {
     let Some(settings) = &config.tls else {
         return Ok(None);
     };
+    if let Some(acme) = &config.acme {
+        crate::acme::prepare(acme).context("preparing the ACME state directory")?;
+    }
     let tls = Tls::new(settings).context("loading the TLS certificates")?;
     for c in tls.collectors() {
         metrics.register(c);
     }
     tls.spawn_watcher()
         .context("spawning the certificate watcher")?;
+    if let Some(acme) = &config.acme {
+        let acme_metrics = crate::acme::AcmeMetrics::new();
+        for c in acme_metrics.collectors() {
+            metrics.register(c);
+        }
+        crate::acme::spawn(acme.clone(), Arc::clone(&tls.store), acme_metrics)
+            .context("spawning the ACME thread")?;
+    }
     Ok(Some(tls))
 }
 

@@ -10,6 +10,7 @@
 mod epoll;
 mod fs;
 mod handover;
+mod lock;
 mod net;
 mod thread;
 
@@ -18,6 +19,7 @@ pub use fs::{
     lstat_at, nofile_limit, open_beneath, open_beneath_no_symlinks, populate_write, shrink_anon,
     Lstat,
 };
+pub use lock::try_lock_exclusive;
 pub use handover::{child_exited, inherit_fds, kill_group, pipe, take_inherited, wait_readable};
 pub use net::{
     accept4, attach_reuseport_cbpf, peer_pid, recv, sendfile, sendmsg_more, set_defer_accept,
