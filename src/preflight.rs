@@ -158,14 +158,17 @@ impl Preflight {
 fn check_tls(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
         if let Some(acme) = &config.acme {
-            crate::acme::state::check_dir_readonly(&acme.state_dir).map_err(|e| setup(format!("{e:#}")))?;
+            crate::acme::state::check_dir_readonly(&acme.state_dir)
+                .map_err(|e| setup(format!("{e:#}")))?;
         }
         // ACME's files are made at start (a placeholder until the CA
         // issues); one not there yet is not an error.
         let pairs: Vec<_> = tls
             .pairs
             .iter()
-            .filter(|p| !p.origin.starts_with("acme_domains") || crate::acme::state::held(&p.cert).is_some())
+            .filter(|p| {
+                !p.origin.starts_with("acme_domains") || crate::acme::state::held(&p.cert).is_some()
+            })
             .cloned()
             .collect();
         if pairs.is_empty() {

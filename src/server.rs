@@ -375,6 +375,8 @@ fn serve(
     for addr in addrs.tls() {
         tracing::info!(shards = shards.threads.len(), "listening tls_addr={addr}");
     }
+    // The CA's validation must find the listeners answering.
+    crate::acme::listening();
     announce_ready(inherited, &metrics)?;
     Ok(Serving {
         claims,

@@ -96,7 +96,10 @@ impl Ureq {
                 })
                 .collect();
             if roots.is_empty() {
-                bail!("acme_ca_roots: {} holds no CERTIFICATE block", path.display());
+                bail!(
+                    "acme_ca_roots: {} holds no CERTIFICATE block",
+                    path.display()
+                );
             }
             tls = tls.root_certs(RootCerts::new_with_certs(&roots));
         } else {
@@ -174,7 +177,10 @@ pub fn account(settings: &AcmeSettings) -> Result<Account, Failure> {
     ))?;
     let json = serde_json::to_vec(&creds).context("serialising the account credentials")?;
     state::write_private(&file, &json)?;
-    tracing::info!(directory = settings.directory.as_str(), "ACME account created");
+    tracing::info!(
+        directory = settings.directory.as_str(),
+        "ACME account created"
+    );
     Ok(account)
 }
 

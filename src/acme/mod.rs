@@ -21,7 +21,7 @@ mod client;
 pub mod state;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::tls::CertStore;
@@ -221,11 +221,32 @@ fn jitter_unit() -> f64 {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let x = xxhash_rust::xxh3::xxh3_64(&[nanos.to_le_bytes(), std::process::id().to_le_bytes()].concat());
+    let x = xxhash_rust::xxh3::xxh3_64(
+        &[nanos.to_le_bytes(), std::process::id().to_le_bytes()].concat(),
+    );
     (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Start the `acme` thread.
+/// Set once the listeners answer: the thread orders nothing before, since
+/// the CA's validation connects to them.
+static LISTENING: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// The listeners answer: orders may start.
+pub fn listening() {
+    let (flag, cv) = &LISTENING;
+    *flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    cv.notify_all();
+}
+
+fn wait_listening() {
+    let (flag, cv) = &LISTENING;
+    let mut on = flag.lock().unwrap_or_else(|e| e.into_inner());
+    while !*on {
+        on = cv.wait(on).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// Start the `acme` thread; it orders once [`listening`] is called.
 pub fn spawn(
     settings: AcmeSettings,
     certs: Arc<CertStore>,
@@ -238,10 +259,14 @@ pub fn spawn(
 }
 
 fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
+    wait_listening();
     let mut due: Vec<Due> = settings
         .domains
         .iter()
-        .map(|_| Due { at: i64::MIN, failures: 0 })
+        .map(|_| Due {
+            at: i64::MIN,
+            failures: 0,
+        })
         .collect();
     let mut account = None;
     loop {
@@ -271,7 +296,10 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
             let lock = match state::Lock::try_take(&settings.state_dir) {
                 Ok(Some(lock)) => lock,
                 Ok(None) => {
-                    tracing::info!(name = name.as_str(), "ACME state directory locked by another process; waiting");
+                    tracing::info!(
+                        name = name.as_str(),
+                        "ACME state directory locked by another process; waiting"
+                    );
                     d.at = now + LOCK_RETRY.as_secs() as i64;
                     continue;
                 }
@@ -285,8 +313,16 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
             if d.failures == 0 && renew_at(state::held(&settings.cert_file(name))) > now {
                 continue;
             }
-            let why = if held.is_some_and(|h| !h.placeholder) { "renewal" } else { "first certificate" };
-            tracing::info!(name = name.as_str(), directory = settings.directory.as_str(), "ACME order ({why})");
+            let why = if held.is_some_and(|h| !h.placeholder) {
+                "renewal"
+            } else {
+                "first certificate"
+            };
+            tracing::info!(
+                name = name.as_str(),
+                directory = settings.directory.as_str(),
+                "ACME order ({why})"
+            );
             let result = obtain(settings, &mut account, name);
             drop(lock);
             match result {
@@ -353,7 +389,17 @@ mod tests {
         for ok in ["example.com", "a.b-c.example", "xn--bcher-kva.example"] {
             assert_eq!(check_name(ok), Ok(()), "{ok}");
         }
-        for bad in ["*.example.com", "localhost", "127.0.0.1", "::1", "a..b", "-a.b", "a-.b", "a_b.c", ""] {
+        for bad in [
+            "*.example.com",
+            "localhost",
+            "127.0.0.1",
+            "::1",
+            "a..b",
+            "-a.b",
+            "a-.b",
+            "a_b.c",
+            "",
+        ] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
         assert!(check_name(&format!("{}.com", "a".repeat(64))).is_err());
@@ -362,7 +408,11 @@ mod tests {
 
     #[test]
     fn renewal_is_two_thirds_into_the_lifetime() {
-        let h = |placeholder| state::Held { not_before: 900, not_after: 1200, placeholder };
+        let h = |placeholder| state::Held {
+            not_before: 900,
+            not_after: 1200,
+            placeholder,
+        };
         assert_eq!(renew_at(Some(h(false))), 1100);
         assert_eq!(renew_at(Some(h(true))), i64::MIN);
         assert_eq!(renew_at(None), i64::MIN);

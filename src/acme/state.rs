@@ -52,7 +52,13 @@ impl AcmeSettings {
             .directory
             .trim_start_matches("https://")
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         self.state_dir.join("accounts").join(format!("{safe}.json"))
     }
@@ -60,8 +66,8 @@ impl AcmeSettings {
 
 /// Create `dir` (mode 0700) if it is missing, and refuse one that others
 /// can write to (they could swap the certificates) or that is not a
-/// directory. Group or world read access is warned about: the account key
-/// and the certificate keys are 0600 all the same.
+/// directory. Group or world read access is warned about (once, here):
+/// the account key and the certificate keys are 0600 all the same.
 pub fn check_dir(dir: &Path) -> anyhow::Result<()> {
     if !dir.exists() {
         fs::DirBuilder::new()
@@ -71,6 +77,13 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<()> {
             .with_context(|| format!("creating the ACME state directory {}", dir.display()))?;
     }
     check_dir_readonly(dir)?;
+    let mode = fs::metadata(dir)?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            "the ACME state directory is readable by group or others (mode {mode:o}); 700 is enough"
+        );
+    }
     for sub in ["accounts", "certificates"] {
         let path = dir.join(sub);
         if !path.exists() {
@@ -89,10 +102,13 @@ pub fn check_dir_readonly(dir: &Path) -> anyhow::Result<()> {
     if !dir.exists() {
         return Ok(());
     }
-    let meta = fs::metadata(dir)
-        .with_context(|| format!("the ACME state directory {}", dir.display()))?;
+    let meta =
+        fs::metadata(dir).with_context(|| format!("the ACME state directory {}", dir.display()))?;
     if !meta.is_dir() {
-        bail!("the ACME state directory {} is not a directory", dir.display());
+        bail!(
+            "the ACME state directory {} is not a directory",
+            dir.display()
+        );
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o022 != 0 {
@@ -100,12 +116,6 @@ pub fn check_dir_readonly(dir: &Path) -> anyhow::Result<()> {
             "the ACME state directory {} is writable by group or others (mode {mode:o}): \
              anyone who can write there can replace the certificates; chmod 700 it",
             dir.display()
-        );
-    }
-    if mode & 0o077 != 0 {
-        tracing::warn!(
-            dir = %dir.display(),
-            "the ACME state directory is readable by group or others (mode {mode:o}); 700 is enough"
         );
     }
     Ok(())

@@ -85,8 +85,14 @@ pub(super) fn acme_settings(
                 })?;
             Some((kid.clone(), key))
         }
-        (Some(_), None) => bail!("{}: needed with `acme_eab_kid`", s.name("acme_eab_hmac_key")),
-        (None, Some(_)) => bail!("{}: needed with `acme_eab_hmac_key`", s.name("acme_eab_kid")),
+        (Some(_), None) => bail!(
+            "{}: needed with `acme_eab_kid`",
+            s.name("acme_eab_hmac_key")
+        ),
+        (None, Some(_)) => bail!(
+            "{}: needed with `acme_eab_hmac_key`",
+            s.name("acme_eab_kid")
+        ),
         (None, None) => None,
     };
     let state_dir = match &s.acme_state_dir {

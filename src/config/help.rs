@@ -114,7 +114,10 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("acme_ca_roots", "the bundled Mozilla roots".into()),
         (
             "acme_state_dir",
-            format!("$STATE_DIRECTORY/acme, else {}", crate::acme::DEFAULT_STATE_DIR),
+            format!(
+                "$STATE_DIRECTORY/acme, else {}",
+                crate::acme::DEFAULT_STATE_DIR
+            ),
         ),
         (
             "acme_challenge",
@@ -122,7 +125,10 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ),
         ("acme_eab_kid", "none".into()),
         ("acme_eab_hmac_key", "none".into()),
-        ("acme_retry_min", format_duration(crate::acme::DEFAULT_RETRY_MIN)),
+        (
+            "acme_retry_min",
+            format_duration(crate::acme::DEFAULT_RETRY_MIN),
+        ),
         ("trusted_proxies", "none".into()),
         (
             "real_ip_header",

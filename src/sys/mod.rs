@@ -19,8 +19,8 @@ pub use fs::{
     lstat_at, nofile_limit, open_beneath, open_beneath_no_symlinks, populate_write, shrink_anon,
     Lstat,
 };
-pub use lock::try_lock_exclusive;
 pub use handover::{child_exited, inherit_fds, kill_group, pipe, take_inherited, wait_readable};
+pub use lock::try_lock_exclusive;
 pub use net::{
     accept4, attach_reuseport_cbpf, peer_pid, recv, sendfile, sendmsg_more, set_defer_accept,
     set_incoming_cpu, write, writev,
