@@ -508,8 +508,7 @@ const TLS_ONLY: &[&str] = &[
     "shardhttpd_tls_certificate_reloads_total",
     "shardhttpd_tls_ticket_key_changed_timestamp_seconds",
     "shardhttpd_tls_ticket_key_rotations_total",
-    // With `acme_domains` only.
-    "shardhttpd_acme_orders_total",
+    // With an ACME-issued certificate only.
     "shardhttpd_acme_certificate_expiry_seconds",
 ];
 
