@@ -310,7 +310,10 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
                 }
             };
             // Renewed by another replica while we waited for the lock.
-            if d.failures == 0 && renew_at(state::held(&settings.cert_file(name))) > now {
+            let renew = renew_at(state::held(&settings.cert_file(name)));
+            if renew > now {
+                d.failures = 0;
+                d.at = renew;
                 continue;
             }
             let why = if held.is_some_and(|h| !h.placeholder) {
