@@ -44,6 +44,11 @@ pub const MAX_RETRY: Duration = Duration::from_secs(6 * 3600);
 /// replica may have renewed, or an operator replaced a file.
 const RECHECK: Duration = Duration::from_secs(3600);
 
+/// The problem type of a CA that no longer knows the stored account (it
+/// was deactivated, or the CA's database was reset): a new one is
+/// created on the next try.
+const ACCOUNT_GONE: &str = "accountDoesNotExist";
+
 /// How long a replica waits before trying a lock another one holds.
 const LOCK_RETRY: Duration = Duration::from_secs(5);
 
@@ -180,6 +185,21 @@ impl AcmeMetrics {
         AcmeMetrics { orders, expiry }
     }
 
+    /// The expiry gauge for `name`: set from an issued certificate,
+    /// absent for a placeholder or nothing.
+    fn publish(&self, name: &str, held: Option<state::Held>) {
+        match held {
+            Some(h) if !h.placeholder => {
+                self.expiry
+                    .with_label_values(&[name])
+                    .set(h.not_after as f64);
+            }
+            _ => {
+                let _ = self.expiry.remove_label_values(&[name]);
+            }
+        }
+    }
+
     pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
         vec![Box::new(self.orders.clone()), Box::new(self.expiry.clone())]
     }
@@ -273,17 +293,7 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
         let now = unix_now();
         for (name, d) in settings.domains.iter().zip(due.iter_mut()) {
             let held = state::held(&settings.cert_file(name));
-            match held {
-                Some(h) if !h.placeholder => {
-                    metrics
-                        .expiry
-                        .with_label_values(&[name])
-                        .set(h.not_after as f64);
-                }
-                _ => {
-                    let _ = metrics.expiry.remove_label_values(&[name]);
-                }
-            }
+            metrics.publish(name, held);
             let renew = renew_at(held);
             if d.failures == 0 {
                 d.at = renew;
@@ -326,14 +336,24 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
                 directory = settings.directory.as_str(),
                 "ACME order ({why})"
             );
-            let result = obtain(settings, &mut account, name);
+            // A panic in a dependency must not end renewals for good.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                obtain(settings, &mut account, name)
+            }))
+            .unwrap_or_else(|_| {
+                Err(client::Failure::Error(anyhow::anyhow!(
+                    "the ACME client panicked"
+                )))
+            });
             drop(lock);
             match result {
                 Ok(()) => {
                     metrics.orders.with_label_values(&["success"]).inc();
                     d.failures = 0;
-                    d.at = renew_at(state::held(&settings.cert_file(name)));
+                    let held = state::held(&settings.cert_file(name));
+                    d.at = renew_at(held);
                     certs.reload();
+                    metrics.publish(name, held);
                     tracing::info!(name = name.as_str(), "ACME certificate installed");
                 }
                 Err(f) => {
@@ -345,6 +365,9 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
                     // A failure to reach the CA may come from a stale
                     // account handle: rebuild it next time.
                     account = None;
+                    if f.to_string().contains(ACCOUNT_GONE) {
+                        state::retire_account(settings);
+                    }
                     d.failures += 1;
                     let wait = backoff(settings.retry_min, d.failures, jitter_unit());
                     d.at = unix_now() + wait.as_secs().max(1) as i64;

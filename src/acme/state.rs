@@ -139,6 +139,20 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Move the account credentials aside (`.json.gone`, kept for the
+/// operator) when the CA no longer knows the account.
+pub fn retire_account(settings: &AcmeSettings) {
+    let file = settings.account_file();
+    let gone = file.with_extension("json.gone");
+    match fs::rename(&file, &gone) {
+        Ok(()) => tracing::warn!(
+            file = %gone.display(),
+            "the CA does not know the ACME account any more; a new one is made on the next try"
+        ),
+        Err(e) => tracing::error!(error = %e, file = %file.display(), "retiring the ACME account"),
+    }
+}
+
 /// What `file` holds, if it holds a certificate that loads.
 pub fn held(file: &Path) -> Option<Held> {
     let pem = fs::read(file).ok()?;

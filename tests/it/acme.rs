@@ -538,3 +538,60 @@ fn settings_are_checked() {
         assert!(err.contains(want), "{flags:?}: {err}");
     }
 }
+
+/// A CA that no longer knows the stored account (here: pebble restarted
+/// with an empty database) refuses the renewal with `accountDoesNotExist`;
+/// the credentials are moved aside, a new account is created and the
+/// renewal succeeds, the old certificate serving meanwhile.
+#[test]
+fn forgotten_account_is_replaced() {
+    if !tools_present("account-gone") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let port = pebble::free_port();
+    let server = start(
+        &site,
+        &acme_flags(
+            &trust,
+            state.path(),
+            &pebble::directory(port),
+            "http-01",
+            &["e.test"],
+        ),
+    );
+    let tls = tls::tls_addr(&server);
+    let opts = Options {
+        http_port: server.plain_addr().port(),
+        tls_port: tls.port(),
+        port: Some(port),
+        validity_secs: Some(15),
+        blocklist: vec![],
+    };
+    let first = Pebble::start(&trust, &opts);
+    await_orders(&server, Some(&first), "success", 1.0);
+    drop(first);
+    let second = Pebble::start(&trust, &opts);
+    await_orders(&server, Some(&second), "refused", 1.0);
+    assert!(
+        server.log_text().contains("accountDoesNotExist"),
+        "{}",
+        server.log_text()
+    );
+    await_orders(&server, Some(&second), "success", 2.0);
+    let gone = std::fs::read_dir(state.path().join("accounts"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .to_string_lossy()
+                .ends_with(".json.gone")
+        })
+        .count();
+    assert_eq!(gone, 1);
+    let (_, text) = s_client(tls, "e.test", Some(second.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+}
