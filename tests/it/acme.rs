@@ -595,3 +595,62 @@ fn forgotten_account_is_replaced() {
     let (_, text) = s_client(tls, "e.test", Some(second.root()));
     assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
 }
+
+/// Replicas sharing `acme_state_dir`: while another process holds its
+/// lock the server orders nothing (and says so); once it is free the
+/// server orders. A second server started on the same directory serves
+/// the issued certificate at once, without ordering.
+#[test]
+fn lock_holds_orders_back_and_state_is_served_at_once() {
+    if !tools_present("lock") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let dir = state.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let lock = std::fs::File::create(dir.join("lock")).unwrap();
+    assert!(shardhttpd::sys::try_lock_exclusive(&lock).unwrap());
+    let port = pebble::free_port();
+    let flags = acme_flags(
+        &trust,
+        &dir,
+        &pebble::directory(port),
+        "http-01",
+        &["f.test"],
+    );
+    let a = start(&site, &flags);
+    let tls_a = tls::tls_addr(&a);
+    let pebble = Pebble::start(
+        &trust,
+        &Options {
+            http_port: a.plain_addr().port(),
+            tls_port: tls_a.port(),
+            port: Some(port),
+            validity_secs: None,
+            blocklist: vec![],
+        },
+    );
+    a.wait_for_log("locked by another process", Duration::from_secs(10))
+        .expect("the wait for the lock is logged");
+    std::thread::sleep(Duration::from_secs(2));
+    let total = |s: &Server| orders(s, "success") + orders(s, "refused") + orders(s, "error");
+    assert_eq!(
+        total(&a),
+        0.0,
+        "ordered while the lock was held\n{}",
+        a.log_text()
+    );
+    drop(lock);
+    await_orders(&a, Some(&pebble), "success", 1.0);
+
+    let b = start(&site, &flags);
+    let tls_b = tls::tls_addr(&b);
+    let (_, text) = s_client(tls_b, "f.test", Some(pebble.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert!(!b.log_text().contains("placeholder"), "{}", b.log_text());
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(total(&b), 0.0, "{}", b.log_text());
+}
