@@ -150,16 +150,16 @@ fn http01_issues_a_certificate_served_to_openssl_and_curl() {
     let state_dir = state.path().join("acme");
     let before = listing(&site.root);
     let port = pebble::free_port();
-    let server = start(
-        &site,
-        &acme_flags(
-            &trust,
-            &state_dir,
-            &pebble::directory(port),
-            "http-01",
-            &["a.test"],
-        ),
+    // Behind `redirect_https`, which must not send the validation away.
+    let mut flags = acme_flags(
+        &trust,
+        &state_dir,
+        &pebble::directory(port),
+        "http-01",
+        &["a.test"],
     );
+    flags.extend(["--redirect-https".to_owned(), "true".to_owned()]);
+    let server = start(&site, &flags);
     let tls = tls::tls_addr(&server);
     let pebble = Pebble::start(
         &trust,
@@ -219,6 +219,7 @@ fn http01_issues_a_certificate_served_to_openssl_and_curl() {
     assert_eq!(listing(&site.root), before, "the root changed");
     let r = server.get("/.well-known/acme-challenge/anything");
     assert_eq!(r.status, 404);
+    assert_eq!(server.get("/index.html").status, 301);
 }
 
 /// Every path under `root`, recursively, sorted.
