@@ -429,6 +429,11 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad}");
         }
         assert!(check_name(&format!("{}.com", "a".repeat(64))).is_err());
+        // 253 characters at most (RFC 1035's 255 octets on the wire).
+        let long = |last: usize| format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(last));
+        assert_eq!(long(61).len(), 253);
+        assert_eq!(check_name(&long(61)), Ok(()));
+        assert!(check_name(&long(62)).is_err());
         assert_eq!(check_name(&format!("{}.com", "a".repeat(63))), Ok(()));
     }
 
@@ -455,5 +460,13 @@ mod tests {
         assert_eq!(backoff(min, 40, 0.5), MAX_RETRY);
         let j = jitter_unit();
         assert!((0.0..1.0).contains(&j), "{j}");
+        // It spreads: calls at different instants differ.
+        let seen: std::collections::HashSet<u64> = (0..8)
+            .map(|_| {
+                std::thread::sleep(Duration::from_micros(50));
+                jitter_unit().to_bits()
+            })
+            .collect();
+        assert!(seen.len() > 1, "{seen:?}");
     }
 }
