@@ -8,6 +8,8 @@
 #   counters  src/metrics/counters.rs  per-shard counters: the exact-metrics and histogram suites
 #   tls       src/tls/*.rs, src/conn/tls.rs  TLS: the unit tests (ticket keys under a
 #             test clock, validity bounds, the sans-I/O reader) and every TLS suite
+#   acme      src/acme/*.rs, src/config/acme.rs  ACME: the unit tables and the
+#             pebble suite (tests/it/acme.rs; ~40 s a mutant, skipped without pebble)
 #
 # Usage: bench/mutants.sh [--iterate] [--in-place] [SET...]   (default: all four sets)
 #   --iterate   re-test only the mutants a previous run of the set missed
@@ -36,8 +38,8 @@ for arg in "$@"; do
   case "$arg" in
     --iterate) iterate=(--iterate) ;;
     --in-place) inplace=(--in-place) ;;
-    http | respond | output | counters | tls) sets+=("$arg") ;;
-    *) echo "usage: $0 [--iterate] [--in-place] [http|respond|output|counters|tls]..." >&2; exit 2 ;;
+    http | respond | output | counters | tls | acme) sets+=("$arg") ;;
+    *) echo "usage: $0 [--iterate] [--in-place] [http|respond|output|counters|tls|acme]..." >&2; exit 2 ;;
   esac
 done
 [ ${#sets[@]} -gt 0 ] || sets=(http respond output counters tls)
@@ -98,6 +100,11 @@ for set in "${sets[@]}"; do
       # testssl scan is skipped (minutes per mutant).
       run tls --file 'src/tls/*.rs' --file src/conn/tls.rs \
         --cargo-arg=--lib --cargo-arg=--test=it -- -- tls --skip tls_scan
+      ;;
+    acme)
+      # `acme` selects the unit tests of acme::* and the acme suite.
+      run acme --file 'src/acme/*.rs' --file src/config/acme.rs \
+        --cargo-arg=--lib --cargo-arg=--test=it -- -- acme
       ;;
   esac
 done

@@ -2,6 +2,7 @@
 //! validated once into a [`Config`] that nothing downstream second-guesses.
 //! Values with units and addresses are parsed by the types in [`units`].
 
+mod acme;
 mod help;
 mod host;
 mod locate;
@@ -425,6 +426,59 @@ pub struct Settings {
     /// `real_ip_recursive on`). Needs `trusted_proxies`.
     #[arg(long, value_name = "NAME")]
     pub real_ip_header: Option<String>,
+    /// Automatic HTTPS (ACME, RFC 8555): names to obtain and renew a
+    /// certificate for, one certificate each; repeat for several. Needs
+    /// `tls_listen`; no wildcards (they need DNS-01).
+    #[arg(long, value_name = "NAME")]
+    #[serde(default, deserialize_with = "one_or_many_strings")]
+    pub acme_domains: Option<Vec<String>>,
+    /// Contact address given to the ACME CA for expiry and policy mail.
+    #[arg(long, value_name = "ADDRESS")]
+    pub acme_email: Option<String>,
+    /// ACME directory URL. Let's Encrypt's staging CA, for trying a setup
+    /// without its rate limits, is
+    /// `https://acme-staging-v02.api.letsencrypt.org/directory`.
+    #[arg(long, value_name = "URL")]
+    pub acme_directory: Option<String>,
+    /// PEM file of the root certificates that the ACME directory's HTTPS is
+    /// checked against instead of the bundled Mozilla roots (a private CA,
+    /// a test CA).
+    #[arg(long, value_name = "FILE")]
+    pub acme_ca_roots: Option<PathBuf>,
+    /// Where the ACME account key, the certificates and the lock file live
+    /// (a directory of this user's, mode 0700; see SECURITY.md).
+    #[arg(long, value_name = "DIR")]
+    pub acme_state_dir: Option<PathBuf>,
+    /// How the CA checks control of a name: `tls-alpn-01` (on the TLS
+    /// listener, which must be port 443 for a public CA) or `http-01` (on a
+    /// cleartext listener, port 80 for a public CA).
+    #[arg(long, value_name = "TYPE")]
+    pub acme_challenge: Option<String>,
+    /// External Account Binding key id, for CAs that need one (ZeroSSL,
+    /// Google Trust Services, many private CAs); with `acme_eab_hmac_key`.
+    #[arg(long, value_name = "KID")]
+    pub acme_eab_kid: Option<String>,
+    /// External Account Binding HMAC key, base64url as the CA gives it.
+    #[arg(long, value_name = "KEY")]
+    pub acme_eab_hmac_key: Option<String>,
+    /// First wait after a failed ACME order; each further failure doubles
+    /// it (with ±25% jitter) up to 6 h. Bare number: seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub acme_retry_min: Option<DurationValue<Secs>>,
+}
+
+/// A string or a list of strings (`acme_domains = "example.com"`).
+fn one_or_many_strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(Some(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    }))
 }
 
 /// One `[[tls_certificates]]` entry.
@@ -670,6 +724,8 @@ impl Settings {
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
             max_connections_per_core, hsts, redirect_https, h2, h2c, h2_max_concurrent_streams,
             proxy_protocol, trusted_proxies, real_ip_header,
+            acme_domains, acme_email, acme_directory, acme_ca_roots, acme_state_dir,
+            acme_challenge, acme_eab_kid, acme_eab_hmac_key, acme_retry_min,
         )
     }
 

@@ -21,6 +21,7 @@
 //!   eventfd, `sendfile`, `send(MSG_MORE)`.
 #![deny(unsafe_code)]
 
+pub mod acme;
 pub mod activation;
 pub mod cache;
 pub mod config;

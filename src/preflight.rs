@@ -255,7 +255,24 @@ impl Preflight {
 /// the error names the config key and the file.
 fn check_tls(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
-        let set = crate::tls::load_all(&tls.pairs, &crate::tls::provider()).map_err(|e| {
+        if let Some(acme) = &config.acme {
+            crate::acme::state::check_dir_readonly(&acme.state_dir)
+                .map_err(|e| setup(format!("{e:#}")))?;
+        }
+        // ACME's files are made at start (a placeholder until the CA
+        // issues); one not there yet is not an error.
+        let pairs: Vec<_> = tls
+            .pairs
+            .iter()
+            .filter(|p| {
+                !p.origin.starts_with("acme_domains") || crate::acme::state::held(&p.cert).is_some()
+            })
+            .cloned()
+            .collect();
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let set = crate::tls::load_all(&pairs, &crate::tls::provider()).map_err(|e| {
             let mut msg = format!("{e:#}");
             if let Some(lines) = &config.key_lines {
                 msg = lines.locate(&msg);

@@ -172,7 +172,12 @@ fn bind_all(config: &Config, claimed: Claimed) -> anyhow::Result<Bound> {
         mut claims,
     } = claimed;
     let metrics = Metrics::new(&config.cpus, config.metrics);
-    let tls = load_tls(config, &metrics)?;
+    // At 0 from the start even without ACME, as every counter is.
+    let acme_metrics = crate::acme::AcmeMetrics::new();
+    for c in acme_metrics.collectors() {
+        metrics.register(c);
+    }
+    let tls = load_tls(config, &metrics, acme_metrics)?;
     let admin_listener = match adopted_admin {
         Some(listener) => {
             tracing::info!("admin endpoint addr={} (inherited)", listener.local_addr()?);
@@ -210,17 +215,29 @@ fn bind_all(config: &Config, claimed: Claimed) -> anyhow::Result<Bound> {
     })
 }
 
-/// The certificates, their metrics and their watcher; `None` without TLS.
-fn load_tls(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Tls>> {
+/// The certificates, their metrics and their watcher, and the ACME thread
+/// when `acme_domains` asks for it; `None` without TLS.
+fn load_tls(
+    config: &Config,
+    metrics: &Metrics,
+    acme_metrics: crate::acme::AcmeMetrics,
+) -> anyhow::Result<Option<Tls>> {
     let Some(settings) = &config.tls else {
         return Ok(None);
     };
+    if let Some(acme) = &config.acme {
+        crate::acme::prepare(acme).context("preparing the ACME state directory")?;
+    }
     let tls = Tls::new(settings).context("loading the TLS certificates")?;
     for c in tls.collectors() {
         metrics.register(c);
     }
     tls.spawn_watcher()
         .context("spawning the certificate watcher")?;
+    if let Some(acme) = &config.acme {
+        crate::acme::spawn(acme.clone(), Arc::clone(&tls.store), acme_metrics)
+            .context("spawning the ACME thread")?;
+    }
     Ok(Some(tls))
 }
 
@@ -374,6 +391,8 @@ fn serve(
     if let Err(e) = claims.answer_askers() {
         tracing::warn!(error = %e, "cannot answer who holds the address claims; a --check may block");
     }
+    // The CA's validation must find the listeners answering.
+    crate::acme::listening();
     announce_ready(inherited, &claims, &metrics)?;
     Ok(Serving {
         claims,

@@ -131,6 +131,7 @@ fn world() -> &'static World {
             ticket_key_file: None,
             // The checks below read HTTP/1 framing.
             h2: false,
+            acme_tls_alpn: false,
         })
         .expect("TLS configuration");
         let mut roots = RootCertStore::empty();

@@ -108,6 +108,27 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
             "(RLIMIT_NOFILE - 64 - max_open_files) / shards, at least 64".into(),
         ),
         ("proxy_protocol", "false".into()),
+        ("acme_domains", "none (no ACME)".into()),
+        ("acme_email", "none".into()),
+        ("acme_directory", crate::acme::LETS_ENCRYPT.into()),
+        ("acme_ca_roots", "the bundled Mozilla roots".into()),
+        (
+            "acme_state_dir",
+            format!(
+                "$STATE_DIRECTORY/acme, else {}",
+                crate::acme::DEFAULT_STATE_DIR
+            ),
+        ),
+        (
+            "acme_challenge",
+            "tls-alpn-01 with a TLS listener on port 443, else http-01".into(),
+        ),
+        ("acme_eab_kid", "none".into()),
+        ("acme_eab_hmac_key", "none".into()),
+        (
+            "acme_retry_min",
+            format_duration(crate::acme::DEFAULT_RETRY_MIN),
+        ),
         ("trusted_proxies", "none".into()),
         (
             "real_ip_header",

@@ -79,6 +79,8 @@ pub struct Config {
     pub spa_fallback: bool,
     /// TLS listeners and certificates; `None` without `tls_listen`.
     pub tls: Option<crate::tls::TlsSettings>,
+    /// Automatic HTTPS; `None` without `acme_domains`.
+    pub acme: Option<crate::acme::AcmeSettings>,
     /// Connections one shard holds at most before it pauses accepting.
     pub max_connections_per_core: usize,
     /// `Strict-Transport-Security` value for TLS responses.
@@ -141,7 +143,8 @@ impl Config {
         let logs = logs(&s)?;
         let compress = compress_options(&s)?;
         let site = site_rules(&s)?;
-        let tls = tls_settings(&s)?;
+        let mut tls = tls_settings(&s)?;
+        let acme = super::acme::acme_settings(&s, tls.as_mut())?;
         let https = https(&s, tls.is_some())?;
         let root = root(&s)?;
         let net = addresses_and_cpus(&s, tls.as_ref(), allowed)?;
@@ -205,6 +208,7 @@ impl Config {
             trusted_proxies,
             real_ip_header,
             tls,
+            acme,
         })
     }
 
@@ -642,7 +646,8 @@ fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>>
         }
         return Ok(None);
     }
-    if pairs.is_empty() {
+    // ACME's own pairs are added by `acme_settings`.
+    if pairs.is_empty() && s.acme_domains.as_ref().is_none_or(|d| d.is_empty()) {
         bail!(
             "{}: `tls_listen` needs a certificate (`tls_cert` and `tls_key`, or `[[tls_certificates]]`)",
             s.name("tls_cert")
@@ -653,6 +658,7 @@ fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>>
         pairs,
         ticket_key_file: s.tls_ticket_key_file.clone(),
         h2: s.h2.unwrap_or(true),
+        acme_tls_alpn: false,
     }))
 }
 

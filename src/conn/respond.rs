@@ -140,6 +140,11 @@ pub fn respond(
             head_only,
         );
     }
+    // ACME HTTP-01 tokens ahead of the snapshot; the map is read only for
+    // paths under the challenge prefix.
+    if let Some(key_authorization) = crate::acme::challenge::http01(&env.scratch.path) {
+        return acme_token(env, out, persist, head_only, &key_authorization);
+    }
     let resource = env.snapshot.resolve(&env.scratch.path);
     match resource {
         None if env.snapshot.spa_index().is_some() && !has_extension(&env.scratch.path) => {
@@ -438,6 +443,14 @@ pub fn redirect_https(
     out: &mut Output,
     port: u16,
 ) -> (Status, u64) {
+    // The CA's HTTP-01 validation is answered on the cleartext port, not
+    // sent away (the redirect would work too, but only once a certificate
+    // is served on the TLS port).
+    if path::path_part(req.target)
+        .is_ok_and(|p| p.starts_with(crate::acme::challenge::HTTP01_PREFIX))
+    {
+        return respond(req, env, persist, out);
+    }
     let head_only = req.method == Method::Head;
     let Some(host) = req.host.filter(|h| !h.is_empty()) else {
         return error(
@@ -481,6 +494,30 @@ pub fn redirect_https(
         persist,
         head_only,
     )
+}
+
+/// 200 with a pending ACME HTTP-01 key authorization (RFC 8555 §8.3),
+/// never stored by a cache.
+fn acme_token(
+    env: &Env<'_>,
+    out: &mut Output,
+    persist: Persist,
+    head_only: bool,
+    body: &str,
+) -> (Status, u64) {
+    let buf = out.buf();
+    buf.extend_from_slice(Status::Ok.line());
+    buf.extend_from_slice(env.server_line);
+    buf.extend_from_slice(env.date.line());
+    buf.extend_from_slice(b"Content-Type: application/octet-stream\r\nCache-Control: no-store\r\n");
+    let _ = write!(buf, "Content-Length: {}\r\n", body.len());
+    buf.extend_from_slice(persist.line());
+    buf.extend_from_slice(b"\r\n");
+    if head_only {
+        return (Status::Ok, 0);
+    }
+    buf.extend_from_slice(body.as_bytes());
+    (Status::Ok, body.len() as u64)
 }
 
 /// The `Location` header line for the trailing-slash redirect of the

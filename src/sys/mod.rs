@@ -10,6 +10,7 @@
 mod epoll;
 mod fs;
 mod handover;
+mod lock;
 mod net;
 mod thread;
 
@@ -19,6 +20,7 @@ pub use fs::{
     Lstat,
 };
 pub use handover::{child_exited, inherit_fds, kill_group, pipe, take_inherited, wait_readable};
+pub use lock::try_lock_exclusive;
 pub use net::{
     accept4, attach_reuseport_cbpf, peer_pid, recv, sendfile, sendmsg_more, set_defer_accept,
     set_incoming_cpu, write, writev,

@@ -46,6 +46,8 @@ pub struct TlsSettings {
     pub ticket_key_file: Option<PathBuf>,
     /// Offer ALPN `h2` (before `http/1.1`: the server's preference).
     pub h2: bool,
+    /// Answer ACME TLS-ALPN-01 validations (ALPN `acme-tls/1`, RFC 8737).
+    pub acme_tls_alpn: bool,
 }
 
 /// The crypto provider: aws-lc-rs (see README, "TLS"; ring measured
@@ -209,6 +211,16 @@ struct Resolver(Arc<CertStore>);
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // A TLS-ALPN-01 validation offers `acme-tls/1` alone: it gets the
+        // pending challenge certificate for its name, or no handshake.
+        if hello
+            .alpn()
+            .is_some_and(crate::acme::challenge::offers_only_acme)
+        {
+            return hello
+                .server_name()
+                .and_then(crate::acme::challenge::alpn_cert);
+        }
         let set = self.0.current.load();
         Some(Arc::clone(
             set.pick(hello.server_name(), hello.signature_schemes()),
@@ -272,6 +284,12 @@ impl Tls {
         } else {
             vec![b"http/1.1".to_vec()]
         };
+        // Last: only a client offering nothing else ever gets it.
+        if settings.acme_tls_alpn {
+            config
+                .alpn_protocols
+                .push(crate::acme::challenge::ACME_TLS_ALPN.to_vec());
+        }
         // The suites' order is the server's (see `provider`).
         config.ignore_client_order = true;
         config.ticketer = Arc::clone(&ticketer) as Arc<dyn rustls::server::ProducesTickets>;

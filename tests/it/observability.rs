@@ -508,6 +508,8 @@ const TLS_ONLY: &[&str] = &[
     "shardhttpd_tls_certificate_reloads_total",
     "shardhttpd_tls_ticket_key_changed_timestamp_seconds",
     "shardhttpd_tls_ticket_key_rotations_total",
+    // With an ACME-issued certificate only.
+    "shardhttpd_acme_certificate_expiry_seconds",
 ];
 
 /// `promql` names a metric only a TLS server exports.

@@ -9,6 +9,7 @@
 pub mod caches;
 pub mod h2;
 pub mod metrics;
+pub mod pebble;
 pub mod privilege;
 pub mod procfs;
 pub mod sendfile_mode;

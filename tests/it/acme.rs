@@ -1,0 +1,657 @@
+//! Automatic HTTPS against a real ACME server: pebble (Let's Encrypt's
+//! test CA) with its DNS server pointing every `*.test` name at 127.0.0.1
+//! and validating against the server under test. Account, order, HTTP-01
+//! and TLS-ALPN-01, the issued certificate served to `openssl s_client`
+//! and `curl`, renewal of short-lived certificates, a refused name, and a
+//! CA that is down at start. Skipped loudly when pebble is not installed.
+
+use crate::support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::metrics::{scrape, sum};
+use support::pebble::{self, Options, Pebble, Trust};
+use support::*;
+
+/// Issuance takes pebble well under a second; renewals and retries wait
+/// for the ACME thread's schedule.
+const ISSUE_DEADLINE: Duration = Duration::from_secs(40);
+
+fn site() -> Site {
+    let site = Site::new("acme");
+    site.write("index.html", b"hello over acme\n");
+    site
+}
+
+/// Server flags for ACME with `challenge` against directory `dir`.
+fn acme_flags(
+    trust: &Trust,
+    state: &Path,
+    dir: &str,
+    challenge: &str,
+    names: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--tls-listen",
+        "127.0.0.1:0",
+        "--acme-directory",
+        dir,
+        "--acme-ca-roots",
+        &trust.roots.display().to_string(),
+        "--acme-state-dir",
+        &state.display().to_string(),
+        "--acme-challenge",
+        challenge,
+        "--acme-email",
+        "ops@example.test",
+        "--acme-retry-min",
+        "1s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for n in names {
+        args.extend(["--acme-domains".to_owned(), n.to_string()]);
+    }
+    args
+}
+
+fn start(site: &Site, args: &[String]) -> Server {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Server::start(&site.root, &args)
+}
+
+fn orders(server: &Server, result: &str) -> f64 {
+    sum(
+        &scrape(server.admin_addr()),
+        "shardhttpd_acme_orders_total",
+        &[("result", result)],
+    )
+}
+
+/// Wait until `orders_total{result}` reaches `at_least`.
+fn await_orders(server: &Server, pebble: Option<&Pebble>, result: &str, at_least: f64) {
+    let ok = poll_until(ISSUE_DEADLINE, || orders(server, result) >= at_least);
+    assert!(
+        ok,
+        "orders{{result={result}}} is {} after {ISSUE_DEADLINE:?}, want >= {at_least}\n{}\n{}",
+        orders(server, result),
+        server.log_text(),
+        pebble.map(Pebble::log_text).unwrap_or_default()
+    );
+}
+
+/// `openssl s_client` to `addr` for `name`, verifying against `root`:
+/// (the leaf's PEM, the whole output).
+fn s_client(addr: std::net::SocketAddr, name: &str, root: Option<&Path>) -> (String, String) {
+    use std::io::Write;
+    let mut cmd = Command::new("openssl");
+    cmd.args([
+        "s_client",
+        "-connect",
+        &addr.to_string(),
+        "-servername",
+        name,
+    ]);
+    if let Some(root) = root {
+        cmd.arg("-CAfile")
+            .arg(root)
+            .args(["-verify_hostname", name]);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn openssl");
+    child.stdin.take().unwrap().write_all(b"Q\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pem = text
+        .split_once("-----BEGIN CERTIFICATE-----")
+        .and_then(|(_, rest)| rest.split_once("-----END CERTIFICATE-----"))
+        .map(|(body, _)| body.to_owned())
+        .unwrap_or_default();
+    (pem, text)
+}
+
+fn tools_present(test: &str) -> bool {
+    if !pebble::available(test) {
+        return false;
+    }
+    for tool in ["openssl", "curl"] {
+        if !installed(tool) {
+            loud(&format!("SKIP: {test}: {tool} is not installed"));
+            return false;
+        }
+    }
+    true
+}
+
+/// HTTP-01: the account is created (its credentials 0600), the token is
+/// answered from memory on the cleartext listener (never written into the
+/// root), and the issued certificate replaces the placeholder for
+/// `openssl s_client` and `curl --cacert <pebble's root>`.
+#[test]
+fn http01_issues_a_certificate_served_to_openssl_and_curl() {
+    if !tools_present("http01") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let state_dir = state.path().join("acme");
+    let before = listing(&site.root);
+    let port = pebble::free_port();
+    // Behind `redirect_https`, which must not send the validation away.
+    let mut flags = acme_flags(
+        &trust,
+        &state_dir,
+        &pebble::directory(port),
+        "http-01",
+        &["a.test"],
+    );
+    flags.extend(["--redirect-https".to_owned(), "true".to_owned()]);
+    let server = start(&site, &flags);
+    let tls = tls::tls_addr(&server);
+    let pebble = Pebble::start(
+        &trust,
+        &Options {
+            http_port: server.plain_addr().port(),
+            tls_port: tls.port(),
+            port: Some(port),
+            validity_secs: None,
+            blocklist: vec![],
+        },
+    );
+    await_orders(&server, Some(&pebble), "success", 1.0);
+    // Installed through the reload path: new handshakes get it at once.
+    let (_, text) = s_client(tls, "a.test", Some(pebble.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert!(text.contains("Pebble Intermediate"), "{text}");
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(pebble.root())
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", tls.port())])
+        .arg(format!("https://a.test:{}/index.html", tls.port()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello over acme\n");
+    // What is stored, and how.
+    for f in ["accounts", "certificates"] {
+        let mode = std::fs::metadata(state_dir.join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{f}");
+    }
+    let accounts: Vec<_> = std::fs::read_dir(state_dir.join("accounts"))
+        .unwrap()
+        .collect();
+    assert_eq!(accounts.len(), 1, "{accounts:?}");
+    let account = accounts[0].as_ref().unwrap().path();
+    let mode = std::fs::metadata(&account).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", account.display());
+    let cert = state_dir.join("certificates/a.test.pem");
+    assert_eq!(
+        std::fs::metadata(&cert).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // The account key never reaches the log.
+    let creds = std::fs::read_to_string(&account).unwrap();
+    let key: serde_json::Value = serde_json::from_str(&creds).unwrap();
+    let pkcs8 = key["key_pkcs8"].as_str().unwrap_or_default();
+    assert!(pkcs8.len() > 20, "{creds}");
+    assert!(!server.log_text().contains(pkcs8));
+    // Nothing was written into the root, and no token is left answered.
+    assert_eq!(listing(&site.root), before, "the root changed");
+    let r = server.get("/.well-known/acme-challenge/anything");
+    assert_eq!(r.status, 404);
+    assert_eq!(server.get("/index.html").status, 301);
+}
+
+/// Every path under `root`, recursively, sorted.
+fn listing(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// TLS-ALPN-01: the validation's ClientHello (ALPN `acme-tls/1` alone)
+/// gets the challenge certificate from the resolver; afterwards a client
+/// offering only `acme-tls/1` gets no handshake.
+#[test]
+fn tls_alpn01_issues_a_certificate() {
+    if !tools_present("tls-alpn-01") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let port = pebble::free_port();
+    let server = start(
+        &site,
+        &acme_flags(
+            &trust,
+            state.path(),
+            &pebble::directory(port),
+            "tls-alpn-01",
+            &["b.test"],
+        ),
+    );
+    let tls = tls::tls_addr(&server);
+    let pebble = Pebble::start(
+        &trust,
+        &Options {
+            http_port: pebble::free_port(),
+            tls_port: tls.port(),
+            port: Some(port),
+            validity_secs: None,
+            blocklist: vec![],
+        },
+    );
+    await_orders(&server, Some(&pebble), "success", 1.0);
+    let (_, text) = s_client(tls, "b.test", Some(pebble.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    let (_, text) = s_client_alpn(tls, "b.test", "acme-tls/1");
+    assert!(!text.contains("ALPN protocol: acme-tls/1"), "{text}");
+}
+
+fn s_client_alpn(addr: std::net::SocketAddr, name: &str, alpn: &str) -> (bool, String) {
+    let out = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            name,
+            "-alpn",
+            alpn,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Short-lived certificates (pebble's `certificateValidityPeriod`) are
+/// renewed at two thirds of their lifetime and swapped in for new
+/// handshakes without a restart; a connection made before keeps working.
+#[test]
+fn short_lived_certificate_is_renewed() {
+    if !tools_present("renewal") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let port = pebble::free_port();
+    let server = start(
+        &site,
+        &acme_flags(
+            &trust,
+            state.path(),
+            &pebble::directory(port),
+            "http-01",
+            &["c.test"],
+        ),
+    );
+    let tls = tls::tls_addr(&server);
+    let pebble = Pebble::start(
+        &trust,
+        &Options {
+            http_port: server.plain_addr().port(),
+            tls_port: tls.port(),
+            port: Some(port),
+            validity_secs: Some(12),
+            blocklist: vec![],
+        },
+    );
+    await_orders(&server, Some(&pebble), "success", 1.0);
+    let (first, text) = s_client(tls, "c.test", Some(pebble.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    let mut before = tls::Wire::plain(server.plain_addr());
+    assert_eq!(
+        before
+            .roundtrip("GET /index.html HTTP/1.1\r\nHost: c\r\n\r\n")
+            .status,
+        200
+    );
+    // Renewal is due 8 s into a 12 s lifetime.
+    await_orders(&server, Some(&pebble), "success", 2.0);
+    let end = Instant::now() + ISSUE_DEADLINE;
+    let (second, text) = loop {
+        let (pem, text) = s_client(tls, "c.test", Some(pebble.root()));
+        if pem != first || Instant::now() > end {
+            break (pem, text);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_ne!(
+        first,
+        second,
+        "the renewed certificate is not served\n{}",
+        server.log_text()
+    );
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert_eq!(
+        before
+            .roundtrip("GET /index.html HTTP/1.1\r\nHost: c\r\n\r\n")
+            .status,
+        200
+    );
+    let expiry = sum(
+        &scrape(server.admin_addr()),
+        "shardhttpd_acme_certificate_expiry_seconds",
+        &[("name", "c.test")],
+    );
+    assert!(expiry > 1.0e9, "{expiry}");
+}
+
+/// A name the CA refuses (pebble's blocklist: a `rejectedIdentifier`
+/// problem) keeps its placeholder, is counted and logged with the CA's
+/// problem document, and does not stop the other name from being issued.
+#[test]
+fn refused_name_keeps_serving_and_is_counted() {
+    if !tools_present("refused") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let port = pebble::free_port();
+    let server = start(
+        &site,
+        &acme_flags(
+            &trust,
+            state.path(),
+            &pebble::directory(port),
+            "http-01",
+            &["blocked.test", "ok.test"],
+        ),
+    );
+    let tls = tls::tls_addr(&server);
+    let pebble = Pebble::start(
+        &trust,
+        &Options {
+            http_port: server.plain_addr().port(),
+            tls_port: tls.port(),
+            port: Some(port),
+            validity_secs: None,
+            blocklist: vec!["blocked.test".into()],
+        },
+    );
+    await_orders(&server, Some(&pebble), "refused", 1.0);
+    await_orders(&server, Some(&pebble), "success", 1.0);
+    let line = server
+        .wait_for_log("rejectedIdentifier", Duration::from_secs(5))
+        .expect("the CA's problem document is logged");
+    assert!(line.contains("ACME order failed"), "{line}");
+    assert!(line.contains("blocked.test"), "{line}");
+    let (_, text) = s_client(tls, "blocked.test", None);
+    assert!(text.contains("shardhttpd ACME placeholder"), "{text}");
+    let (_, text) = s_client(tls, "ok.test", Some(pebble.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert_eq!(server.get("/index.html").status, 200);
+}
+
+/// The CA is down at start: the server starts, serves the placeholder and
+/// cleartext, counts the failed order, retries, and installs the
+/// certificate once the CA is up.
+#[test]
+fn ca_down_at_start_serves_and_retries() {
+    if !tools_present("ca-down") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let port = pebble::free_port();
+    let server = start(
+        &site,
+        &acme_flags(
+            &trust,
+            state.path(),
+            &pebble::directory(port),
+            "http-01",
+            &["d.test"],
+        ),
+    );
+    let tls = tls::tls_addr(&server);
+    await_orders(&server, None, "error", 1.0);
+    assert_eq!(server.get("/index.html").status, 200);
+    let (_, text) = s_client(tls, "d.test", None);
+    assert!(text.contains("shardhttpd ACME placeholder"), "{text}");
+    assert!(server
+        .log_text()
+        .contains("serving a self-signed placeholder"));
+    let pebble = Pebble::start(
+        &trust,
+        &Options {
+            http_port: server.plain_addr().port(),
+            tls_port: tls.port(),
+            port: Some(port),
+            validity_secs: None,
+            blocklist: vec![],
+        },
+    );
+    await_orders(&server, Some(&pebble), "success", 1.0);
+    let (_, text) = s_client(tls, "d.test", Some(pebble.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+}
+
+/// `--check` refuses what cannot work, naming the setting.
+#[test]
+fn settings_are_checked() {
+    let site = site();
+    let root = site.base().display().to_string();
+    let state = TempDir::new("acme-state");
+    let open = state.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let open = open.display().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--acme-domains", "a.test"], "needs `tls_listen`"),
+        (
+            &["--tls-listen", "127.0.0.1:0", "--acme-domains", "*.a.test"],
+            "wildcard",
+        ),
+        (&["--acme-email", "a@b.test"], "needs `acme_domains`"),
+        (
+            &[
+                "--tls-listen",
+                "127.0.0.1:0",
+                "--acme-domains",
+                "a.test",
+                "--acme-challenge",
+                "dns-01",
+            ],
+            "not one of",
+        ),
+        (
+            &[
+                "--tls-listen",
+                "127.0.0.1:0",
+                "--acme-domains",
+                "a.test",
+                "--acme-directory",
+                "http://ca.test/dir",
+            ],
+            "not an https:// URL",
+        ),
+        (
+            &[
+                "--tls-listen",
+                "127.0.0.1:0",
+                "--acme-domains",
+                "a.test",
+                "--acme-state-dir",
+                &open,
+            ],
+            "writable by group or others",
+        ),
+    ];
+    for (flags, want) in cases {
+        let out = command()
+            .args([
+                "--root",
+                &root,
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--check",
+            ])
+            .args(*flags)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} passed");
+        assert!(err.contains(want), "{flags:?}: {err}");
+    }
+}
+
+/// A CA that no longer knows the stored account (here: pebble restarted
+/// with an empty database) refuses the renewal with `accountDoesNotExist`;
+/// the credentials are moved aside, a new account is created and the
+/// renewal succeeds, the old certificate serving meanwhile.
+#[test]
+fn forgotten_account_is_replaced() {
+    if !tools_present("account-gone") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let port = pebble::free_port();
+    let server = start(
+        &site,
+        &acme_flags(
+            &trust,
+            state.path(),
+            &pebble::directory(port),
+            "http-01",
+            &["e.test"],
+        ),
+    );
+    let tls = tls::tls_addr(&server);
+    let opts = Options {
+        http_port: server.plain_addr().port(),
+        tls_port: tls.port(),
+        port: Some(port),
+        validity_secs: Some(15),
+        blocklist: vec![],
+    };
+    let first = Pebble::start(&trust, &opts);
+    await_orders(&server, Some(&first), "success", 1.0);
+    drop(first);
+    let second = Pebble::start(&trust, &opts);
+    await_orders(&server, Some(&second), "refused", 1.0);
+    assert!(
+        server.log_text().contains("accountDoesNotExist"),
+        "{}",
+        server.log_text()
+    );
+    await_orders(&server, Some(&second), "success", 2.0);
+    let gone = std::fs::read_dir(state.path().join("accounts"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .to_string_lossy()
+                .ends_with(".json.gone")
+        })
+        .count();
+    assert_eq!(gone, 1);
+    let (_, text) = s_client(tls, "e.test", Some(second.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+}
+
+/// Replicas sharing `acme_state_dir`: while another process holds its
+/// lock the server orders nothing (and says so); once it is free the
+/// server orders. A second server started on the same directory serves
+/// the issued certificate at once, without ordering.
+#[test]
+fn lock_holds_orders_back_and_state_is_served_at_once() {
+    if !tools_present("lock") {
+        return;
+    }
+    let site = site();
+    let trust = Trust::new();
+    let state = TempDir::new("acme-state");
+    let dir = state.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let lock = std::fs::File::create(dir.join("lock")).unwrap();
+    assert!(shardhttpd::sys::try_lock_exclusive(&lock).unwrap());
+    let port = pebble::free_port();
+    let flags = acme_flags(
+        &trust,
+        &dir,
+        &pebble::directory(port),
+        "http-01",
+        &["f.test"],
+    );
+    let a = start(&site, &flags);
+    let tls_a = tls::tls_addr(&a);
+    let pebble = Pebble::start(
+        &trust,
+        &Options {
+            http_port: a.plain_addr().port(),
+            tls_port: tls_a.port(),
+            port: Some(port),
+            validity_secs: None,
+            blocklist: vec![],
+        },
+    );
+    a.wait_for_log("locked by another process", Duration::from_secs(10))
+        .expect("the wait for the lock is logged");
+    std::thread::sleep(Duration::from_secs(2));
+    let total = |s: &Server| orders(s, "success") + orders(s, "refused") + orders(s, "error");
+    assert_eq!(
+        total(&a),
+        0.0,
+        "ordered while the lock was held\n{}",
+        a.log_text()
+    );
+    drop(lock);
+    await_orders(&a, Some(&pebble), "success", 1.0);
+
+    let b = start(&site, &flags);
+    let tls_b = tls::tls_addr(&b);
+    let (_, text) = s_client(tls_b, "f.test", Some(pebble.root()));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert!(!b.log_text().contains("placeholder"), "{}", b.log_text());
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(total(&b), 0.0, "{}", b.log_text());
+}
