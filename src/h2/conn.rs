@@ -537,7 +537,7 @@ impl H2 {
                             &mut self.resp,
                         )
                     } else {
-                        handler.respond(&b.req, &mut self.resp)
+                        handler.respond(&b.req, &self.fields, &mut self.resp)
                     }
                 }
             }
@@ -567,6 +567,7 @@ impl H2 {
             self.block = block;
             return self.reset_stream(out.buf(), id, ErrorCode::Internal, counters);
         }
+        handler.extra_fields(&mut block);
         // The common small answer: the body is owned bytes that fit the
         // windows and one frame, so it goes out at once, without being
         // copied into the stream first.

@@ -233,6 +233,14 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
     out.extend_from_slice(s);
 }
 
+/// A field appended to a response block: a literal without indexing
+/// whose name (lower-case) is not in the static table.
+pub fn literal(out: &mut Vec<u8>, lname: &[u8], value: &[u8]) {
+    out.push(0);
+    string(out, lname);
+    string(out, value);
+}
+
 /// Fields HTTP/2 forbids in a message (RFC 9113 §8.2.2).
 pub fn connection_specific(name: &[u8]) -> bool {
     matches!(
