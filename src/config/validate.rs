@@ -302,10 +302,7 @@ fn access_log_fields(
             );
         };
         if fields.contains(&field) {
-            bail!(
-                "{}: `{name}` is listed twice",
-                s.name("access_log_fields")
-            );
+            bail!("{}: `{name}` is listed twice", s.name("access_log_fields"));
         }
         fields.push(field);
     }

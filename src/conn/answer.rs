@@ -115,7 +115,7 @@ impl Conn {
                     false,
                 );
                 let meta = Meta {
-                    started: self.started(io.head_at, env.now),
+                    started: started(self.reading, io.head_at, env.now),
                     request_id: id.as_ref().map_or(b"", IdLine::id),
                 };
                 env.record(&self.peer, self.tls.as_deref(), None, status, bytes, meta);
@@ -135,7 +135,7 @@ impl Conn {
             req.conn_keep_alive,
             env,
         );
-        let started = self.started(io.head_at, env.now);
+        let started = started(self.reading, io.head_at, env.now);
         let id = match env.cfg.request_id {
             Some(_) => request_id(env, &self.peer, &data[..head_len]),
             None => None,
@@ -273,9 +273,7 @@ fn request_id(env: &mut ShardEnv<'_>, peer: &super::Peer, head: &[u8]) -> Option
     let ip = peer.get().map(|a| a.ip());
     let trusted = &env.cfg.trusted_proxies;
     let incoming = match ip {
-        Some(ip) if proxy::trusted(trusted, ip) => {
-            proxy::header_values(head, &header.name).last()
-        }
+        Some(ip) if proxy::trusted(trusted, ip) => proxy::header_values(head, &header.name).last(),
         _ => None,
     };
     Some(request_id::choose(
@@ -287,16 +285,14 @@ fn request_id(env: &mut ShardEnv<'_>, peer: &super::Peer, head: &[u8]) -> Option
     ))
 }
 
-impl Conn {
-    /// When the request now parsed started: when its first byte was read
-    /// (`head_at`, set as a partial head began waiting) or else now, the
-    /// event that read it whole.
-    #[inline]
-    fn started(&self, head_at: Instant, now: Instant) -> Instant {
-        if self.reading == Reading::Head {
-            head_at
-        } else {
-            now
-        }
+/// When the request now parsed started: when its first byte was read
+/// (`head_at`, set as a partial head began waiting) or else `now`, the
+/// event that read it whole.
+#[inline]
+fn started(reading: Reading, head_at: Instant, now: Instant) -> Instant {
+    if reading == Reading::Head {
+        head_at
+    } else {
+        now
     }
 }

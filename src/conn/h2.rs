@@ -287,7 +287,9 @@ impl Answer<'_> {
         let ip = self.peer.get().map(|a| a.ip());
         let trusted = &self.cfg.trusted_proxies;
         let incoming = match (ip, fields) {
-            (Some(ip), Some(fields)) if proxy::trusted(trusted, ip) => last_value(fields, &header.name),
+            (Some(ip), Some(fields)) if proxy::trusted(trusted, ip) => {
+                last_value(fields, &header.name)
+            }
             _ => None,
         };
         self.id = Some(request_id::choose(

@@ -146,9 +146,8 @@ pub fn choose(
     line.buf[..name.len()].copy_from_slice(name);
     line.buf[name.len()..name.len() + 2].copy_from_slice(b": ");
     line.at = name.len() + 2;
-    let kept = incoming.filter(|id| {
-        acceptable(id) && peer.is_some_and(|ip| proxy::trusted(trusted, ip))
-    });
+    let kept =
+        incoming.filter(|id| acceptable(id) && peer.is_some_and(|ip| proxy::trusted(trusted, ip)));
     let end = match kept {
         Some(id) => {
             line.buf[line.at..line.at + id.len()].copy_from_slice(id);
@@ -205,7 +204,13 @@ mod tests {
         assert_eq!(kept.line(), b"X-Request-Id: abc-123\r\n");
         let made = choose(&header, &trusted, Some(client), Some(b"abc-123"), &mut ids);
         assert_eq!(made.id().len(), 32);
-        for bad in [&b""[..], b"a b", b"a\"b", b"a\\b", &[b'x'; MAX_INCOMING + 1]] {
+        for bad in [
+            &b""[..],
+            b"a b",
+            b"a\"b",
+            b"a\\b",
+            &[b'x'; MAX_INCOMING + 1],
+        ] {
             let l = choose(&header, &trusted, Some(lb), Some(bad), &mut ids);
             assert_eq!(l.id().len(), 32, "{bad:?} is replaced");
         }

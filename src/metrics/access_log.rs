@@ -282,7 +282,9 @@ impl ShardLog {
             (date_secs, 0)
         };
         let micros = if self.timed {
-            Instant::now().saturating_duration_since(l.started).as_micros() as u64
+            Instant::now()
+                .saturating_duration_since(l.started)
+                .as_micros() as u64
         } else {
             0
         };
@@ -320,13 +322,7 @@ impl ShardLog {
         escape_text(buf, f.method);
         buf.push(b' ');
         escape_text(buf, f.target);
-        let _ = write!(
-            buf,
-            " {}\" {} {} \"",
-            f.version,
-            l.status.code(),
-            l.bytes
-        );
+        let _ = write!(buf, " {}\" {} {} \"", f.version, l.status.code(), l.bytes);
         escape_text(buf, f.referer.unwrap_or(b"-"));
         buf.extend_from_slice(b"\" \"");
         escape_text(buf, f.agent.unwrap_or(b"-"));
