@@ -71,20 +71,18 @@ impl Default for RequestIds {
     }
 }
 
-/// 64 random bits drawn once per process.
+/// 64 random bits drawn once per process: std's `RandomState` keys come
+/// from the OS (`getrandom`), so hashing nothing with them is a random
+/// value, at the cost of one syscall at start. (aws-lc's generator would
+/// first gather CPU-jitter entropy: about 400 million instructions, which
+/// callgrind showed in every start.)
 fn prefix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
     static PREFIX: OnceLock<u64> = OnceLock::new();
     *PREFIX.get_or_init(|| {
-        use aws_lc_rs::rand::SecureRandom;
-        let mut b = [0u8; 8];
-        if aws_lc_rs::rand::SystemRandom::new().fill(&mut b).is_err() {
-            // Never seen in practice; the time still tells processes apart.
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            return t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32);
-        }
-        u64::from_be_bytes(b)
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
     })
 }
 
