@@ -262,9 +262,21 @@ pub struct Settings {
     /// Access log file; its directory must exist.
     #[arg(long, value_name = "PATH")]
     pub access_log: Option<PathBuf>,
-    /// Access log format: `combined` or `json`.
+    /// Access log format: `combined` (nginx's, byte for byte, as goaccess
+    /// and other log tools read it), `combined_timed` (combined, then
+    /// `"$host" $request_time_us "$request_id" $msec`), or `json` (one
+    /// object a line, fields chosen by `access_log_fields`).
     #[arg(long, value_name = "FORMAT")]
     pub access_log_format: Option<String>,
+    /// The fields of a `json` access-log line, in order (a list in the
+    /// file; comma-separated or repeated as a flag): `time` (UTC, with
+    /// milliseconds), `remote_addr`, `method`, `uri`, `protocol`, `status`,
+    /// `bytes`, `referer`, `user_agent`, `tls_version`, `tls_cipher`,
+    /// `host` (`Host`, or `:authority` on HTTP/2), `request_time_us` (from
+    /// the request's first byte, or its HEADERS frame, to the response
+    /// queued), `request_id`.
+    #[arg(long, value_name = "FIELD", value_delimiter = ',')]
+    pub access_log_fields: Option<Vec<String>>,
     /// Error log (stderr) format: `text`, or `json` (one object a line:
     /// timestamp, level, pid, target, message and the event's fields).
     /// Configuration errors before the start use it too.
@@ -426,6 +438,12 @@ pub struct Settings {
     /// `real_ip_recursive on`). Needs `trusted_proxies`.
     #[arg(long, value_name = "NAME")]
     pub real_ip_header: Option<String>,
+    /// Response header carrying a request id, e.g. `X-Request-Id`, on
+    /// every response (errors included) and in the access log: the one a
+    /// peer in `trusted_proxies` sent is kept, any other request gets a new
+    /// one (32 hex digits, as nginx's `$request_id`).
+    #[arg(long, value_name = "NAME")]
+    pub request_id_header: Option<String>,
     /// Automatic HTTPS (ACME, RFC 8555): names to obtain and renew a
     /// certificate for, one certificate each; repeat for several. Needs
     /// `tls_listen`; no wildcards (they need DNS-01).
@@ -715,7 +733,7 @@ impl Settings {
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, drain_delay, drain_idle_grace, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,
-            metrics, access_log, access_log_format, log_format, log_level,
+            metrics, access_log, access_log_format, access_log_fields, log_format, log_level,
             watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
             preload_max_files, compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, compress_fast_above, compress_max_file_bytes, cache_control, cache_control_default,
@@ -723,7 +741,7 @@ impl Settings {
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
             max_connections_per_core, hsts, redirect_https, h2, h2c, h2_max_concurrent_streams,
-            proxy_protocol, trusted_proxies, real_ip_header,
+            proxy_protocol, trusted_proxies, real_ip_header, request_id_header,
             acme_domains, acme_email, acme_directory, acme_ca_roots, acme_state_dir,
             acme_challenge, acme_eab_kid, acme_eab_hmac_key, acme_retry_min,
         )

@@ -266,6 +266,7 @@ fn open_access_log(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<
     let log = AccessLog::open(
         path,
         config.access_log_format,
+        &config.access_log_fields,
         Arc::clone(&metrics.access_log_dropped),
     )
     .map_err(|e| {

@@ -57,6 +57,12 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("metrics", "true".into()),
         ("access_log", "none (no access log)".into()),
         ("access_log_format", "combined".into()),
+        (
+            "access_log_fields",
+            crate::metrics::access_log::Field::ALL
+                .map(crate::metrics::access_log::Field::name)
+                .join(", "),
+        ),
         ("log_format", "text".into()),
         ("log_level", "info".into()),
         ("watch", "true".into()),
@@ -134,6 +140,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
             "real_ip_header",
             "none (the connection's address is logged)".into(),
         ),
+        ("request_id_header", "none (no request id)".into()),
         ("tls_cert", "none".into()),
         ("tls_key", "none".into()),
         (

@@ -53,6 +53,8 @@ pub struct Config {
     pub metrics: bool,
     pub access_log: Option<PathBuf>,
     pub access_log_format: LogFormat,
+    /// The fields of a JSON access-log line, in order.
+    pub access_log_fields: Vec<crate::metrics::access_log::Field>,
     /// Rebuild on changes under the root (inotify, else rescans).
     pub watch: bool,
     pub watch_debounce: Duration,
@@ -98,6 +100,8 @@ pub struct Config {
     pub trusted_proxies: Vec<crate::conn::proxy::Cidr>,
     /// The header naming the client behind an L7 balancer.
     pub real_ip_header: Option<String>,
+    /// The request-id response header.
+    pub request_id_header: Option<String>,
 }
 
 /// How connections are spread over the shards' listeners.
@@ -115,6 +119,9 @@ pub enum Steer {
 pub enum LogFormat {
     /// The NCSA combined format nginx and Apache write by default.
     Combined,
+    /// Combined, then the host, the request time in microseconds, the
+    /// request id and the time with milliseconds.
+    CombinedTimed,
     /// One JSON object per line.
     Json,
 }
@@ -185,6 +192,7 @@ impl Config {
             metrics: s.metrics.unwrap_or(true),
             access_log: logs.access_log,
             access_log_format: logs.access_log_format,
+            access_log_fields: logs.access_log_fields,
             watch: s.watch.unwrap_or(true),
             watch_debounce: times.watch_debounce,
             write_settle_max: times.write_settle_max,
@@ -207,6 +215,7 @@ impl Config {
             proxy_protocol,
             trusted_proxies,
             real_ip_header,
+            request_id_header: request_id_header(&s)?,
             tls,
             acme,
         })
@@ -248,22 +257,85 @@ impl Config {
 struct Logs {
     access_log: Option<PathBuf>,
     access_log_format: LogFormat,
+    access_log_fields: Vec<crate::metrics::access_log::Field>,
 }
 
 /// The error log's options and the access log's format.
 fn logs(s: &Settings) -> anyhow::Result<Logs> {
     crate::logging::Options::of(s).map_err(|(key, e)| anyhow::anyhow!("{}: {e}", s.name(key)))?;
+    let access_log_format = match s.access_log_format.as_deref() {
+        None | Some("combined") => LogFormat::Combined,
+        Some("combined_timed") => LogFormat::CombinedTimed,
+        Some("json") => LogFormat::Json,
+        Some(other) => bail!(
+            "{}: `{other}` is not one of `combined`, `combined_timed`, `json`",
+            s.name("access_log_format")
+        ),
+    };
     Ok(Logs {
         access_log: s.access_log.clone(),
-        access_log_format: match s.access_log_format.as_deref() {
-            None | Some("combined") => LogFormat::Combined,
-            Some("json") => LogFormat::Json,
-            Some(other) => bail!(
-                "{}: `{other}` is not one of `combined`, `json`",
-                s.name("access_log_format")
-            ),
-        },
+        access_log_format,
+        access_log_fields: access_log_fields(s, access_log_format)?,
     })
+}
+
+/// `access_log_fields`: known names, each once, for the JSON format.
+fn access_log_fields(
+    s: &Settings,
+    format: LogFormat,
+) -> anyhow::Result<Vec<crate::metrics::access_log::Field>> {
+    use crate::metrics::access_log::Field;
+    let Some(names) = &s.access_log_fields else {
+        return Ok(Field::ALL.to_vec());
+    };
+    if format != LogFormat::Json {
+        bail!(
+            "{}: chooses the fields of the `json` access log; set \
+             `access_log_format = \"json\"`, or remove it",
+            s.name("access_log_fields")
+        );
+    }
+    let all = || Field::ALL.map(Field::name).join(", ");
+    let mut fields = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(field) = Field::parse(name.trim()) else {
+            bail!(
+                "{}: unknown field `{name}`; the fields are {}",
+                s.name("access_log_fields"),
+                all()
+            );
+        };
+        if fields.contains(&field) {
+            bail!("{}: `{name}` is listed twice", s.name("access_log_fields"));
+        }
+        fields.push(field);
+    }
+    if fields.is_empty() {
+        bail!(
+            "{}: names no field; list some of {}",
+            s.name("access_log_fields"),
+            all()
+        );
+    }
+    Ok(fields)
+}
+
+/// `request_id_header`: a header name short enough for the stack line the
+/// id is rendered into.
+fn request_id_header(s: &Settings) -> anyhow::Result<Option<String>> {
+    let Some(name) = &s.request_id_header else {
+        return Ok(None);
+    };
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || name.len() > crate::conn::request_id::MAX_NAME || !name.bytes().all(token)
+    {
+        bail!(
+            "{}: must be a header name of at most {} characters, such as `X-Request-Id`",
+            s.name("request_id_header"),
+            crate::conn::request_id::MAX_NAME
+        );
+    }
+    Ok(Some(name.clone()))
 }
 
 /// `root`: a directory this user can reach.

@@ -4,6 +4,8 @@
 //! stops reading.
 
 use super::*;
+use env::Meta;
+use request_id::IdLine;
 
 impl Conn {
     /// Answer every complete request in the buffer, in order, until the
@@ -95,22 +97,28 @@ impl Conn {
                 if self.reading == Reading::Idle {
                     self.reading = Reading::Head;
                     self.deadline = env.now + env.cfg.header_timeout;
+                    io.head_at = env.now;
                 }
                 return false;
             }
             Ok(Some(req)) => req,
             &Err(e) => {
+                let id = env.made_id();
                 let (status, bytes) = respond::error_with(
                     &mut io.out,
                     &env.cfg.server_line,
                     env.date,
                     e.status(),
                     e.message(),
-                    b"",
+                    id.as_ref().map_or(b"", IdLine::line),
                     Persist::Close,
                     false,
                 );
-                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
+                let meta = Meta {
+                    started: started(self.reading, io.head_at, env.now),
+                    request_id: id.as_ref().map_or(b"", IdLine::id),
+                };
+                env.record(&self.peer, self.tls.as_deref(), None, status, bytes, meta);
                 io.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -127,6 +135,11 @@ impl Conn {
             req.conn_keep_alive,
             env,
         );
+        let started = started(self.reading, io.head_at, env.now);
+        let id = match env.cfg.request_id {
+            Some(_) => request_id(env, &self.peer, &data[..head_len]),
+            None => None,
+        };
         let mut renv = Env {
             snapshot: env.snapshot,
             date: env.date,
@@ -139,6 +152,7 @@ impl Conn {
                 b""
             },
             tls: self.tls.is_some(),
+            id_line: id.as_ref().map_or(b"", IdLine::line),
         };
         // A body too large to read past is refused, and the connection
         // closed: where the next request would start is unknown.
@@ -162,6 +176,10 @@ impl Conn {
             };
             (status, bytes, persist, close_reason)
         };
+        let meta = Meta {
+            started,
+            request_id: id.as_ref().map_or(b"", IdLine::id),
+        };
         if env.cfg.real_ip_header.is_some() {
             let head = &data[..head_len];
             record_forwarded(
@@ -170,11 +188,12 @@ impl Conn {
                 self.tls.as_deref(),
                 req,
                 head,
-                status,
-                bytes,
+                (status, bytes),
+                meta,
             );
         } else {
-            env.record(&self.peer, self.tls.as_deref(), Some(req), status, bytes);
+            let tls = self.tls.as_deref();
+            env.record(&self.peer, tls, Some(req), status, bytes, meta);
         }
         io.queued(env.now);
         io.rstart += head_len;
@@ -234,12 +253,46 @@ fn record_forwarded(
     tls: Option<&super::tls::TlsConn>,
     req: &request::Request<'_>,
     head: &[u8],
-    status: crate::http::Status,
-    bytes: u64,
+    (status, bytes): (crate::http::Status, u64),
+    meta: Meta<'_>,
 ) {
     let forwarded = match (&env.cfg.real_ip_header, env.log.is_some()) {
         (Some(name), true) => peer.real(head, name, &env.cfg.trusted_proxies),
         _ => *peer,
     };
-    env.record(&forwarded, tls, Some(req), status, bytes);
+    env.record(&forwarded, tls, Some(req), status, bytes, meta);
+}
+
+/// The id of a request with raw `head` (`request_id_header` is set): the
+/// header's last value from a trusted peer, else a new one. Out of line:
+/// with the setting off, a request pays one test for it.
+#[cold]
+#[inline(never)]
+fn request_id(env: &mut ShardEnv<'_>, peer: &super::Peer, head: &[u8]) -> Option<IdLine> {
+    let header = env.cfg.request_id.as_ref()?;
+    let ip = peer.get().map(|a| a.ip());
+    let trusted = &env.cfg.trusted_proxies;
+    let incoming = match ip {
+        Some(ip) if proxy::trusted(trusted, ip) => proxy::header_values(head, &header.name).last(),
+        _ => None,
+    };
+    Some(request_id::choose(
+        header,
+        trusted,
+        ip,
+        incoming,
+        &mut env.scratch.ids,
+    ))
+}
+
+/// When the request now parsed started: when its first byte was read
+/// (`head_at`, set as a partial head began waiting) or else `now`, the
+/// event that read it whole.
+#[inline]
+fn started(reading: Reading, head_at: Instant, now: Instant) -> Instant {
+    if reading == Reading::Head {
+        head_at
+    } else {
+        now
+    }
 }

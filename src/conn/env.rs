@@ -37,6 +37,8 @@ pub struct ConnConfig {
     pub trusted_proxies: Arc<[proxy::Cidr]>,
     /// `real_ip_header`.
     pub real_ip_header: Option<Arc<str>>,
+    /// `request_id_header`.
+    pub request_id: Option<super::request_id::IdHeader>,
 }
 
 impl ConnConfig {
@@ -84,6 +86,10 @@ impl ConnConfig {
             proxy_protocol: cfg.proxy_protocol,
             trusted_proxies: cfg.trusted_proxies.clone().into(),
             real_ip_header: cfg.real_ip_header.as_deref().map(Arc::from),
+            request_id: cfg
+                .request_id_header
+                .as_deref()
+                .map(super::request_id::IdHeader::new),
         }
     }
 }
@@ -153,6 +159,14 @@ impl Stop {
     }
 }
 
+/// What the access log says of an answer besides the request: when its
+/// request started and its id (`request_id_header`), empty when off.
+#[derive(Clone, Copy)]
+pub(super) struct Meta<'a> {
+    pub started: Instant,
+    pub request_id: &'a [u8],
+}
+
 impl ShardEnv<'_> {
     /// Count an answer and write its access-log line.
     pub(super) fn record(
@@ -162,11 +176,35 @@ impl ShardEnv<'_> {
         req: Option<&request::Request<'_>>,
         status: Status,
         bytes: u64,
+        meta: Meta<'_>,
     ) {
         self.counters.request(status, bytes);
         if let Some(log) = self.log.as_deref_mut() {
-            let session = tls.and_then(TlsConn::session_info);
-            log.line(self.date.secs(), peer.get(), session, req, status, bytes);
+            let line = crate::metrics::access_log::Line {
+                peer: peer.get(),
+                tls: tls.and_then(TlsConn::session_info),
+                req,
+                status,
+                bytes,
+                started: meta.started,
+                request_id: meta.request_id,
+            };
+            log.line(self.date.secs(), &line);
         }
+    }
+
+    /// A new request id for an answer with no request to take one from
+    /// (an unparsable head, a timeout): `None` with `request_id_header` off.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn made_id(&mut self) -> Option<super::request_id::IdLine> {
+        let header = self.cfg.request_id.as_ref()?;
+        Some(super::request_id::choose(
+            header,
+            &[],
+            None,
+            None,
+            &mut self.scratch.ids,
+        ))
     }
 }

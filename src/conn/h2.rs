@@ -4,7 +4,10 @@
 //! same counting and logging as HTTP/1, timeouts, and GOAWAY on drain.
 
 use super::*;
+use crate::h2::encode::{Encoder, Indexing};
+use crate::h2::hpack::Fields;
 use crate::h2::{frame, Handler, Recv, Sent, H2};
+use request_id::IdLine;
 
 impl Conn {
     #[inline]
@@ -74,6 +77,8 @@ impl Conn {
             peer: &self.peer,
             tls: self.tls.as_deref(),
             answered: 0,
+            now: env.now,
+            id: None,
         };
         let input = &io.rbuf[io.rstart..io.rend];
         let mut h2c = std::mem::take(&mut answer.counters.h2);
@@ -232,22 +237,39 @@ struct Answer<'a> {
     peer: &'a Peer,
     tls: Option<&'a TlsConn>,
     answered: usize,
+    /// The event's time: a request's HEADERS arrived in it.
+    now: Instant,
+    /// The id of the request just answered, for its HEADERS.
+    id: Option<IdLine>,
 }
 
 impl Answer<'_> {
-    fn record(&mut self, req: Option<&request::Request<'_>>, status: Status, bytes: u64) {
+    fn record(
+        &mut self,
+        req: Option<&request::Request<'_>>,
+        fields: Option<&Fields>,
+        status: Status,
+        bytes: u64,
+    ) {
         self.answered += 1;
         self.counters.request(status, bytes);
         if let Some(log) = self.log.as_deref_mut() {
-            let session = self.tls.and_then(TlsConn::session_info);
-            log.line(
-                self.date.secs(),
-                self.peer.get(),
-                session,
+            let peer = match (&self.cfg.real_ip_header, fields) {
+                (Some(name), Some(fields)) => {
+                    real_peer(self.peer, fields, name, &self.cfg.trusted_proxies)
+                }
+                _ => *self.peer,
+            };
+            let line = crate::metrics::access_log::Line {
+                peer: peer.get(),
+                tls: self.tls.and_then(TlsConn::session_info),
                 req,
                 status,
                 bytes,
-            );
+                started: self.now,
+                request_id: self.id.as_ref().map_or(b"", IdLine::id),
+            };
+            log.line(self.date.secs(), &line);
         }
     }
 
@@ -264,23 +286,78 @@ impl Answer<'_> {
                 b""
             },
             tls: self.tls.is_some(),
+            // Appended to the encoded head instead (`extra_fields`).
+            id_line: b"",
         }
+    }
+
+    /// The request's id (`request_id_header` set): the field's last value
+    /// from a trusted peer, else a new one.
+    #[cold]
+    #[inline(never)]
+    fn choose_id(&mut self, fields: Option<&Fields>) {
+        let Some(header) = &self.cfg.request_id else {
+            return;
+        };
+        let ip = self.peer.get().map(|a| a.ip());
+        let trusted = &self.cfg.trusted_proxies;
+        let incoming = match (ip, fields) {
+            (Some(ip), Some(fields)) if proxy::trusted(trusted, ip) => {
+                last_value(fields, &header.name)
+            }
+            _ => None,
+        };
+        self.id = Some(request_id::choose(
+            header,
+            trusted,
+            ip,
+            incoming,
+            &mut self.scratch.ids,
+        ));
     }
 }
 
+/// The last value of field `name` (any case) in a decoded list.
+fn last_value<'f>(fields: &'f Fields, name: &str) -> Option<&'f [u8]> {
+    fields
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+        .map(|(_, v)| v.trim_ascii())
+        .last()
+}
+
+/// [`Peer::real`] for HTTP/2: the address `real_ip_header` names in a
+/// trusted peer's request, for its access-log line.
+#[cold]
+#[inline(never)]
+fn real_peer(peer: &Peer, fields: &Fields, name: &str, trusted: &[proxy::Cidr]) -> Peer {
+    peer.real_from(last_value(fields, name), trusted)
+}
+
 impl Handler for Answer<'_> {
-    fn respond(&mut self, req: &request::Request<'_>, resp: &mut Output) -> (Status, u64) {
+    fn respond(
+        &mut self,
+        req: &request::Request<'_>,
+        fields: &Fields,
+        resp: &mut Output,
+    ) -> (Status, u64) {
+        if self.cfg.request_id.is_some() {
+            self.choose_id(Some(fields));
+        }
         let redirect = self.cfg.redirect_https.filter(|_| self.tls.is_none());
         let mut env = self.env();
         let (status, bytes) = match redirect {
             Some(port) => respond::redirect_https(req, &mut env, Persist::KeepAlive11, resp, port),
             None => respond::respond(req, &mut env, Persist::KeepAlive11, resp),
         };
-        self.record(Some(req), status, bytes);
+        self.record(Some(req), Some(fields), status, bytes);
         (status, bytes)
     }
 
     fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
+        if self.cfg.request_id.is_some() {
+            self.choose_id(None);
+        }
         let env = self.env();
         let (status, bytes) = respond::error(
             &env,
@@ -291,7 +368,13 @@ impl Handler for Answer<'_> {
             Persist::KeepAlive11,
             false,
         );
-        self.record(None, status, bytes);
+        self.record(None, None, status, bytes);
         (status, bytes)
+    }
+
+    fn extra_fields(&mut self, encoder: &mut Encoder, block: &mut Vec<u8>) {
+        if let (Some(header), Some(id)) = (&self.cfg.request_id, self.id.take()) {
+            encoder.field(&header.lower, id.id(), Indexing::Without, block);
+        }
     }
 }

@@ -15,6 +15,7 @@ mod h2;
 pub mod output;
 mod peer;
 pub mod proxy;
+pub mod request_id;
 pub mod respond;
 pub mod tls;
 
@@ -129,6 +130,9 @@ struct ConnIo {
     out: Output,
     /// When the answers now queued were parsed, for the latency histogram.
     answered_at: Instant,
+    /// When the first byte of the partial head now waiting was read (the
+    /// access log's request time).
+    head_at: Instant,
     /// Answers queued since the last complete flush.
     unflushed: u64,
     /// The HTTP/2 state of a connection that speaks it (`conn/h2.rs`); an
@@ -338,17 +342,26 @@ impl Conn {
             Reading::Head | Reading::Discard | Reading::DiscardChunked => {
                 self.unpark(env);
                 self.prepare_out(env.pool);
+                let id = env.made_id();
                 let (status, bytes) = respond::error_with(
                     &mut self.io().out,
                     &env.cfg.server_line,
                     env.date,
                     Status::RequestTimeout,
                     "timed out reading the request",
-                    b"",
+                    id.as_ref().map_or(b"", request_id::IdLine::line),
                     Persist::Close,
                     false,
                 );
-                env.record(&self.peer, self.tls.as_deref(), None, status, bytes);
+                let meta = env::Meta {
+                    started: if self.reading == Reading::Head {
+                        self.io().head_at
+                    } else {
+                        env.now
+                    },
+                    request_id: id.as_ref().map_or(b"", request_id::IdLine::id),
+                };
+                env.record(&self.peer, self.tls.as_deref(), None, status, bytes, meta);
                 // Best effort: the client has been silent, don't wait for it.
                 let _ = self.flush_out();
                 Step::Close(CloseReason::HeaderTimeout)
@@ -672,7 +685,11 @@ impl Conn {
                 // Answered in cleartext, bypassing the TLS session; the
                 // socket's buffer is empty, so the one write goes through.
                 let _ = (&self.stream).write(tls::PLAIN_HTTP_ANSWER);
-                env.record(&self.peer, None, None, Status::BadRequest, 0);
+                let meta = env::Meta {
+                    started: env.now,
+                    request_id: b"",
+                };
+                env.record(&self.peer, None, None, Status::BadRequest, 0, meta);
                 self.tls = None;
                 io.rstart = 0;
                 io.rend = 1; // unread bytes: linger rather than reset
@@ -765,6 +782,7 @@ impl ConnIo {
             chunked: chunked::Decoder::new(0),
             out: Output::default(),
             answered_at: Instant::now(),
+            head_at: Instant::now(),
             unflushed: 0,
             h2: None,
         })

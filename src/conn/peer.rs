@@ -70,8 +70,20 @@ impl Peer {
         if !proxy::trusted(trusted, addr.ip()) {
             return *self;
         }
+        self.real_from(proxy::header_values(head, name).last(), trusted)
+    }
+
+    /// [`real`](Self::real) given the header's last value (`None`: absent),
+    /// however the request carried it (an HTTP/1 head, an HTTP/2 list).
+    pub(super) fn real_from(&self, value: Option<&[u8]>, trusted: &[proxy::Cidr]) -> Peer {
+        let Some(addr) = self.get() else {
+            return *self;
+        };
+        if !proxy::trusted(trusted, addr.ip()) {
+            return *self;
+        }
         // The port is the balancer's, not the client's: logged as 0.
-        match proxy::real_ip(head, name, trusted) {
+        match value.and_then(|v| proxy::forwarded_for(v, trusted)) {
             Some(ip) => Peer::new(Some(SocketAddr::new(ip, 0))),
             None => *self,
         }

@@ -55,6 +55,9 @@ pub struct Env<'a> {
     pub conn_lines: &'a [u8],
     /// The connection is TLS: a file's TLS-only lines go out.
     pub tls: bool,
+    /// This request's `request_id_header` line, on every response; empty
+    /// when it is off (or on HTTP/2, whose encoder appends the id itself).
+    pub id_line: &'a [u8],
 }
 
 impl Env<'_> {
@@ -74,12 +77,32 @@ impl Env<'_> {
     }
 }
 
+/// `line` when there is one: with `request_id_header` off (empty) the
+/// hit path pays a test, not a copy.
+#[inline(always)]
+fn put(buf: &mut Vec<u8>, line: &[u8]) {
+    if !line.is_empty() {
+        buf.extend_from_slice(line);
+    }
+}
+
 #[derive(Default)]
 pub struct Scratch {
     path: Vec<u8>,
     ranges: Vec<ByteRange>,
     /// Counter that makes multipart boundaries differ between responses.
     boundary_seq: u64,
+    /// This shard's request ids (`request_id_header`).
+    pub ids: super::request_id::RequestIds,
+}
+
+impl Scratch {
+    pub fn for_shard(index: usize) -> Scratch {
+        Scratch {
+            ids: super::request_id::RequestIds::new(index),
+            ..Scratch::default()
+        }
+    }
 }
 
 /// Answer `req`, appending to `out`. Returns the status sent and the number
@@ -98,6 +121,7 @@ pub fn respond(
             buf.extend_from_slice(env.date.line());
             buf.extend_from_slice(ALLOW);
             buf.extend_from_slice(env.conn_lines);
+            put(buf, env.id_line);
             buf.extend_from_slice(persist.line());
             buf.extend_from_slice(b"\r\n");
             return (Status::NoContent, 0);
@@ -244,6 +268,7 @@ fn serve(
                 buf.extend_from_slice(piece);
             }
             buf.extend_from_slice(env.file_lines(&repr));
+            put(buf, env.id_line);
             buf.extend_from_slice(persist.line());
             buf.extend_from_slice(b"\r\n");
             return (Status::NotModified, 0);
@@ -311,6 +336,7 @@ fn serve(
     }
     buf.extend_from_slice(env.date.line());
     buf.extend_from_slice(env.file_lines(&repr));
+    put(buf, env.id_line);
     buf.extend_from_slice(persist.line());
     buf.extend_from_slice(b"\r\n");
     if head_only {
@@ -342,6 +368,7 @@ fn partial(
     }
     buf.extend_from_slice(repr.encoding_line());
     buf.extend_from_slice(env.file_lines(&repr));
+    put(buf, env.id_line);
     buf.extend_from_slice(persist.line());
     if let [r] = ranges.as_slice() {
         let len = r.end - r.start + 1;
@@ -575,6 +602,7 @@ pub fn error(
         message,
         env.snapshot.status_cache_control(status),
         extra,
+        env.id_line,
         persist,
         head_only,
     )
@@ -602,6 +630,7 @@ fn error_page(
     let _ = write!(buf, "Content-Length: {}\r\n", repr.len);
     buf.extend_from_slice(snapshot.status_cache_control(status));
     buf.extend_from_slice(extra);
+    put(buf, env.id_line);
     buf.extend_from_slice(persist.line());
     buf.extend_from_slice(b"\r\n");
     if head_only {
@@ -631,6 +660,7 @@ pub fn error_with(
         message,
         b"",
         extra,
+        b"",
         persist,
         head_only,
     )
@@ -648,6 +678,7 @@ fn text_error(
     message: &str,
     cache_control: &[u8],
     extra: &[u8],
+    id_line: &[u8],
     persist: Persist,
     head_only: bool,
 ) -> (Status, u64) {
@@ -660,6 +691,7 @@ fn text_error(
     let _ = write!(buf, "Content-Length: {body_len}\r\n");
     buf.extend_from_slice(cache_control);
     buf.extend_from_slice(extra);
+    put(buf, id_line);
     buf.extend_from_slice(persist.line());
     buf.extend_from_slice(b"\r\n");
     if head_only {

@@ -538,7 +538,7 @@ impl H2 {
                             &mut self.resp,
                         )
                     } else {
-                        handler.respond(&b.req, &mut self.resp)
+                        handler.respond(&b.req, &self.fields, &mut self.resp)
                     }
                 }
             }
@@ -565,13 +565,13 @@ impl H2 {
                 encoded = encoder.head(&b[..head_len], &mut block).is_some();
             }
         });
-        // Fields a response carries beyond its rendered head are appended
-        // here, after the head's, through `self.encoder.field` (a
-        // per-response value with `Indexing::Without`).
         if !encoded {
             self.block = block;
             return self.reset_stream(out.buf(), id, ErrorCode::Internal, counters);
         }
+        // Fields a response carries beyond its rendered head (a
+        // per-response value, never entered into the table).
+        handler.extra_fields(&mut self.encoder, &mut block);
         // The common small answer: the body is owned bytes that fit the
         // windows and one frame, so it goes out at once, without being
         // copied into the stream first.

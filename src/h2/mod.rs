@@ -92,10 +92,20 @@ pub struct H2Config {
 /// What answers the requests: `conn` implements it over `conn::respond`
 /// (and counts and logs each answer).
 pub trait Handler {
-    /// Answer `req` into `resp` (empty); returns what was queued.
-    fn respond(&mut self, req: &Request<'_>, resp: &mut Output) -> (Status, u64);
+    /// Answer `req` (built from `fields`) into `resp` (empty); returns
+    /// what was queued.
+    fn respond(
+        &mut self,
+        req: &Request<'_>,
+        fields: &hpack::Fields,
+        resp: &mut Output,
+    ) -> (Status, u64);
     /// An error answer for a request that could not be built (431, 414…).
     fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64);
+    /// Fields for the answer just given, appended to its encoded head
+    /// through the connection's `encoder` (the request id, with
+    /// `Indexing::Without`); none by default.
+    fn extra_fields(&mut self, _encoder: &mut encode::Encoder, _block: &mut Vec<u8>) {}
 }
 
 /// HTTP/2 counters of a shard, published with the others.

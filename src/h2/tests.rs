@@ -10,7 +10,12 @@ use super::*;
 struct Fixed;
 
 impl Handler for Fixed {
-    fn respond(&mut self, _req: &Request<'_>, resp: &mut Output) -> (Status, u64) {
+    fn respond(
+        &mut self,
+        _req: &Request<'_>,
+        _fields: &hpack::Fields,
+        resp: &mut Output,
+    ) -> (Status, u64) {
         resp.buf().extend_from_slice(
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello",
         );

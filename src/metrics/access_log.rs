@@ -3,6 +3,11 @@
 //! event loop and lines from different shards never interleave mid-line.
 //! If the writer falls behind, shards drop lines (and count them) rather
 //! than wait. SIGUSR1 makes the writer reopen the file, for logrotate.
+//!
+//! Formats: `combined` is nginx's byte for byte (goaccess and every log
+//! tool read it); `combined_timed` appends `"$host" $request_time_us
+//! "$request_id" $msec` to it, where tools that read combined ignore them;
+//! `json` writes the fields `access_log_fields` chooses, in its order.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -11,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::LogFormat;
 use crate::http::request::{Request, Version};
@@ -21,6 +26,85 @@ use crate::http::Status;
 const FLUSH_BYTES: usize = 64 * 1024;
 /// Buffers queued to the writer before shards start dropping lines.
 const QUEUE: usize = 64;
+
+/// A field of a JSON line (`access_log_fields`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Time,
+    RemoteAddr,
+    Method,
+    Uri,
+    Protocol,
+    Status,
+    Bytes,
+    Referer,
+    UserAgent,
+    TlsVersion,
+    TlsCipher,
+    Host,
+    RequestTimeUs,
+    RequestId,
+}
+
+impl Field {
+    /// Every field, in the default order (the fields of earlier releases
+    /// first, so their lines only grew at the end).
+    pub const ALL: [Field; 14] = [
+        Field::Time,
+        Field::RemoteAddr,
+        Field::Method,
+        Field::Uri,
+        Field::Protocol,
+        Field::Status,
+        Field::Bytes,
+        Field::Referer,
+        Field::UserAgent,
+        Field::TlsVersion,
+        Field::TlsCipher,
+        Field::Host,
+        Field::RequestTimeUs,
+        Field::RequestId,
+    ];
+
+    /// The JSON key, and the name `access_log_fields` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::Time => "time",
+            Field::RemoteAddr => "remote_addr",
+            Field::Method => "method",
+            Field::Uri => "uri",
+            Field::Protocol => "protocol",
+            Field::Status => "status",
+            Field::Bytes => "bytes",
+            Field::Referer => "referer",
+            Field::UserAgent => "user_agent",
+            Field::TlsVersion => "tls_version",
+            Field::TlsCipher => "tls_cipher",
+            Field::Host => "host",
+            Field::RequestTimeUs => "request_time_us",
+            Field::RequestId => "request_id",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Field> {
+        Field::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+/// What one line says about an answered request.
+pub struct Line<'a> {
+    pub peer: Option<SocketAddr>,
+    /// The TLS protocol version and cipher suite (JSON only).
+    pub tls: Option<(&'a str, &'a str)>,
+    /// `None` when the head could not be parsed.
+    pub req: Option<&'a Request<'a>>,
+    pub status: Status,
+    pub bytes: u64,
+    /// When the request's first byte was read (its HEADERS, on HTTP/2).
+    pub started: Instant,
+    /// The request id (`request_id_header`), or empty.
+    pub request_id: &'a [u8],
+}
 
 enum Msg {
     Lines { buf: Vec<u8>, back: Sender<Vec<u8>> },
@@ -32,6 +116,8 @@ enum Msg {
 pub struct AccessLog {
     tx: SyncSender<Msg>,
     format: LogFormat,
+    /// The JSON fields, in order.
+    fields: Arc<[Field]>,
     /// A reopen was asked for and not yet done.
     reopen: Arc<AtomicBool>,
     /// Lines dropped by every shard, for `/metrics` and `/status.json`
@@ -41,10 +127,11 @@ pub struct AccessLog {
 
 impl AccessLog {
     /// Open `path` for appending and start the writer thread; dropped lines
-    /// are added to `dropped`.
+    /// are added to `dropped`. `fields` are those of a JSON line.
     pub fn open(
         path: &Path,
         format: LogFormat,
+        fields: &[Field],
         dropped: Arc<AtomicU64>,
     ) -> std::io::Result<AccessLog> {
         let file = open_append(path)?;
@@ -58,6 +145,7 @@ impl AccessLog {
         Ok(AccessLog {
             tx,
             format,
+            fields: fields.into(),
             reopen,
             dropped,
         })
@@ -75,6 +163,14 @@ impl AccessLog {
 
     pub fn for_shard(&self) -> ShardLog {
         let (back_tx, back_rx) = mpsc::channel();
+        let (clock, timed) = match self.format {
+            LogFormat::Combined => (false, false),
+            LogFormat::CombinedTimed => (true, true),
+            LogFormat::Json => (
+                self.fields.contains(&Field::Time),
+                self.fields.contains(&Field::RequestTimeUs),
+            ),
+        };
         ShardLog {
             log: self.clone(),
             buf: Vec::with_capacity(FLUSH_BYTES + 1024),
@@ -82,6 +178,8 @@ impl AccessLog {
             back_rx,
             time_secs: u64::MAX,
             time: String::new(),
+            clock,
+            timed,
             dropped: 0,
         }
     }
@@ -125,85 +223,155 @@ pub struct ShardLog {
     /// The second `time` was rendered for.
     time_secs: u64,
     time: String,
+    /// Lines carry milliseconds: the clock is read per line (a vDSO call),
+    /// not the shard's Date second.
+    clock: bool,
+    /// Lines carry the request time: `Instant::now()` per line.
+    timed: bool,
     /// Lines dropped because the writer was behind.
     pub dropped: u64,
 }
 
-impl ShardLog {
-    /// Append one line for an answered request (`req` is None when the head
-    /// could not be parsed; `tls` is the protocol version and cipher suite
-    /// of a TLS connection, in the JSON format only).
-    pub fn line(
-        &mut self,
-        unix_secs: u64,
-        peer: Option<SocketAddr>,
-        tls: Option<(&str, &str)>,
-        req: Option<&Request<'_>>,
-        status: Status,
-        bytes: u64,
-    ) {
-        self.render_time(unix_secs);
-        let ip = peer.map(|p| p.ip());
-        let (method, target, version, referer, agent) = match req {
-            Some(r) => (
-                r.method_name.as_bytes(),
-                r.target,
-                match r.version {
+/// A line's request fields, `-` or empty where there is no request.
+struct Fields<'a> {
+    method: &'a [u8],
+    target: &'a [u8],
+    version: &'static str,
+    referer: Option<&'a [u8]>,
+    agent: Option<&'a [u8]>,
+    host: Option<&'a [u8]>,
+}
+
+impl<'a> Fields<'a> {
+    fn of(req: Option<&'a Request<'a>>) -> Fields<'a> {
+        match req {
+            Some(r) => Fields {
+                method: r.method_name.as_bytes(),
+                target: r.target,
+                version: match r.version {
                     Version::Http10 => "HTTP/1.0",
                     Version::Http11 => "HTTP/1.1",
                     Version::Http2 => "HTTP/2.0",
                 },
-                r.referer,
-                r.user_agent,
-            ),
-            None => (&b"-"[..], &b"-"[..], "-", None, None),
+                referer: r.referer,
+                agent: r.user_agent,
+                host: r.host,
+            },
+            None => Fields {
+                method: b"-",
+                target: b"-",
+                version: "-",
+                referer: None,
+                agent: None,
+                host: None,
+            },
+        }
+    }
+}
+
+impl ShardLog {
+    /// Append the line of an answered request; `date_secs` is the shard's
+    /// Date second (used when the format has no milliseconds).
+    pub fn line(&mut self, date_secs: u64, l: &Line<'_>) {
+        let (secs, millis) = if self.clock {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            (now.as_secs(), now.subsec_millis())
+        } else {
+            (date_secs, 0)
         };
-        let buf = &mut self.buf;
+        let micros = if self.timed {
+            Instant::now()
+                .saturating_duration_since(l.started)
+                .as_micros() as u64
+        } else {
+            0
+        };
+        self.render_time(secs);
+        let f = Fields::of(l.req);
         match self.log.format {
-            LogFormat::Combined => {
-                match ip {
-                    Some(ip) => {
-                        let _ = write!(buf, "{ip}");
-                    }
-                    None => buf.push(b'-'),
-                }
-                let _ = write!(buf, " - - [{}] \"", self.time);
-                escape_text(buf, method);
-                buf.push(b' ');
-                escape_text(buf, target);
-                let _ = write!(buf, " {version}\" {} {bytes} \"", status.code());
-                escape_text(buf, referer.unwrap_or(b"-"));
-                buf.extend_from_slice(b"\" \"");
-                escape_text(buf, agent.unwrap_or(b"-"));
-                buf.extend_from_slice(b"\"\n");
+            LogFormat::Combined => self.combined(&f, l),
+            LogFormat::CombinedTimed => {
+                self.combined(&f, l);
+                let buf = &mut self.buf;
+                buf.pop(); // the newline
+                buf.extend_from_slice(b" \"");
+                escape_text(buf, f.host.unwrap_or(b"-"));
+                let _ = write!(buf, "\" {micros} \"");
+                escape_text(buf, nonempty(l.request_id).unwrap_or(b"-"));
+                let _ = writeln!(buf, "\" {secs}.{millis:03}");
             }
-            LogFormat::Json => {
-                let _ = write!(buf, "{{\"time\":\"{}\",\"remote_addr\":\"", self.time);
-                if let Some(ip) = ip {
-                    let _ = write!(buf, "{ip}");
-                }
-                buf.extend_from_slice(b"\",\"method\":\"");
-                escape_json(buf, method);
-                buf.extend_from_slice(b"\",\"uri\":\"");
-                escape_json(buf, target);
-                let _ = write!(
-                    buf,
-                    "\",\"protocol\":\"{version}\",\"status\":{},\"bytes\":{bytes},\"referer\":\"",
-                    status.code()
-                );
-                escape_json(buf, referer.unwrap_or(b""));
-                buf.extend_from_slice(b"\",\"user_agent\":\"");
-                escape_json(buf, agent.unwrap_or(b""));
-                let (tls_version, tls_cipher) = tls.unwrap_or(("", ""));
-                let _ = writeln!(
-                    buf,
-                    "\",\"tls_version\":\"{tls_version}\",\"tls_cipher\":\"{tls_cipher}\"}}"
-                );
-            }
+            LogFormat::Json => self.json(&f, l, millis, micros),
         }
         if self.buf.len() >= FLUSH_BYTES {
             self.flush();
         }
+    }
+
+    /// nginx's `combined`.
+    fn combined(&mut self, f: &Fields<'_>, l: &Line<'_>) {
+        let buf = &mut self.buf;
+        match l.peer {
+            Some(p) => {
+                let _ = write!(buf, "{}", p.ip());
+            }
+            None => buf.push(b'-'),
+        }
+        let _ = write!(buf, " - - [{}] \"", self.time);
+        escape_text(buf, f.method);
+        buf.push(b' ');
+        escape_text(buf, f.target);
+        let _ = write!(buf, " {}\" {} {} \"", f.version, l.status.code(), l.bytes);
+        escape_text(buf, f.referer.unwrap_or(b"-"));
+        buf.extend_from_slice(b"\" \"");
+        escape_text(buf, f.agent.unwrap_or(b"-"));
+        buf.extend_from_slice(b"\"\n");
+    }
+
+    fn json(&mut self, f: &Fields<'_>, l: &Line<'_>, millis: u32, micros: u64) {
+        let buf = &mut self.buf;
+        buf.push(b'{');
+        for (i, field) in self.log.fields.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            buf.push(b'"');
+            buf.extend_from_slice(field.name().as_bytes());
+            buf.extend_from_slice(b"\":");
+            let (tls_version, tls_cipher) = l.tls.unwrap_or(("", ""));
+            match field {
+                Field::Time => {
+                    let _ = write!(buf, "\"{}.{millis:03}Z\"", self.time);
+                }
+                Field::RemoteAddr => {
+                    buf.push(b'"');
+                    if let Some(p) = l.peer {
+                        let _ = write!(buf, "{}", p.ip());
+                    }
+                    buf.push(b'"');
+                }
+                Field::Method => quoted(buf, f.method),
+                Field::Uri => quoted(buf, f.target),
+                Field::Protocol => quoted(buf, f.version.as_bytes()),
+                Field::Status => {
+                    let _ = write!(buf, "{}", l.status.code());
+                }
+                Field::Bytes => {
+                    let _ = write!(buf, "{}", l.bytes);
+                }
+                Field::Referer => quoted(buf, f.referer.unwrap_or(b"")),
+                Field::UserAgent => quoted(buf, f.agent.unwrap_or(b"")),
+                Field::TlsVersion => quoted(buf, tls_version.as_bytes()),
+                Field::TlsCipher => quoted(buf, tls_cipher.as_bytes()),
+                Field::Host => quoted(buf, f.host.unwrap_or(b"")),
+                Field::RequestTimeUs => {
+                    let _ = write!(buf, "{micros}");
+                }
+                Field::RequestId => quoted(buf, l.request_id),
+            }
+        }
+        buf.extend_from_slice(b"}\n");
     }
 
     /// Hand the buffered lines to the writer (on the shard's tick, or when full).
@@ -236,6 +404,9 @@ impl ShardLog {
         self.log.dropped.fetch_add(lines, Ordering::Relaxed);
     }
 
+    /// The second's part of the timestamp, rendered once per second:
+    /// `30/Nov/2026:15:04:17 +0000` (combined) or `2026-11-30T15:04:17`
+    /// (JSON, milliseconds and `Z` added per line).
     fn render_time(&mut self, secs: u64) {
         if secs == self.time_secs {
             return;
@@ -245,13 +416,26 @@ impl ShardLog {
         let imf = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
         let (day, mon, year, hms) = (&imf[5..7], &imf[8..11], &imf[12..16], &imf[17..25]);
         self.time = match self.log.format {
-            LogFormat::Combined => format!("{day}/{mon}/{year}:{hms} +0000"),
+            LogFormat::Combined | LogFormat::CombinedTimed => {
+                format!("{day}/{mon}/{year}:{hms} +0000")
+            }
             LogFormat::Json => {
                 let month = MONTHS.iter().position(|m| *m == mon).unwrap_or(0) + 1;
-                format!("{year}-{month:02}-{day}T{hms}Z")
+                format!("{year}-{month:02}-{day}T{hms}")
             }
         };
     }
+}
+
+fn nonempty(b: &[u8]) -> Option<&[u8]> {
+    (!b.is_empty()).then_some(b)
+}
+
+/// A JSON string.
+fn quoted(buf: &mut Vec<u8>, s: &[u8]) {
+    buf.push(b'"');
+    escape_json(buf, s);
+    buf.push(b'"');
 }
 
 const MONTHS: [&str; 12] = [

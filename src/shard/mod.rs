@@ -184,7 +184,7 @@ impl Shard {
             wheel: Wheel::new(now),
             date: DateCache::new(SystemTime::now()),
             cfg: spec.conn_cfg,
-            scratch: Scratch::default(),
+            scratch: Scratch::for_shard(spec.index),
             pool: BufPool::default(),
             counters: ShardCounters::new(spec.metrics.enabled),
             metrics: spec.metrics,

@@ -146,9 +146,10 @@ fn json_format_lines_parse() {
     assert_eq!(v["bytes"], 0, "HEAD sends no body");
     assert_eq!(v["user_agent"], "a\"b\\c é");
     let time = v["time"].as_str().expect("time");
-    // 2026-11-30T15:04:17Z
-    assert_eq!(time.len(), 20, "{time}");
+    // 2026-11-30T15:04:17.123Z: UTC with milliseconds
+    assert_eq!(time.len(), 24, "{time}");
     assert!(time.ends_with('Z') && time.as_bytes()[10] == b'T', "{time}");
+    assert!(time[20..23].bytes().all(|b| b.is_ascii_digit()), "{time}");
 }
 
 #[test]

@@ -6,6 +6,7 @@
 mod support;
 
 mod access_log;
+mod access_log_fields;
 mod acme;
 mod admin_limits;
 mod behind_caches;
