@@ -2,14 +2,15 @@
 # Server CPU per request of shardhttpd's event sources (issue 26), and of
 # two binaries (A/B a change for regressions): interleaved rounds, medians.
 #
-#   bench/io-ab.sh [ROUNDS] NAME=BINARY:IO ...
-#   bench/io-ab.sh 5 old=/tmp/old:epoll new=target/release/shardhttpd:epoll \
+#   bench/io-ab.sh [ROUNDS] NAME=BINARY:IO ...   (IO empty: no --io flag)
+#   bench/io-ab.sh 5 old=/tmp/old: new=target/release/shardhttpd:epoll \
 #                    uring=target/release/shardhttpd:uring
 #
 # Server on CPU 1 (`taskset -c 1`, one shard), wrk on CPU 0, 100-byte file;
 # CPU is user+sys ticks of the server from /proc/PID/stat around each wrk
 # run, divided by the requests wrk reports (PERFORMANCE.md, "Measuring").
-# Workloads: keep-alive c=100, Connection: close c=100, pipelined x16 c=100.
+# Workloads: keep-alive c=100, Connection: close c=100, pipelined x16 c=100
+# (wrk counts each pipelined response as a request).
 set -euo pipefail
 ROUNDS=3
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then ROUNDS=$1; shift; fi
@@ -34,7 +35,7 @@ run() {
   local name=$1 bin=$2 io=$3 load=$4 port
   port=$((20000 + RANDOM % 20000))
   taskset -c 1 "$bin" --root "$WORK/www" --listen "127.0.0.1:$port" --admin 127.0.0.1:0 \
-    --cores 1 --io "$io" --compress false --metrics false 2>"$WORK/log" &
+    --cores 1 ${io:+--io "$io"} --compress false --metrics false 2>"$WORK/log" &
   local pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/a.txt" >/dev/null 2>&1 && break; sleep 0.05; done
   local args=(-t1 -c100 -d"${DUR}s")
@@ -49,7 +50,6 @@ run() {
   t1=$(ticks $pid)
   kill $pid; wait $pid 2>/dev/null || true
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
-  if [ "$load" = pipelined ]; then reqs=$((reqs * 16)); fi
   awk -v n="$name" -v l="$load" -v t=$((t1 - t0)) -v hz="$TCK" -v r="$reqs" -v d="$DUR" \
     'BEGIN { printf "%s %s %.2f %.0f\n", n, l, t / hz * 1e6 / r, r / d }'
 }
