@@ -10,8 +10,9 @@ use std::time::Duration;
 use crate::config::IoBackend;
 use crate::sys::{Epoll, Events, Ring, TaskRun};
 
-/// How the ring runs its completion work: measured against `Coop` on
-/// keep-alive and `Connection: close` loads (docs/benchmarks.md).
+/// How the ring runs its completion work: ahead of `Coop` on keep-alive
+/// and pipelined loads, level on `Connection: close` (docs/benchmarks.md,
+/// "Event source").
 const TASKRUN: TaskRun = TaskRun::Defer;
 
 /// What a shard waits on.
