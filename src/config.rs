@@ -173,6 +173,14 @@ pub struct Settings {
     /// hash) or `cpu` (the shard on the CPU that handled its SYN).
     #[arg(long, value_name = "hash|cpu")]
     pub steer: Option<String>,
+    /// The shards' event source: `uring` (io_uring: multishot polls on one
+    /// ring per shard, submitted and reaped by one `io_uring_enter` per
+    /// loop turn), `epoll`, or `auto`: io_uring when a ring sets up with
+    /// what the loop needs and passes a self-check, else epoll (as under a
+    /// container's seccomp profile, where `io_uring_setup` fails with
+    /// EPERM). A forced `uring` that cannot be had fails the start.
+    #[arg(long, value_name = "auto|epoll|uring")]
+    pub io: Option<String>,
     /// `Server` header value; empty turns it off.
     #[arg(long, value_name = "STR")]
     pub server_header: Option<String>,
@@ -729,7 +737,7 @@ impl Settings {
     pub fn overlay(self, file: Settings) -> Settings {
         let flags = self;
         overlay!(flags, file;
-            root, listen, cores, admin, backlog, steer, server_header,
+            root, listen, cores, admin, backlog, steer, io, server_header,
             max_requests_per_connection, max_ranges, max_head_bytes, max_uri_bytes,
             max_discard_bytes, header_timeout, keepalive_timeout, write_timeout,
             shutdown_grace, drain_delay, drain_idle_grace, upgrade_binary, upgrade_timeout, sendfile_threshold, sendfile, cache_max_bytes, serve_dotfiles,

@@ -448,6 +448,7 @@ fn spawn_shards(
             plain_listeners: listening.plain_counts[index],
             metrics: Arc::clone(common.metrics),
             access_log: common.access_log.map(AccessLog::for_shard),
+            io: config.io,
             started: started_tx.clone(),
         };
         let thread = std::thread::Builder::new()

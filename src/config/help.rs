@@ -15,6 +15,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("admin", DEFAULT_ADMIN.into()),
         ("backlog", DEFAULT_BACKLOG.to_string()),
         ("steer", "hash".into()),
+        ("io", "auto".into()),
         ("server_header", DEFAULT_SERVER_HEADER.into()),
         (
             "max_requests_per_connection",

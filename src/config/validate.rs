@@ -22,6 +22,8 @@ pub struct Config {
     pub admin: SocketAddr,
     pub backlog: u32,
     pub steer: Steer,
+    /// The shards' event source (`--io`).
+    pub io: IoBackend,
     /// Rendered `Server: …\r\n`, or empty.
     pub server_line: Vec<u8>,
     pub max_requests_per_connection: u32,
@@ -114,6 +116,16 @@ pub enum Steer {
     Cpu,
 }
 
+/// The shards' event source (`--io`; see `shard::io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoBackend {
+    /// io_uring when a ring can be set up and passes its self-check, else
+    /// epoll.
+    Auto,
+    Epoll,
+    Uring,
+}
+
 /// Access log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -177,6 +189,15 @@ impl Config {
             admin: net.admin,
             backlog: net.backlog,
             steer: net.steer,
+            io: match s.io.as_deref() {
+                None | Some("auto") => IoBackend::Auto,
+                Some("epoll") => IoBackend::Epoll,
+                Some("uring") => IoBackend::Uring,
+                Some(other) => bail!(
+                    "{}: `{other}` is not one of `auto`, `epoll`, `uring`",
+                    s.name("io")
+                ),
+            },
             server_line,
             max_requests_per_connection: limits.max_requests_per_connection,
             max_ranges: limits.max_ranges,

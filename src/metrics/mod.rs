@@ -12,7 +12,7 @@ pub mod admin;
 mod counters;
 mod h2;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,10 +41,22 @@ pub struct ShardSlot {
     pub cpu: usize,
     /// The shard is in its event loop.
     pub running: AtomicBool,
+    /// The shard's event source, an index into [`IO_BACKENDS`] (set once,
+    /// when its loop is set up).
+    backend: AtomicU8,
     published: Mutex<ShardCounters>,
 }
 
+/// The values of `shardhttpd_io_backend`'s `backend` label.
+pub const IO_BACKENDS: [&str; 2] = ["epoll", "uring"];
+
 impl ShardSlot {
+    /// Record the event source the shard chose (`epoll` or `uring`).
+    pub fn set_backend(&self, name: &str) {
+        let i = IO_BACKENDS.iter().position(|b| *b == name).unwrap_or(0);
+        self.backend.store(i as u8, Ordering::Relaxed);
+    }
+
     pub fn read(&self) -> ShardCounters {
         self.published
             .lock()
@@ -133,6 +145,7 @@ impl Metrics {
                     core,
                     cpu,
                     running: AtomicBool::new(false),
+                    backend: AtomicU8::new(0),
                     published: Mutex::new(ShardCounters::new(enabled)),
                 })
                 .collect(),
@@ -300,7 +313,32 @@ impl Metrics {
             info_family(&shards),
         ];
         out.extend(h2::families(&shards));
+        out.push(self.io_backend_family());
         out
+    }
+
+    /// `shardhttpd_io_backend{core,backend}`: 1 for the event source each
+    /// running shard uses, 0 for the other, so a fallback to epoll (a
+    /// container's seccomp profile) shows as `backend="uring"` at 0.
+    fn io_backend_family(&self) -> MetricFamily {
+        let mut f = family(
+            "shardhttpd_io_backend",
+            "The event source each running shard uses (1) and the one it does not (0): epoll, or uring (io_uring); --io auto falls back to epoll where io_uring cannot be set up.",
+            MetricType::GAUGE,
+        );
+        for s in &self.slots {
+            if !s.running.load(Ordering::Acquire) {
+                continue;
+            }
+            let core = s.core.to_string();
+            let chosen = s.backend.load(Ordering::Relaxed) as usize;
+            for (i, b) in IO_BACKENDS.iter().enumerate() {
+                let v = if i == chosen { 1.0 } else { 0.0 };
+                f.mut_metric()
+                    .push(gauge(&[("core", core.as_str()), ("backend", b)], v));
+            }
+        }
+        f
     }
 }
 

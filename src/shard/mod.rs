@@ -3,6 +3,7 @@
 //! cache and counters. Shards share nothing on the request path except the
 //! snapshot pointer, read through a per-shard `arc_swap::Cache`.
 
+mod backend;
 mod slab;
 pub mod steer;
 mod timer;
@@ -22,7 +23,8 @@ use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step, Stop};
 use crate::http::date::DateCache;
 use crate::metrics::access_log::ShardLog;
 use crate::metrics::{CloseReason, DrainClose, Metrics, ShardCounters, PUBLISH_INTERVAL};
-use crate::sys::{self, Epoll, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
+use crate::sys::{self, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP, REARM};
+use backend::Poller;
 use slab::Slab;
 use timer::Wheel;
 
@@ -49,6 +51,8 @@ const WAKE: u64 = u64::MAX;
 /// Listener `i` has token `LISTENER_BASE - i`; connection tokens never get
 /// there (their generation is below `u32::MAX`).
 const LISTENER_BASE: u64 = u64::MAX - 1;
+/// What a connection is watched for, once, at accept.
+const CONN_INTEREST: u32 = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
 /// Longest sleep in `epoll_wait`: the Date header and counters refresh at
 /// least this often.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
@@ -84,6 +88,8 @@ pub struct ShardSpec {
     pub plain_listeners: usize,
     pub metrics: Arc<Metrics>,
     pub access_log: Option<ShardLog>,
+    /// The event source to use (`--io`).
+    pub io: crate::config::IoBackend,
     /// Told once the shard is pinned and its loop is set up (or failed to).
     pub started: std::sync::mpsc::Sender<io::Result<()>>,
 }
@@ -119,7 +125,7 @@ pub fn run(spec: ShardSpec) -> io::Result<()> {
 
 struct Shard {
     index: usize,
-    epoll: Epoll,
+    poller: Poller,
     listeners: Vec<Option<TcpListener>>,
     /// `listeners[..plain_listeners]` are cleartext, the rest TLS.
     plain_listeners: usize,
@@ -164,15 +170,23 @@ struct Shard {
 
 impl Shard {
     fn new(spec: ShardSpec) -> io::Result<Shard> {
-        let epoll = Epoll::new()?;
-        for (i, l) in spec.listeners.iter().enumerate() {
-            epoll.add(l, LISTENER_BASE - i as u64, EPOLLIN)?;
+        let (mut poller, why) = Poller::new(spec.io)?;
+        // One line for the process (every shard chooses alike), at debug
+        // for the others.
+        if spec.index == 0 {
+            tracing::info!(backend = poller.name(), reason = %why, "io backend");
+        } else {
+            tracing::debug!(shard = spec.index, backend = poller.name(), reason = %why, "io backend");
         }
-        epoll.add(&*spec.waker, WAKE, EPOLLIN)?;
+        spec.metrics.slots[spec.index].set_backend(poller.name());
+        for (i, l) in spec.listeners.iter().enumerate() {
+            poller.add(l, LISTENER_BASE - i as u64, EPOLLIN)?;
+        }
+        poller.add(&*spec.waker, WAKE, EPOLLIN)?;
         let now = Instant::now();
         Ok(Shard {
             index: spec.index,
-            epoll,
+            poller,
             accept_pending: vec![false; spec.listeners.len()],
             plain_listeners: spec.plain_listeners,
             tls: spec.tls,
@@ -231,10 +245,14 @@ impl Shard {
                     .min(self.next_publish.saturating_duration_since(now))
                     .min(MAX_SLEEP)
             };
-            self.epoll.wait(&mut events, Some(timeout))?;
+            self.poller.wait(&mut events, timeout)?;
             let now = Instant::now();
             self.date.refresh(SystemTime::now());
             for (token, ready) in events.iter() {
+                if ready & REARM != 0 {
+                    self.rearm(token);
+                }
+                let ready = ready & !REARM;
                 match token {
                     WAKE => self.on_wake(now),
                     t if t > LISTENER_BASE - self.listeners.len() as u64 => {
@@ -362,9 +380,9 @@ impl Shard {
             }
         }
         self.draining = Some(now + self.shared.shutdown_grace);
-        for l in &mut self.listeners {
+        for (i, l) in self.listeners.iter_mut().enumerate() {
             if let Some(listener) = l.take() {
-                let _ = self.epoll.delete(&listener);
+                let _ = self.poller.delete(&listener, LISTENER_BASE - i as u64);
             }
         }
         self.accept_pending.fill(false);
@@ -445,11 +463,8 @@ impl Shard {
                     let Some(conn) = self.conns.get_mut(token) else {
                         continue;
                     };
-                    if let Err(e) =
-                        self.epoll
-                            .add(conn.stream(), token, EPOLLIN | EPOLLOUT | EPOLLRDHUP)
-                    {
-                        tracing::warn!(error = %e, "epoll_ctl on accepted socket failed");
+                    if let Err(e) = self.poller.add(conn.stream(), token, CONN_INTEREST) {
+                        tracing::warn!(error = %e, "watching an accepted socket failed");
                         self.close(token, CloseReason::Error);
                         continue;
                     }
@@ -512,6 +527,29 @@ impl Shard {
         // counted as connections, which they never became.
         self.shed += shed;
         self.reserve = open_reserve();
+    }
+
+    /// The ring ended the multishot poll of `token` (it posts a last
+    /// completion, e.g. when its completion queue overflowed): watch the
+    /// fd again if it is still the shard's.
+    #[cold]
+    fn rearm(&mut self, token: u64) {
+        let res = if token == WAKE {
+            self.poller.add(&*self.waker, WAKE, EPOLLIN)
+        } else if token > LISTENER_BASE - self.listeners.len() as u64 {
+            match &self.listeners[(LISTENER_BASE - token) as usize] {
+                Some(l) => self.poller.add(l, token, EPOLLIN),
+                None => Ok(()),
+            }
+        } else {
+            match self.conns.get_mut(token) {
+                Some(conn) => self.poller.add(conn.stream(), token, CONN_INTEREST),
+                None => Ok(()),
+            }
+        };
+        if let Err(e) = res {
+            tracing::warn!(error = %e, "watching a socket again failed");
+        }
     }
 
     fn on_conn_event(&mut self, token: u64, ready: u32, now: Instant) {
@@ -586,6 +624,7 @@ impl Shard {
     /// response that said `Connection: close`).
     fn close_as(&mut self, token: u64, reason: CloseReason, drain: Option<DrainClose>) {
         if let Some(conn) = self.conns.remove(token) {
+            self.poller.forget(token);
             if reason == CloseReason::Shutdown {
                 let kind = drain.unwrap_or(if conn.parted() {
                     DrainClose::IdleGrace

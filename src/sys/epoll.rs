@@ -72,10 +72,11 @@ impl Epoll {
     }
 }
 
-/// A reusable buffer of epoll events.
+/// A reusable buffer of readiness events (filled by epoll, or by the
+/// io_uring backend's polls in the same shape).
 pub struct Events {
-    buf: Vec<libc::epoll_event>,
-    len: usize,
+    pub(super) buf: Vec<libc::epoll_event>,
+    pub(super) len: usize,
 }
 
 impl Events {

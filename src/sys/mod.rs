@@ -13,6 +13,7 @@ mod handover;
 mod lock;
 mod net;
 mod thread;
+mod uring;
 
 pub use epoll::{Epoll, EventFd, Events, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 pub use fs::{
@@ -26,6 +27,7 @@ pub use net::{
     set_incoming_cpu, write, writev,
 };
 pub use thread::{cap_arenas, cores, fix_mmap_threshold, lower_thread_priority, trim_heap};
+pub use uring::{Ring, TaskRun, REARM};
 
 /// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and
 /// retrying on EINTR.

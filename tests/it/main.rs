@@ -61,5 +61,6 @@ mod tls_suites;
 mod tls_tickets;
 mod upgrade;
 mod upgrade_tls;
+mod uring;
 mod watch_moves;
 mod watch_races;

@@ -234,6 +234,33 @@ pub fn command() -> Command {
     cmd
 }
 
+/// The event source the suites run on: `$SHARDHTTPD_TEST_IO` (`epoll`,
+/// `uring` or `auto`) as `--io`, unless the test chose one (`--io` in its
+/// arguments, or an `io` key in a config file it wrote, which a flag would
+/// override). Unset: the server's default (`auto`).
+pub fn io_flag(args: &[String]) -> Vec<String> {
+    match std::env::var("SHARDHTTPD_TEST_IO") {
+        Ok(io) if !io.is_empty() && !args.iter().any(|a| a == "--io" || a.starts_with("--io=")) => {
+            let config_sets_io = args
+                .windows(2)
+                .filter(|w| w[0] == "--config" || w[0] == "-c")
+                .any(|w| {
+                    std::fs::read_to_string(&w[1]).is_ok_and(|t| {
+                        t.lines().any(|l| {
+                            l.trim_start().starts_with("io ") || l.trim_start().starts_with("io=")
+                        })
+                    })
+                });
+            if config_sets_io {
+                Vec::new()
+            } else {
+                vec!["--io".into(), io]
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// Removes ANSI escape sequences, in case the logger colours anyway.
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -337,12 +364,26 @@ impl Server {
     /// [`Server::spawn`] with extra environment variables.
     pub fn spawn_env(args: &[String], listens: usize, env: &[(&str, &str)]) -> Server {
         let mut cmd = command();
-        cmd.args(args).envs(env.iter().copied());
+        cmd.args(args).args(io_flag(args)).envs(env.iter().copied());
+        Server::spawn_command(cmd, listens)
+    }
+
+    /// The binary with exactly `args`, run by `wrapper` (a program and its
+    /// arguments, which `exec`s the binary's path and `args` given after
+    /// them), e.g. under a seccomp filter.
+    pub fn spawn_under(wrapper: &[&str], args: &[String], listens: usize) -> Server {
+        let mut cmd = Command::new(wrapper[0]);
+        cmd.args(&wrapper[1..])
+            .arg(bin())
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info");
         Server::spawn_command(cmd, listens)
     }
 
     /// Spawns `cmd` (the binary, or a program that execs it in place, such
-    /// as `systemd-socket-activate`) and waits for `listens` listening lines.
+    /// as `systemd-socket-activate` or a seccomp wrapper) and waits for
+    /// `listens` listening lines.
     pub fn spawn_command(mut cmd: Command, listens: usize) -> Server {
         let args: Vec<String> = cmd
             .get_args()

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Server CPU per request of shardhttpd's event sources (issue 26), and of
+# two binaries (A/B a change for regressions): interleaved rounds, medians.
+#
+#   bench/io-ab.sh [ROUNDS] NAME=BINARY:IO ...   (IO empty: no --io flag)
+#   bench/io-ab.sh 5 old=/tmp/old: new=target/release/shardhttpd:epoll \
+#                    uring=target/release/shardhttpd:uring
+#
+# Server on CPU 1 (`taskset -c 1`, one shard), wrk on CPU 0, 100-byte file;
+# CPU is user+sys ticks of the server from /proc/PID/stat around each wrk
+# run, divided by the requests wrk reports (PERFORMANCE.md, "Measuring").
+# Workloads: keep-alive c=100, Connection: close c=100, pipelined x16 c=100
+# (wrk counts each pipelined response as a request).
+set -euo pipefail
+ROUNDS=3
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then ROUNDS=$1; shift; fi
+DUR=${DUR:-4}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/www"
+head -c 100 /dev/zero | tr '\0' 'x' > "$WORK/www/a.txt"
+cat > "$WORK/pipe.lua" <<'LUA'
+init = function(args)
+  local r = {}
+  for i = 1, 16 do r[i] = wrk.format(nil, "/a.txt") end
+  req = table.concat(r)
+end
+request = function() return req end
+LUA
+TCK=$(getconf CLK_TCK)
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# run NAME BIN IO WORKLOAD -> prints "NAME WORKLOAD us_per_req rps"
+run() {
+  local name=$1 bin=$2 io=$3 load=$4 port
+  port=$((20000 + RANDOM % 20000))
+  taskset -c 1 "$bin" --root "$WORK/www" --listen "127.0.0.1:$port" --admin 127.0.0.1:0 \
+    --cores 1 ${io:+--io "$io"} --compress false --metrics false 2>"$WORK/log" &
+  local pid=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/a.txt" >/dev/null 2>&1 && break; sleep 0.05; done
+  local args=(-t1 -c100 -d"${DUR}s")
+  case $load in
+    close) args+=(-H 'Connection: close') ;;
+    pipelined) args+=(-s "$WORK/pipe.lua") ;;
+  esac
+  taskset -c 0 wrk -t1 -c100 -d1s "http://127.0.0.1:$port/a.txt" >/dev/null 2>&1 || true
+  local t0 t1 out reqs
+  t0=$(ticks $pid)
+  out=$(taskset -c 0 wrk "${args[@]}" "http://127.0.0.1:$port/a.txt" 2>&1)
+  t1=$(ticks $pid)
+  kill $pid; wait $pid 2>/dev/null || true
+  reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+  awk -v n="$name" -v l="$load" -v t=$((t1 - t0)) -v hz="$TCK" -v r="$reqs" -v d="$DUR" \
+    'BEGIN { printf "%s %s %.2f %.0f\n", n, l, t / hz * 1e6 / r, r / d }'
+}
+
+for round in $(seq "$ROUNDS"); do
+  for load in keepalive close pipelined; do
+    for spec in "$@"; do
+      name=${spec%%=*}; rest=${spec#*=}; bin=${rest%:*}; io=${rest##*:}
+      run "$name" "$bin" "$io" "$load"
+    done
+  done
+done | tee "$WORK/raw" >&2
+echo "# medians over $ROUNDS rounds: server CPU us/request, requests/s"
+sort "$WORK/raw" | awk '{k=$1" "$2; v[k]=v[k]" "$3; r[k]=r[k]" "$4} END {for (k in v) print k, v[k], "|", r[k]}' |
+  while read -r name load rest; do
+    us=$(echo "${rest%%|*}" | tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    rps=$(echo "${rest#*|}" | tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    echo "$load $name $us $rps"
+  done | sort
