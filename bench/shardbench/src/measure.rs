@@ -129,6 +129,7 @@ fn metrics_text(admin: u16) -> io::Result<String> {
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
     let mut text = String::new();
-    s.read_to_string(&mut text)?;
+    s.read_to_string(&mut text)
+        .map_err(|e| io::Error::new(e.kind(), format!("reading /metrics on :{admin}: {e}")))?;
     Ok(text)
 }

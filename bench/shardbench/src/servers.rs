@@ -191,7 +191,8 @@ pub fn fetch(port: u16, method: &str, path: &str, extra: &str) -> io::Result<Ans
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{extra}Connection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    s.read_to_end(&mut raw)
+        .map_err(|e| io::Error::new(e.kind(), format!("{method} {path} on :{port}: {e}")))?;
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -363,7 +364,8 @@ fn check_backend(admin: u16, io: Io) -> io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
     let mut text = String::new();
-    s.read_to_string(&mut text)?;
+    s.read_to_string(&mut text)
+        .map_err(|e| io::Error::new(e.kind(), format!("reading /metrics on :{admin}: {e}")))?;
     match backends_in_use(&text).iter().find(|b| *b != io.name()) {
         Some(other) => Err(io::Error::other(format!(
             "asked for --io {}, it runs {other}",
