@@ -148,7 +148,11 @@ fn tiny_matrix_writes_every_expected_row() {
         .collect();
     if on_path("h2load") {
         let backends = if knows_io { 2 } else { 1 };
-        assert_eq!(h2.len(), 2 * backends, "one h2c cell per backend, two rounds: {h2:?}");
+        assert_eq!(
+            h2.len(),
+            2 * backends,
+            "one h2c cell per backend, two rounds: {h2:?}"
+        );
         let r = h2[0];
         assert_eq!(r[col("server")], "shardhttpd-epoll");
         assert_eq!(r[col("mode")], "h2c");
