@@ -440,7 +440,7 @@ mod tests {
         let mut bits = 0;
         for &s in symbols {
             let (code, len) = CODES[usize::from(s)];
-            acc = acc << len | u64::from(code);
+            acc = (acc << len) | u64::from(code);
             bits += u32::from(len);
             while bits >= 8 {
                 bits -= 8;
