@@ -1,8 +1,8 @@
 //! HPACK glue (RFC 7541). Request header blocks are decoded by
 //! `loona-hpack` into one reusable byte buffer, after a pre-pass that
 //! decodes their Huffman strings with our table-driven `h2::huffman`
-//! (the crate's bit-at-a-time decoder was half of a small h2 request's
-//! instructions); response heads are encoded by `h2::encode`, with a
+//! (the crate's bit-at-a-time decoder was three quarters of a small h2
+//! request's instructions when `:path` is not indexed); response heads are encoded by `h2::encode`, with a
 //! dynamic table per connection (see ARCHITECTURE.md, "HTTP/2").
 
 use std::ops::Range;
