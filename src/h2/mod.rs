@@ -21,6 +21,7 @@
 pub mod encode;
 pub mod frame;
 pub mod hpack;
+mod huffman;
 
 mod conn;
 mod request;
