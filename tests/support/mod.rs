@@ -75,6 +75,22 @@ pub fn installed(program: &str) -> bool {
     find_program(&[program]).is_some()
 }
 
+/// Run `cmd` to its end: whether it exited 0, and its stdout and stderr
+/// together (what an assertion looks in and prints).
+pub fn outcome(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().expect("run the command");
+    (out.status.success(), output_text(&out))
+}
+
+/// A finished command's stdout and stderr together.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 // ---------------------------------------------------------------------------
 // Temporary directories and fixture sites
 // ---------------------------------------------------------------------------
