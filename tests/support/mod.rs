@@ -6,6 +6,7 @@
 //! not use are expected.
 #![allow(dead_code)]
 
+pub mod access_log;
 pub mod caches;
 pub mod h2;
 pub mod metrics;
