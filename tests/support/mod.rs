@@ -76,6 +76,16 @@ pub fn installed(program: &str) -> bool {
     find_program(&[program]).is_some()
 }
 
+/// A port free on 127.0.0.1 right now (bound and released: for a peer
+/// that cannot be given port 0 and say which it took, or an address the
+/// test must know before something binds it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
 /// Run `cmd` to its end: whether it exited 0, and its stdout and stderr
 /// together (what an assertion looks in and prints).
 pub fn outcome(cmd: &mut Command) -> (bool, String) {
