@@ -9,7 +9,6 @@
 use crate::support;
 
 use std::fs;
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::Command;
@@ -17,8 +16,8 @@ use std::thread;
 use std::time::Duration;
 
 use support::upgrade::{
-    listening_pids, listening_sockets, process_gone, signal, upgrade, Proc, Successors,
-    UPGRADE_DEADLINE,
+    assert_answered, listening_pids, listening_sockets, process_gone, queue_requests, signal,
+    upgrade, Proc, Successors, UPGRADE_DEADLINE,
 };
 use support::{bin, free_port, loud, poll_until, Server, Site};
 
@@ -70,30 +69,8 @@ fn queue_when_listening(port: u16, n: usize) -> thread::JoinHandle<Vec<TcpStream
             poll_until(Duration::from_secs(10), || listening_sockets(port) > 0),
             "nothing listens on {port}"
         );
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        (0..n)
-            .map(|_| {
-                let mut s = TcpStream::connect_timeout(&addr, support::IO_TIMEOUT).unwrap();
-                s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-                s.write_all(b"GET /digits.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                    .unwrap();
-                s
-            })
-            .collect()
+        queue_requests(SocketAddr::from(([127, 0, 0, 1], port)), n)
     })
-}
-
-fn assert_answered(conns: Vec<TcpStream>, what: &str) {
-    assert!(!conns.is_empty());
-    for (i, mut s) in conns.into_iter().enumerate() {
-        let mut out = Vec::new();
-        let r = s.read_to_end(&mut out);
-        let text = String::from_utf8_lossy(&out);
-        assert!(
-            r.is_ok() && text.starts_with("HTTP/1.1 200") && out.ends_with(support::DIGITS),
-            "{what}: connection {i}: {r:?} {text:?}"
-        );
-    }
 }
 
 fn environ(pid: u32) -> String {

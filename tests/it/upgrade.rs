@@ -15,8 +15,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::upgrade::{
-    admin_get, listening_pids, listening_sockets, process_gone, signal, status_pid, upgrade, Proc,
-    Successors, Tally, Traffic, UPGRADE_DEADLINE,
+    admin_get, assert_answered, listening_pids, listening_sockets, process_gone, queue_requests,
+    signal, status_pid, upgrade, Proc, Successors, Tally, Traffic, UPGRADE_DEADLINE,
 };
 use support::{bin, loud, poll_until, Server, Site};
 
@@ -350,31 +350,6 @@ fn an_upgrade_binary_that_execs_the_server_late_still_upgrades() {
 
 /// Opens `n` connections with a request sent on each while the server is
 /// stopped, so they sit in the accept queues at the moment of the handover.
-fn queue_requests(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
-    use std::io::Write;
-    (0..n)
-        .map(|_| {
-            let mut s = TcpStream::connect_timeout(&addr, support::IO_TIMEOUT).expect("connect");
-            s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-            s.write_all(b"GET /digits.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                .unwrap();
-            s
-        })
-        .collect()
-}
-
-fn assert_answered(conns: Vec<TcpStream>, what: &str) {
-    use std::io::Read;
-    for (i, mut s) in conns.into_iter().enumerate() {
-        let mut out = Vec::new();
-        let r = s.read_to_end(&mut out);
-        let text = String::from_utf8_lossy(&out);
-        assert!(
-            r.is_ok() && text.starts_with("HTTP/1.1 200") && out.ends_with(support::DIGITS),
-            "{what}: queued connection {i}: {r:?} {text:?}"
-        );
-    }
-}
 
 #[test]
 fn shard_count_changes_across_upgrades_lose_no_queued_connection() {

@@ -64,6 +64,36 @@ pub fn upgrade(
     new
 }
 
+/// Opens `n` connections to `addr` and sends a `GET /digits.txt` (then
+/// close) on each without reading: requests queued across an upgrade or
+/// before the server runs. The streams, to read the answers from.
+pub fn queue_requests(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            s.write_all(b"GET /digits.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect()
+}
+
+/// Every queued connection got the whole `/digits.txt` (200), and there
+/// was at least one.
+pub fn assert_answered(conns: Vec<TcpStream>, what: &str) {
+    assert!(!conns.is_empty(), "{what}: no connection to check");
+    for (i, mut s) in conns.into_iter().enumerate() {
+        let mut out = Vec::new();
+        let r = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            r.is_ok() && text.starts_with("HTTP/1.1 200") && out.ends_with(super::DIGITS),
+            "{what}: queued connection {i}: {r:?} {text:?}"
+        );
+    }
+}
+
 /// Stops (SIGKILL) every PID pushed, on drop. Declare it after the `Server`
 /// so it drops first.
 #[derive(Default)]
