@@ -93,6 +93,23 @@ pub fn outcome(cmd: &mut Command) -> (bool, String) {
     (out.status.success(), output_text(&out))
 }
 
+/// Run `cmd` with `stdin` written to it (then closed) to its end.
+pub fn output_with_stdin(cmd: &mut Command, stdin: &str) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// A finished command's stdout and stderr together.
 pub fn output_text(out: &std::process::Output) -> String {
     format!(

@@ -14,7 +14,9 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsage
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-use super::{log_field, method_of, output_text, parse_head, Response, Server, IO_TIMEOUT};
+use super::{
+    log_field, method_of, output_text, output_with_stdin, parse_head, Response, Server, IO_TIMEOUT,
+};
 
 /// A private CA that signs the leaves of one test.
 pub struct Ca {
@@ -456,20 +458,11 @@ pub fn without_date(r: &Response) -> (u16, Vec<(String, String)>, Vec<u8>) {
 /// ends the session; empty input ends it after the handshake): whether it
 /// exited 0, and its stdout and stderr together.
 pub fn s_client(args: &[&str], stdin: &str) -> (bool, String) {
-    let mut child = std::process::Command::new("openssl")
-        .arg("s_client")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn openssl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(
+        std::process::Command::new("openssl")
+            .arg("s_client")
+            .args(args),
+        stdin,
+    );
     (out.status.success(), output_text(&out))
 }
