@@ -42,15 +42,32 @@ impl Setup {
         }
     }
 
-    /// Server flags for `challenge` and `names`, with state kept in `state`.
+    /// Server flags for ACME with `challenge` for `names` against pebble's
+    /// directory, with state kept in `state`.
     fn flags(&self, state: &Path, challenge: &str, names: &[&str]) -> Vec<String> {
-        acme_flags(
-            &self.trust,
-            state,
+        let mut args: Vec<String> = [
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--acme-directory",
             &pebble::directory(self.port),
+            "--acme-ca-roots",
+            &self.trust.roots.display().to_string(),
+            "--acme-state-dir",
+            &state.display().to_string(),
+            "--acme-challenge",
             challenge,
-            names,
-        )
+            "--acme-email",
+            "ops@example.test",
+            "--acme-retry-min",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for n in names {
+            args.extend(["--acme-domains".to_owned(), n.to_string()]);
+        }
+        args
     }
 
     /// A server ordering `names` by `challenge`, its state in the setup's
@@ -76,39 +93,6 @@ impl Setup {
     fn pebble(&self, options: &Options) -> Pebble {
         Pebble::start(&self.trust, options)
     }
-}
-
-/// Server flags for ACME with `challenge` against directory `dir`.
-fn acme_flags(
-    trust: &Trust,
-    state: &Path,
-    dir: &str,
-    challenge: &str,
-    names: &[&str],
-) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--tls-listen",
-        "127.0.0.1:0",
-        "--acme-directory",
-        dir,
-        "--acme-ca-roots",
-        &trust.roots.display().to_string(),
-        "--acme-state-dir",
-        &state.display().to_string(),
-        "--acme-challenge",
-        challenge,
-        "--acme-email",
-        "ops@example.test",
-        "--acme-retry-min",
-        "1s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for n in names {
-        args.extend(["--acme-domains".to_owned(), n.to_string()]);
-    }
-    args
 }
 
 fn start(site: &Site, args: &[String]) -> Server {
