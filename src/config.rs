@@ -6,16 +6,22 @@ mod acme;
 mod help;
 mod host;
 mod locate;
+mod logs;
 mod site;
+mod suggest;
+mod tls;
 pub mod units;
 mod validate;
+mod values;
 
 pub use help::help_defaults;
 
 pub use host::*;
 pub use locate::KeyLines;
 
+pub use suggest::suggest_flag;
 pub use validate::*;
+pub use values::{CacheControlRule, CacheControlRules, HeaderRule, TlsPair};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -24,10 +30,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{FromArgMatches, Parser};
-use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
+use suggest::{misplaced_in_table, operator_words};
 use units::{format_duration, format_size, Address, DurationValue, Millis, Secs, Size};
+use values::{error_cache_control_table, error_pages_table, one_or_many_strings};
 
 /// Default document root: the bundled example site.
 pub const DEFAULT_ROOT: &str = "examples/site";
@@ -493,194 +500,6 @@ pub struct Settings {
     pub acme_retry_min: Option<DurationValue<Secs>>,
 }
 
-/// A string or a list of strings (`acme_domains = "example.com"`).
-fn one_or_many_strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
-    }
-    Ok(Some(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(s) => vec![s],
-        OneOrMany::Many(v) => v,
-    }))
-}
-
-/// One `[[tls_certificates]]` entry.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsPair {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-/// The two spellings of the `cache_control` key.
-#[derive(Debug, Clone)]
-pub enum CacheControlRules {
-    /// `[[cache_control]]` tables: tried in file order.
-    Ordered(Vec<CacheControlRule>),
-    /// `[cache_control]` glob = value: a TOML table has no order, so the
-    /// longest glob is tried first (ties in byte order).
-    Map(BTreeMap<String, String>),
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CacheControlRule {
-    pub glob: String,
-    pub value: String,
-}
-
-impl<'de> Deserialize<'de> for CacheControlRules {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match toml::Value::deserialize(d)? {
-            toml::Value::Array(items) => {
-                let mut rules = Vec::with_capacity(items.len());
-                for item in items {
-                    let toml::Value::Table(table) = item else {
-                        return Err(de::Error::custom(
-                            "each `[[cache_control]]` entry is a table with `glob` and `value`",
-                        ));
-                    };
-                    for (k, v) in &table {
-                        if k != "glob" && k != "value" {
-                            return Err(de::Error::custom(misplaced_key(
-                                k,
-                                v,
-                                "[[cache_control]]",
-                            )));
-                        }
-                    }
-                    rules.push(
-                        CacheControlRule::deserialize(toml::Value::Table(table))
-                            .map_err(de::Error::custom)?,
-                    );
-                }
-                Ok(CacheControlRules::Ordered(rules))
-            }
-            toml::Value::Table(table) => Ok(CacheControlRules::Map(string_table(
-                table,
-                "[cache_control]",
-            )?)),
-            other => Err(de::Error::custom(format!(
-                "expected a table of glob = value, or `[[cache_control]]` tables; got {}",
-                other.type_str()
-            ))),
-        }
-    }
-}
-
-impl CacheControlRules {
-    /// The rules in precedence order.
-    pub fn ordered(&self) -> Vec<(String, String)> {
-        match self {
-            CacheControlRules::Ordered(rules) => rules
-                .iter()
-                .map(|r| (r.glob.clone(), r.value.clone()))
-                .collect(),
-            CacheControlRules::Map(map) => {
-                let mut rules: Vec<(String, String)> =
-                    map.iter().map(|(g, v)| (g.clone(), v.clone())).collect();
-                rules.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
-                rules
-            }
-        }
-    }
-}
-
-/// One `[[headers]]` table.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HeaderRule {
-    pub glob: String,
-    pub set: BTreeMap<String, String>,
-}
-
-/// `[error_cache_control]` as a table of status or class = value.
-fn error_cache_control_table<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<BTreeMap<String, String>>, D::Error> {
-    let table = toml::Table::deserialize(d)?;
-    string_table(table, "[error_cache_control]").map(Some)
-}
-
-/// `[error_pages]` as a table of status = page.
-fn error_pages_table<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<BTreeMap<String, String>>, D::Error> {
-    let table = toml::Table::deserialize(d)?;
-    string_table(table, "[error_pages]").map(Some)
-}
-
-/// A TOML table of strings. A value that is not a string is almost always
-/// a top-level key written after the table's header, which TOML files under
-/// the table: say so, in those words.
-fn string_table<E: de::Error>(
-    table: toml::Table,
-    header: &str,
-) -> Result<BTreeMap<String, String>, E> {
-    let mut out = BTreeMap::new();
-    for (k, v) in table {
-        match v {
-            toml::Value::String(s) => {
-                out.insert(k, s);
-            }
-            v => return Err(E::custom(misplaced_key(&k, &v, header))),
-        }
-    }
-    Ok(out)
-}
-
-fn misplaced_key(key: &str, value: &toml::Value, header: &str) -> String {
-    if setting_names().iter().any(|n| n == key) {
-        format!(
-            "key `{key}` after `{header}` belongs to that table; move it above `{header}` \
-             (every key after a table header is part of the table)"
-        )
-    } else {
-        format!(
-            "`{key}` in `{header}` must be a string, not a {}; if it is a setting, move it above `{header}`",
-            value.type_str()
-        )
-    }
-}
-
-/// A setting refused as an unknown field of a table (`[[headers]]`,
-/// `[[tls_certificates]]`): it was written after the table's header, which
-/// TOML files under the table; say so instead of "did you mean" itself.
-fn misplaced_in_table(path: &str, message: &str) -> Option<String> {
-    let key = message.strip_prefix("unknown field `")?.split('`').next()?;
-    let table = path.split(['.', '[']).next()?;
-    if table.is_empty() || table == path || !setting_names().iter().any(|n| n == key) {
-        return None;
-    }
-    let header = if path[table.len()..].starts_with('[') {
-        format!("[[{table}]]")
-    } else {
-        format!("[{table}]")
-    };
-    Some(misplaced_key(key, &toml::Value::Boolean(true), &header))
-}
-
-/// The top-level keys, from the flag definitions.
-fn setting_names() -> Vec<String> {
-    let mut names: Vec<String> = Settings::command_raw()
-        .get_arguments()
-        .map(|a| a.get_id().to_string())
-        .collect();
-    names.extend(
-        [
-            "cache_control",
-            "error_pages",
-            "error_cache_control",
-            "headers",
-        ]
-        .map(String::from),
-    );
-    names
-}
-
 /// Field-by-field "flag if given, else file", remembering which keys came
 /// from flags.
 macro_rules! overlay {
@@ -809,72 +628,6 @@ impl Settings {
             }
         })
     }
-}
-
-/// A mistyped flag gets the nearest real one as a tip, as a mistyped key
-/// does (clap's own suggestions need a crate this build leaves out).
-pub fn suggest_flag(mut e: clap::Error) -> clap::Error {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
-    if e.kind() != ErrorKind::UnknownArgument {
-        return e;
-    }
-    let Some(ContextValue::String(typed)) = e.get(ContextKind::InvalidArg) else {
-        return e;
-    };
-    let typed = typed.split('=').next().unwrap_or_default().to_owned();
-    let Some(name) = typed.strip_prefix("--") else {
-        return e;
-    };
-    let command = Settings::command_raw();
-    let near = command
-        .get_arguments()
-        .filter_map(|a| a.get_long())
-        .map(|long| (edit_distance(long, name), long))
-        .filter(|&(d, _)| d <= 2)
-        .min();
-    if let Some((_, long)) = near {
-        e.insert(
-            ContextKind::SuggestedArg,
-            ContextValue::String(format!("--{long}")),
-        );
-    }
-    e
-}
-
-/// serde's phrasing → an operator's.
-fn operator_words(message: &str) -> String {
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        let key = rest.split('`').next().unwrap_or(rest);
-        let names = setting_names();
-        let near = names
-            .iter()
-            .filter(|n| edit_distance(n, key) <= 2)
-            .min_by_key(|n| edit_distance(n, key));
-        return match near {
-            Some(n) => format!("unknown key `{key}`; did you mean `{n}`?"),
-            None => format!("unknown key `{key}` (README lists the keys)"),
-        };
-    }
-    if let Some(words) = locate::type_words(message) {
-        return words;
-    }
-    message.trim_end().to_owned()
-}
-
-/// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]

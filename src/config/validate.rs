@@ -1,10 +1,13 @@
 //! The second stage of configuration: [`Settings`] (what the flags and the
 //! file said) checked once into [`Config`], the validated values every other
-//! module reads, checked by group (one function each); the TLS settings
-//! and the CPU list are resolved here too. The per-path site rules are in
-//! `site`, what the host allows (CPUs, memory, fds) in `host`.
+//! module reads, checked by group (one function each); the CPU list is
+//! resolved here too. The per-path site rules are in `site`, the logging
+//! settings in `logs`, the TLS pairs and HTTPS headers in `tls`, the ACME
+//! settings in `acme`, what the host allows (CPUs, memory, fds) in `host`.
 
+use super::logs::{logs, request_id_header};
 use super::site::site_rules;
+use super::tls::{https, tls_settings};
 use super::*;
 
 /// The validated configuration.
@@ -272,91 +275,6 @@ impl Config {
             write_settle_max: self.write_settle_max,
         }
     }
-}
-
-/// What [`logs`] validates.
-struct Logs {
-    access_log: Option<PathBuf>,
-    access_log_format: LogFormat,
-    access_log_fields: Vec<crate::metrics::access_log::Field>,
-}
-
-/// The error log's options and the access log's format.
-fn logs(s: &Settings) -> anyhow::Result<Logs> {
-    crate::logging::Options::of(s).map_err(|(key, e)| anyhow::anyhow!("{}: {e}", s.name(key)))?;
-    let access_log_format = match s.access_log_format.as_deref() {
-        None | Some("combined") => LogFormat::Combined,
-        Some("combined_timed") => LogFormat::CombinedTimed,
-        Some("json") => LogFormat::Json,
-        Some(other) => bail!(
-            "{}: `{other}` is not one of `combined`, `combined_timed`, `json`",
-            s.name("access_log_format")
-        ),
-    };
-    Ok(Logs {
-        access_log: s.access_log.clone(),
-        access_log_format,
-        access_log_fields: access_log_fields(s, access_log_format)?,
-    })
-}
-
-/// `access_log_fields`: known names, each once, for the JSON format.
-fn access_log_fields(
-    s: &Settings,
-    format: LogFormat,
-) -> anyhow::Result<Vec<crate::metrics::access_log::Field>> {
-    use crate::metrics::access_log::Field;
-    let Some(names) = &s.access_log_fields else {
-        return Ok(Field::ALL.to_vec());
-    };
-    if format != LogFormat::Json {
-        bail!(
-            "{}: chooses the fields of the `json` access log; set \
-             `access_log_format = \"json\"`, or remove it",
-            s.name("access_log_fields")
-        );
-    }
-    let all = || Field::ALL.map(Field::name).join(", ");
-    let mut fields = Vec::with_capacity(names.len());
-    for name in names {
-        let Some(field) = Field::parse(name.trim()) else {
-            bail!(
-                "{}: unknown field `{name}`; the fields are {}",
-                s.name("access_log_fields"),
-                all()
-            );
-        };
-        if fields.contains(&field) {
-            bail!("{}: `{name}` is listed twice", s.name("access_log_fields"));
-        }
-        fields.push(field);
-    }
-    if fields.is_empty() {
-        bail!(
-            "{}: names no field; list some of {}",
-            s.name("access_log_fields"),
-            all()
-        );
-    }
-    Ok(fields)
-}
-
-/// `request_id_header`: a header name short enough for the stack line the
-/// id is rendered into.
-fn request_id_header(s: &Settings) -> anyhow::Result<Option<String>> {
-    let Some(name) = &s.request_id_header else {
-        return Ok(None);
-    };
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if name.is_empty() || name.len() > crate::conn::request_id::MAX_NAME || !name.bytes().all(token)
-    {
-        bail!(
-            "{}: must be a header name of at most {} characters, such as `X-Request-Id`",
-            s.name("request_id_header"),
-            crate::conn::request_id::MAX_NAME
-        );
-    }
-    Ok(Some(name.clone()))
 }
 
 /// `root`: a directory this user can reach.
@@ -697,94 +615,6 @@ fn compress_options(s: &Settings) -> anyhow::Result<Option<crate::cache::Compres
         );
     }
     Ok(s.compress.unwrap_or(true).then_some(opts))
-}
-
-/// `tls_*`: listeners need a certificate, a certificate needs its key.
-fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>> {
-    let mut pairs = Vec::new();
-    match (&s.tls_cert, &s.tls_key) {
-        (Some(cert), Some(key)) => pairs.push(crate::tls::CertPaths {
-            cert: cert.clone(),
-            key: key.clone(),
-            origin: "tls_cert".into(),
-        }),
-        (Some(_), None) => bail!("{}: needed with `tls_cert`", s.name("tls_key")),
-        (None, Some(_)) => bail!("{}: needed with `tls_key`", s.name("tls_cert")),
-        (None, None) => {}
-    }
-    for (i, p) in s.tls_certificates.iter().flatten().enumerate() {
-        pairs.push(crate::tls::CertPaths {
-            cert: p.cert.clone(),
-            key: p.key.clone(),
-            origin: format!("tls_certificates[{i}]"),
-        });
-    }
-    let mut listen: Vec<SocketAddr> = Vec::new();
-    for a in s.tls_listen.iter().flatten() {
-        for addr in a
-            .resolve()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("tls_listen")))?
-        {
-            if !listen.contains(&addr) {
-                listen.push(addr);
-            }
-        }
-    }
-    if listen.is_empty() {
-        if !pairs.is_empty() || s.tls_ticket_key_file.is_some() {
-            bail!(
-                "{}: certificates are configured but no TLS address is",
-                s.name("tls_listen")
-            );
-        }
-        return Ok(None);
-    }
-    // ACME's own pairs are added by `acme_settings`.
-    if pairs.is_empty() && s.acme_domains.as_ref().is_none_or(|d| d.is_empty()) {
-        bail!(
-            "{}: `tls_listen` needs a certificate (`tls_cert` and `tls_key`, or `[[tls_certificates]]`)",
-            s.name("tls_cert")
-        );
-    }
-    Ok(Some(crate::tls::TlsSettings {
-        listen,
-        pairs,
-        ticket_key_file: s.tls_ticket_key_file.clone(),
-        h2: s.h2.unwrap_or(true),
-        acme_tls_alpn: false,
-    }))
-}
-
-/// What [`https`] validates.
-struct Https {
-    hsts: Option<String>,
-    redirect_https: bool,
-}
-
-/// `hsts` and `redirect_https`, which need a TLS listener (`has_tls`).
-fn https(s: &Settings, has_tls: bool) -> anyhow::Result<Https> {
-    Ok(Https {
-        hsts: match &s.hsts {
-            Some(v) if v.is_empty() || v.bytes().any(|b| b < 0x20 || b == 0x7f) => bail!(
-                "{}: must be a non-empty header value without control characters",
-                s.name("hsts")
-            ),
-            Some(_) if !has_tls => {
-                bail!(
-                    "{}: needs `tls_listen` (it is sent over TLS only)",
-                    s.name("hsts")
-                )
-            }
-            v => v.clone(),
-        },
-        redirect_https: match s.redirect_https {
-            Some(true) if !has_tls => bail!(
-                "{}: needs `tls_listen` (the redirect goes to its port)",
-                s.name("redirect_https")
-            ),
-            v => v.unwrap_or(false),
-        },
-    })
 }
 
 /// Two addresses that cannot both be bound: the same port, and the same

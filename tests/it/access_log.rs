@@ -4,35 +4,10 @@
 use crate::support;
 
 use std::fs;
-use std::path::Path;
 use std::thread;
-use std::time::Duration;
 
+use support::access_log::{lines, wait_for_lines, FLUSHED_WITHIN};
 use support::{poll_until, request, Server, Site};
-
-/// Shards hand their lines to the writer every 250 ms; allow for a loaded
-/// CI machine.
-const FLUSHED_WITHIN: Duration = Duration::from_secs(5);
-
-fn lines(path: &Path) -> Vec<String> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-fn wait_for_lines(path: &Path, n: usize) -> Vec<String> {
-    let ok = poll_until(FLUSHED_WITHIN, || lines(path).len() >= n);
-    let got = lines(path);
-    assert!(
-        ok,
-        "expected {n} lines in {}, got {}",
-        path.display(),
-        got.len()
-    );
-    got
-}
 
 /// One combined-format line, split into its fields.
 #[derive(Debug)]

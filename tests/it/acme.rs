@@ -20,43 +20,79 @@ use support::*;
 /// for the ACME thread's schedule.
 const ISSUE_DEADLINE: Duration = Duration::from_secs(40);
 
-fn site() -> Site {
-    let site = Site::new("acme");
-    site.write("index.html", b"hello over acme\n");
-    site
+/// One test's setting: the site, pebble's trust, a state directory and
+/// the port pebble's directory will listen on (chosen before the server
+/// starts, which is pointed at it first).
+struct Setup {
+    site: Site,
+    trust: Trust,
+    state: TempDir,
+    port: u16,
 }
 
-/// Server flags for ACME with `challenge` against directory `dir`.
-fn acme_flags(
-    trust: &Trust,
-    state: &Path,
-    dir: &str,
-    challenge: &str,
-    names: &[&str],
-) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--tls-listen",
-        "127.0.0.1:0",
-        "--acme-directory",
-        dir,
-        "--acme-ca-roots",
-        &trust.roots.display().to_string(),
-        "--acme-state-dir",
-        &state.display().to_string(),
-        "--acme-challenge",
-        challenge,
-        "--acme-email",
-        "ops@example.test",
-        "--acme-retry-min",
-        "1s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for n in names {
-        args.extend(["--acme-domains".to_owned(), n.to_string()]);
+impl Setup {
+    fn new() -> Setup {
+        let site = Site::new("acme");
+        site.write("index.html", b"hello over acme\n");
+        Setup {
+            site,
+            trust: Trust::new(),
+            state: TempDir::new("acme-state"),
+            port: pebble::free_port(),
+        }
     }
-    args
+
+    /// Server flags for ACME with `challenge` for `names` against pebble's
+    /// directory, with state kept in `state`.
+    fn flags(&self, state: &Path, challenge: &str, names: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--acme-directory",
+            &pebble::directory(self.port),
+            "--acme-ca-roots",
+            &self.trust.roots.display().to_string(),
+            "--acme-state-dir",
+            &state.display().to_string(),
+            "--acme-challenge",
+            challenge,
+            "--acme-email",
+            "ops@example.test",
+            "--acme-retry-min",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for n in names {
+            args.extend(["--acme-domains".to_owned(), n.to_string()]);
+        }
+        args
+    }
+
+    /// A server ordering `names` by `challenge`, its state in the setup's
+    /// directory: the server and its TLS address.
+    fn start(&self, challenge: &str, names: &[&str]) -> (Server, std::net::SocketAddr) {
+        let server = start(&self.site, &self.flags(self.state.path(), challenge, names));
+        let tls = tls::tls_addr(&server);
+        (server, tls)
+    }
+
+    /// What pebble is told to validate `server` at: HTTP-01 on its
+    /// cleartext port, TLS-ALPN-01 on `tls`.
+    fn options(&self, server: &Server, tls: std::net::SocketAddr) -> Options {
+        Options {
+            http_port: server.plain_addr().port(),
+            tls_port: tls.port(),
+            port: Some(self.port),
+            validity_secs: None,
+            blocklist: vec![],
+        }
+    }
+
+    fn pebble(&self, options: &Options) -> Pebble {
+        Pebble::start(&self.trust, options)
+    }
 }
 
 fn start(site: &Site, args: &[String]) -> Server {
@@ -87,39 +123,33 @@ fn await_orders(server: &Server, pebble: Option<&Pebble>, result: &str, at_least
 /// `openssl s_client` to `addr` for `name`, verifying against `root`:
 /// (the leaf's PEM, the whole output).
 fn s_client(addr: std::net::SocketAddr, name: &str, root: Option<&Path>) -> (String, String) {
-    use std::io::Write;
-    let mut cmd = Command::new("openssl");
-    cmd.args([
-        "s_client",
-        "-connect",
-        &addr.to_string(),
-        "-servername",
-        name,
-    ]);
-    if let Some(root) = root {
-        cmd.arg("-CAfile")
-            .arg(root)
-            .args(["-verify_hostname", name]);
+    let addr = addr.to_string();
+    let root = root.map(|r| r.display().to_string());
+    let mut args = vec!["-connect", &addr, "-servername", name];
+    if let Some(root) = &root {
+        args.extend(["-CAfile", root, "-verify_hostname", name]);
     }
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn openssl");
-    child.stdin.take().unwrap().write_all(b"Q\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_, text) = tls::s_client(&args, "Q\n");
     let pem = text
         .split_once("-----BEGIN CERTIFICATE-----")
         .and_then(|(_, rest)| rest.split_once("-----END CERTIFICATE-----"))
         .map(|(body, _)| body.to_owned())
         .unwrap_or_default();
     (pem, text)
+}
+
+/// `name`'s certificate on `addr` verifies against `root` (pebble's):
+/// (the leaf's PEM, the whole output).
+fn verified(addr: std::net::SocketAddr, name: &str, root: &Path) -> (String, String) {
+    let (pem, text) = s_client(addr, name, Some(root));
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    (pem, text)
+}
+
+/// `name` on `addr` is still served the self-signed placeholder.
+fn assert_placeholder(addr: std::net::SocketAddr, name: &str) {
+    let (_, text) = s_client(addr, name, None);
+    assert!(text.contains("shardhttpd ACME placeholder"), "{text}");
 }
 
 fn tools_present(test: &str) -> bool {
@@ -144,37 +174,18 @@ fn http01_issues_a_certificate_served_to_openssl_and_curl() {
     if !tools_present("http01") {
         return;
     }
-    let site = site();
-    let trust = Trust::new();
-    let state = TempDir::new("acme-state");
-    let state_dir = state.path().join("acme");
-    let before = listing(&site.root);
-    let port = pebble::free_port();
+    let setup = Setup::new();
+    let state_dir = setup.state.path().join("acme");
+    let before = listing(&setup.site.root);
     // Behind `redirect_https`, which must not send the validation away.
-    let mut flags = acme_flags(
-        &trust,
-        &state_dir,
-        &pebble::directory(port),
-        "http-01",
-        &["a.test"],
-    );
+    let mut flags = setup.flags(&state_dir, "http-01", &["a.test"]);
     flags.extend(["--redirect-https".to_owned(), "true".to_owned()]);
-    let server = start(&site, &flags);
+    let server = start(&setup.site, &flags);
     let tls = tls::tls_addr(&server);
-    let pebble = Pebble::start(
-        &trust,
-        &Options {
-            http_port: server.plain_addr().port(),
-            tls_port: tls.port(),
-            port: Some(port),
-            validity_secs: None,
-            blocklist: vec![],
-        },
-    );
+    let pebble = setup.pebble(&setup.options(&server, tls));
     await_orders(&server, Some(&pebble), "success", 1.0);
     // Installed through the reload path: new handshakes get it at once.
-    let (_, text) = s_client(tls, "a.test", Some(pebble.root()));
-    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    let (_, text) = verified(tls, "a.test", pebble.root());
     assert!(text.contains("Pebble Intermediate"), "{text}");
     let out = Command::new("curl")
         .args(["-sS", "--fail", "--cacert"])
@@ -216,7 +227,7 @@ fn http01_issues_a_certificate_served_to_openssl_and_curl() {
     assert!(pkcs8.len() > 20, "{creds}");
     assert!(!server.log_text().contains(pkcs8));
     // Nothing was written into the root, and no token is left answered.
-    assert_eq!(listing(&site.root), before, "the root changed");
+    assert_eq!(listing(&setup.site.root), before, "the root changed");
     let r = server.get("/.well-known/acme-challenge/anything");
     assert_eq!(r.status, 404);
     assert_eq!(server.get("/index.html").status, 301);
@@ -247,60 +258,25 @@ fn tls_alpn01_issues_a_certificate() {
     if !tools_present("tls-alpn-01") {
         return;
     }
-    let site = site();
-    let trust = Trust::new();
-    let state = TempDir::new("acme-state");
-    let port = pebble::free_port();
-    let server = start(
-        &site,
-        &acme_flags(
-            &trust,
-            state.path(),
-            &pebble::directory(port),
-            "tls-alpn-01",
-            &["b.test"],
-        ),
-    );
-    let tls = tls::tls_addr(&server);
-    let pebble = Pebble::start(
-        &trust,
-        &Options {
-            http_port: pebble::free_port(),
-            tls_port: tls.port(),
-            port: Some(port),
-            validity_secs: None,
-            blocklist: vec![],
-        },
-    );
+    let setup = Setup::new();
+    let (server, tls) = setup.start("tls-alpn-01", &["b.test"]);
+    let pebble = setup.pebble(&Options {
+        http_port: pebble::free_port(),
+        ..setup.options(&server, tls)
+    });
     await_orders(&server, Some(&pebble), "success", 1.0);
-    let (_, text) = s_client(tls, "b.test", Some(pebble.root()));
-    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
-    let (_, text) = s_client_alpn(tls, "b.test", "acme-tls/1");
+    verified(tls, "b.test", pebble.root());
+    let addr = tls.to_string();
+    let alpn_only = [
+        "-connect",
+        &addr,
+        "-servername",
+        "b.test",
+        "-alpn",
+        "acme-tls/1",
+    ];
+    let (_, text) = tls::s_client(&alpn_only, "");
     assert!(!text.contains("ALPN protocol: acme-tls/1"), "{text}");
-}
-
-fn s_client_alpn(addr: std::net::SocketAddr, name: &str, alpn: &str) -> (bool, String) {
-    let out = Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &addr.to_string(),
-            "-servername",
-            name,
-            "-alpn",
-            alpn,
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 /// Short-lived certificates (pebble's `certificateValidityPeriod`) are
@@ -311,34 +287,14 @@ fn short_lived_certificate_is_renewed() {
     if !tools_present("renewal") {
         return;
     }
-    let site = site();
-    let trust = Trust::new();
-    let state = TempDir::new("acme-state");
-    let port = pebble::free_port();
-    let server = start(
-        &site,
-        &acme_flags(
-            &trust,
-            state.path(),
-            &pebble::directory(port),
-            "http-01",
-            &["c.test"],
-        ),
-    );
-    let tls = tls::tls_addr(&server);
-    let pebble = Pebble::start(
-        &trust,
-        &Options {
-            http_port: server.plain_addr().port(),
-            tls_port: tls.port(),
-            port: Some(port),
-            validity_secs: Some(12),
-            blocklist: vec![],
-        },
-    );
+    let setup = Setup::new();
+    let (server, tls) = setup.start("http-01", &["c.test"]);
+    let pebble = setup.pebble(&Options {
+        validity_secs: Some(12),
+        ..setup.options(&server, tls)
+    });
     await_orders(&server, Some(&pebble), "success", 1.0);
-    let (first, text) = s_client(tls, "c.test", Some(pebble.root()));
-    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    let (first, _) = verified(tls, "c.test", pebble.root());
     let mut before = tls::Wire::plain(server.plain_addr());
     assert_eq!(
         before
@@ -385,31 +341,12 @@ fn refused_name_keeps_serving_and_is_counted() {
     if !tools_present("refused") {
         return;
     }
-    let site = site();
-    let trust = Trust::new();
-    let state = TempDir::new("acme-state");
-    let port = pebble::free_port();
-    let server = start(
-        &site,
-        &acme_flags(
-            &trust,
-            state.path(),
-            &pebble::directory(port),
-            "http-01",
-            &["blocked.test", "ok.test"],
-        ),
-    );
-    let tls = tls::tls_addr(&server);
-    let pebble = Pebble::start(
-        &trust,
-        &Options {
-            http_port: server.plain_addr().port(),
-            tls_port: tls.port(),
-            port: Some(port),
-            validity_secs: None,
-            blocklist: vec!["blocked.test".into()],
-        },
-    );
+    let setup = Setup::new();
+    let (server, tls) = setup.start("http-01", &["blocked.test", "ok.test"]);
+    let pebble = setup.pebble(&Options {
+        blocklist: vec!["blocked.test".into()],
+        ..setup.options(&server, tls)
+    });
     await_orders(&server, Some(&pebble), "refused", 1.0);
     await_orders(&server, Some(&pebble), "success", 1.0);
     let line = server
@@ -417,10 +354,8 @@ fn refused_name_keeps_serving_and_is_counted() {
         .expect("the CA's problem document is logged");
     assert!(line.contains("ACME order failed"), "{line}");
     assert!(line.contains("blocked.test"), "{line}");
-    let (_, text) = s_client(tls, "blocked.test", None);
-    assert!(text.contains("shardhttpd ACME placeholder"), "{text}");
-    let (_, text) = s_client(tls, "ok.test", Some(pebble.root()));
-    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert_placeholder(tls, "blocked.test");
+    verified(tls, "ok.test", pebble.root());
     assert_eq!(server.get("/index.html").status, 200);
 }
 
@@ -432,50 +367,25 @@ fn ca_down_at_start_serves_and_retries() {
     if !tools_present("ca-down") {
         return;
     }
-    let site = site();
-    let trust = Trust::new();
-    let state = TempDir::new("acme-state");
-    let port = pebble::free_port();
-    let server = start(
-        &site,
-        &acme_flags(
-            &trust,
-            state.path(),
-            &pebble::directory(port),
-            "http-01",
-            &["d.test"],
-        ),
-    );
-    let tls = tls::tls_addr(&server);
+    let setup = Setup::new();
+    let (server, tls) = setup.start("http-01", &["d.test"]);
     await_orders(&server, None, "error", 1.0);
     assert_eq!(server.get("/index.html").status, 200);
-    let (_, text) = s_client(tls, "d.test", None);
-    assert!(text.contains("shardhttpd ACME placeholder"), "{text}");
+    assert_placeholder(tls, "d.test");
     assert!(server
         .log_text()
         .contains("serving a self-signed placeholder"));
-    let pebble = Pebble::start(
-        &trust,
-        &Options {
-            http_port: server.plain_addr().port(),
-            tls_port: tls.port(),
-            port: Some(port),
-            validity_secs: None,
-            blocklist: vec![],
-        },
-    );
+    let pebble = setup.pebble(&setup.options(&server, tls));
     await_orders(&server, Some(&pebble), "success", 1.0);
-    let (_, text) = s_client(tls, "d.test", Some(pebble.root()));
-    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    verified(tls, "d.test", pebble.root());
 }
 
 /// `--check` refuses what cannot work, naming the setting.
 #[test]
 fn settings_are_checked() {
-    let site = site();
-    let root = site.base().display().to_string();
-    let state = TempDir::new("acme-state");
-    let open = state.path().join("open");
+    let setup = Setup::new();
+    let root = setup.site.base().display().to_string();
+    let open = setup.state.path().join("open");
     std::fs::create_dir(&open).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
     let open = open.display().to_string();
@@ -549,32 +459,16 @@ fn forgotten_account_is_replaced() {
     if !tools_present("account-gone") {
         return;
     }
-    let site = site();
-    let trust = Trust::new();
-    let state = TempDir::new("acme-state");
-    let port = pebble::free_port();
-    let server = start(
-        &site,
-        &acme_flags(
-            &trust,
-            state.path(),
-            &pebble::directory(port),
-            "http-01",
-            &["e.test"],
-        ),
-    );
-    let tls = tls::tls_addr(&server);
+    let setup = Setup::new();
+    let (server, tls) = setup.start("http-01", &["e.test"]);
     let opts = Options {
-        http_port: server.plain_addr().port(),
-        tls_port: tls.port(),
-        port: Some(port),
         validity_secs: Some(15),
-        blocklist: vec![],
+        ..setup.options(&server, tls)
     };
-    let first = Pebble::start(&trust, &opts);
+    let first = setup.pebble(&opts);
     await_orders(&server, Some(&first), "success", 1.0);
     drop(first);
-    let second = Pebble::start(&trust, &opts);
+    let second = setup.pebble(&opts);
     await_orders(&server, Some(&second), "refused", 1.0);
     assert!(
         server.log_text().contains("accountDoesNotExist"),
@@ -582,7 +476,7 @@ fn forgotten_account_is_replaced() {
         server.log_text()
     );
     await_orders(&server, Some(&second), "success", 2.0);
-    let gone = std::fs::read_dir(state.path().join("accounts"))
+    let gone = std::fs::read_dir(setup.state.path().join("accounts"))
         .unwrap()
         .filter(|e| {
             e.as_ref()
@@ -593,8 +487,7 @@ fn forgotten_account_is_replaced() {
         })
         .count();
     assert_eq!(gone, 1);
-    let (_, text) = s_client(tls, "e.test", Some(second.root()));
-    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    verified(tls, "e.test", second.root());
 }
 
 /// Replicas sharing `acme_state_dir`: while another process holds its
@@ -606,34 +499,16 @@ fn lock_holds_orders_back_and_state_is_served_at_once() {
     if !tools_present("lock") {
         return;
     }
-    let site = site();
-    let trust = Trust::new();
-    let state = TempDir::new("acme-state");
-    let dir = state.path().join("shared");
+    let setup = Setup::new();
+    let dir = setup.state.path().join("shared");
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let lock = std::fs::File::create(dir.join("lock")).unwrap();
     assert!(shardhttpd::sys::try_lock_exclusive(&lock).unwrap());
-    let port = pebble::free_port();
-    let flags = acme_flags(
-        &trust,
-        &dir,
-        &pebble::directory(port),
-        "http-01",
-        &["f.test"],
-    );
-    let a = start(&site, &flags);
+    let flags = setup.flags(&dir, "http-01", &["f.test"]);
+    let a = start(&setup.site, &flags);
     let tls_a = tls::tls_addr(&a);
-    let pebble = Pebble::start(
-        &trust,
-        &Options {
-            http_port: a.plain_addr().port(),
-            tls_port: tls_a.port(),
-            port: Some(port),
-            validity_secs: None,
-            blocklist: vec![],
-        },
-    );
+    let pebble = setup.pebble(&setup.options(&a, tls_a));
     a.wait_for_log("locked by another process", Duration::from_secs(10))
         .expect("the wait for the lock is logged");
     std::thread::sleep(Duration::from_secs(2));
@@ -647,10 +522,9 @@ fn lock_holds_orders_back_and_state_is_served_at_once() {
     drop(lock);
     await_orders(&a, Some(&pebble), "success", 1.0);
 
-    let b = start(&site, &flags);
+    let b = start(&setup.site, &flags);
     let tls_b = tls::tls_addr(&b);
-    let (_, text) = s_client(tls_b, "f.test", Some(pebble.root()));
-    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    verified(tls_b, "f.test", pebble.root());
     assert!(!b.log_text().contains("placeholder"), "{}", b.log_text());
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(total(&b), 0.0, "{}", b.log_text());

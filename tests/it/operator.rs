@@ -45,16 +45,6 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A free loopback port (bound and released; the tests that use it bind it
-/// again at once).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A command running the binary as an unprivileged user without
 /// capabilities: as root, through `setpriv` (as nobody); otherwise as is.
 /// `None` (after a loud SKIP) when that is not possible here.

@@ -9,17 +9,17 @@
 use crate::support;
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
-use support::upgrade::{listening_pids, process_gone, signal, status_pid, Proc, Successors};
-use support::{bin, loud, poll_until, Server, Site};
-
-const UPGRADE_DEADLINE: Duration = Duration::from_secs(20);
+use support::upgrade::{
+    assert_answered, listening_pids, listening_sockets, process_gone, queue_requests, signal,
+    upgrade, Proc, Successors, UPGRADE_DEADLINE,
+};
+use support::{bin, free_port, loud, poll_until, Server, Site};
 
 /// `systemd-socket-activate`, or a loud skip.
 fn activator() -> Option<PathBuf> {
@@ -28,15 +28,6 @@ fn activator() -> Option<PathBuf> {
         loud("SKIP: systemd-socket-activate not installed (Debian package systemd)");
     }
     found
-}
-
-/// A port free on 127.0.0.1 right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `systemd-socket-activate` listening on `127.0.0.1:port` (with `flags`),
@@ -53,6 +44,12 @@ fn activated(tool: &PathBuf, port: u16, flags: &[&str], args: &[String]) -> Comm
     cmd
 }
 
+/// [`activated`] for a server configured to listen on the address of the
+/// socket it is passed.
+fn activated_on(tool: &PathBuf, port: u16, flags: &[&str], site: &Site) -> Command {
+    activated(tool, port, flags, &args(site, &format!("127.0.0.1:{port}")))
+}
+
 fn args(site: &Site, listen: &str) -> Vec<String> {
     vec![
         "--root".into(),
@@ -64,19 +61,6 @@ fn args(site: &Site, listen: &str) -> Vec<String> {
     ]
 }
 
-/// TCP sockets listening on `port` (IPv4), from /proc/net/tcp.
-fn listening_sockets(port: u16) -> usize {
-    let text = fs::read_to_string("/proc/net/tcp").unwrap();
-    let port = format!(":{port:04X}");
-    text.lines()
-        .skip(1)
-        .filter(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1].ends_with(&port) && f[3] == "0A"
-        })
-        .count()
-}
-
 /// Once something listens on `port`, opens `n` connections and sends a
 /// request on each; the streams, to read the answers from.
 fn queue_when_listening(port: u16, n: usize) -> thread::JoinHandle<Vec<TcpStream>> {
@@ -85,30 +69,8 @@ fn queue_when_listening(port: u16, n: usize) -> thread::JoinHandle<Vec<TcpStream
             poll_until(Duration::from_secs(10), || listening_sockets(port) > 0),
             "nothing listens on {port}"
         );
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        (0..n)
-            .map(|_| {
-                let mut s = TcpStream::connect_timeout(&addr, support::IO_TIMEOUT).unwrap();
-                s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-                s.write_all(b"GET /digits.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                    .unwrap();
-                s
-            })
-            .collect()
+        queue_requests(SocketAddr::from(([127, 0, 0, 1], port)), n)
     })
-}
-
-fn assert_answered(conns: Vec<TcpStream>, what: &str) {
-    assert!(!conns.is_empty());
-    for (i, mut s) in conns.into_iter().enumerate() {
-        let mut out = Vec::new();
-        let r = s.read_to_end(&mut out);
-        let text = String::from_utf8_lossy(&out);
-        assert!(
-            r.is_ok() && text.starts_with("HTTP/1.1 200") && out.ends_with(support::DIGITS),
-            "{what}: connection {i}: {r:?} {text:?}"
-        );
-    }
 }
 
 fn environ(pid: u32) -> String {
@@ -126,7 +88,7 @@ fn the_passed_socket_answers_connections_made_before_the_server_ran() {
     // these are queued before the server process exists.
     let queued = queue_when_listening(port, 5);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let cmd = activated(&tool, port, &[], &args(&site, &addr.to_string()));
+    let cmd = activated_on(&tool, port, &[], &site);
     let server = Server::spawn_command(cmd, 1);
     assert_eq!(server.addr(), addr);
     assert_answered(queued.join().unwrap(), "queued before the server ran");
@@ -201,12 +163,7 @@ fn a_passed_socket_the_configuration_does_not_name_refuses_the_start() {
 
     // Named `admin` (FileDescriptorName=) but configured as `listen`.
     let port = free_port();
-    let cmd = activated(
-        &tool,
-        port,
-        &["--fdname=admin"],
-        &args(&site, &format!("127.0.0.1:{port}")),
-    );
+    let cmd = activated_on(&tool, port, &["--fdname=admin"], &site);
     let (code, log) = refused(cmd, port, false);
     assert_eq!(code, Some(2), "{log}");
     assert!(
@@ -216,12 +173,7 @@ fn a_passed_socket_the_configuration_does_not_name_refuses_the_start() {
 
     // Not a TCP listener at all.
     let port = free_port();
-    let cmd = activated(
-        &tool,
-        port,
-        &["--datagram"],
-        &args(&site, &format!("127.0.0.1:{port}")),
-    );
+    let cmd = activated_on(&tool, port, &["--datagram"], &site);
     let (code, log) = refused(cmd, port, true);
     assert_eq!(code, Some(2), "{log}");
     assert!(log.contains("not a listening TCP socket"), "{log}");
@@ -233,7 +185,7 @@ fn an_upgrade_after_activation_hands_the_passed_socket_on() {
     let site = Site::new("sockact-upgrade");
     let port = free_port();
     let queued = queue_when_listening(port, 1);
-    let cmd = activated(&tool, port, &[], &args(&site, &format!("127.0.0.1:{port}")));
+    let cmd = activated_on(&tool, port, &[], &site);
     let server = Server::spawn_command(cmd, 1);
     let successors = Successors::default();
     assert_answered(queued.join().unwrap(), "first");
@@ -241,15 +193,7 @@ fn an_upgrade_after_activation_hands_the_passed_socket_on() {
     let old = server.pid();
     assert!(environ(old).contains("LISTEN_FDS=1"), "{}", environ(old));
 
-    signal(old, "USR2");
-    assert!(
-        poll_until(UPGRADE_DEADLINE, || process_gone(old)),
-        "old process still running\n{}",
-        server.log_text()
-    );
-    let new = status_pid(admin).expect("status.json after the upgrade");
-    successors.push(new);
-    assert_ne!(new, old);
+    let new = upgrade(old, admin, &successors, &|| server.log_text());
     // The new process got the socket by handover, not by LISTEN_FDS: the
     // variables were not passed on.
     let env = environ(new);
@@ -299,15 +243,7 @@ fn check_after_an_upgrade_names_the_new_process_and_passes() {
     let server = Server::start(&site.root, &[]);
     let successors = Successors::default();
     let (addr, admin, old) = (server.plain_addr(), server.admin_addr(), server.pid());
-    signal(old, "USR2");
-    assert!(
-        poll_until(UPGRADE_DEADLINE, || process_gone(old)),
-        "{}",
-        server.log_text()
-    );
-    let new = status_pid(admin).expect("status.json after the upgrade");
-    successors.push(new);
-    assert_ne!(new, old);
+    let new = upgrade(old, admin, &successors, &|| server.log_text());
     // Many asks first: each `--check` connects to the claim socket, and
     // unanswered connections would fill its backlog (129) until the next
     // `connect` blocked for ever.

@@ -389,16 +389,6 @@ fn sessions_resume_on_any_shard() {
 // Real clients
 // ---------------------------------------------------------------------------
 
-fn run(cmd: &mut Command) -> (bool, String) {
-    let out = cmd.output().expect("run client");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 #[test]
 fn curl_over_tls12_and_tls13() {
     if !installed("curl") {
@@ -416,12 +406,14 @@ fn curl_over_tls12_and_tls13() {
     ] {
         // HTTP/1.1 asked for: ALPN offers only http/1.1 (h2 has its own
         // suite, tests/it/http2.rs).
-        let (ok, text) = run(Command::new("curl")
-            .args(["-sS", "-v", "--http1.1", "--cacert"])
-            .arg(&ca_file)
-            .args(["--resolve", &resolve])
-            .args(flags)
-            .arg(&url));
+        let (ok, text) = outcome(
+            Command::new("curl")
+                .args(["-sS", "-v", "--http1.1", "--cacert"])
+                .arg(&ca_file)
+                .args(["--resolve", &resolve])
+                .args(flags)
+                .arg(&url),
+        );
         assert!(ok, "{text}");
         assert!(
             text.contains(&format!("SSL connection using {want}")),
@@ -434,33 +426,6 @@ fn curl_over_tls12_and_tls13() {
             "{text}"
         );
     }
-}
-
-fn s_client(args: &[&str], stdin: &str) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new("openssl")
-        .arg("s_client")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn openssl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 #[test]

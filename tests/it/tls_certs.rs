@@ -61,22 +61,14 @@ fn check_validates_certificate_pairs() {
     });
     let root = site.root.display().to_string();
     let check = |cert: &std::path::Path, key: &std::path::Path| {
-        let out = command()
-            .args(["--check", "--root", &root, "--listen", "127.0.0.1:0"])
-            .args(["--admin", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0"])
-            .arg("--tls-cert")
-            .arg(cert)
-            .arg("--tls-key")
-            .arg(key)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
+        outcome(
+            command()
+                .args(["--check", "--root", &root, "--listen", "127.0.0.1:0"])
+                .args(["--admin", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0"])
+                .arg("--tls-cert")
+                .arg(cert)
+                .arg("--tls-key")
+                .arg(key),
         )
     };
     let (ok, text) = check(&a.cert, &a.key);

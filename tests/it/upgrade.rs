@@ -15,13 +15,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::upgrade::{
-    admin_get, listening_pids, process_gone, signal, status_pid, Proc, Successors, Tally, Traffic,
+    admin_get, assert_answered, listening_pids, listening_sockets, process_gone, queue_requests,
+    signal, status_pid, upgrade, Proc, Successors, Tally, Traffic, UPGRADE_DEADLINE,
 };
 use support::{bin, loud, poll_until, Server, Site};
-
-/// How long an upgrade may take here (a loaded machine builds the snapshot
-/// slowly), and how long an old process may take to drain and exit.
-const UPGRADE_DEADLINE: Duration = Duration::from_secs(20);
 
 /// A site with a small and a larger file, and the bodies to expect.
 fn site(tag: &str) -> (Site, Vec<(String, Vec<u8>)>) {
@@ -53,22 +50,6 @@ fn shard_cpus(admin: SocketAddr) -> Vec<u64> {
         .iter()
         .map(|c| c["cpu"].as_u64().expect("cpu"))
         .collect()
-}
-
-/// Sends SIGUSR2 to `old` and waits until it has exited and `/status.json`
-/// names another process; returns that process's PID.
-fn upgrade(old: u32, admin: SocketAddr, successors: &Successors, logs: &dyn Fn() -> String) -> u32 {
-    signal(old, "USR2");
-    assert!(
-        poll_until(UPGRADE_DEADLINE, || process_gone(old)),
-        "old process {old} still running after SIGUSR2\n{}",
-        logs()
-    );
-    let new =
-        status_pid(admin).unwrap_or_else(|| panic!("no status.json after upgrade\n{}", logs()));
-    successors.push(new);
-    assert_ne!(new, old, "status.json still names the old process");
-    new
 }
 
 /// No request failed (none is retried) and some succeeded.
@@ -369,31 +350,6 @@ fn an_upgrade_binary_that_execs_the_server_late_still_upgrades() {
 
 /// Opens `n` connections with a request sent on each while the server is
 /// stopped, so they sit in the accept queues at the moment of the handover.
-fn queue_requests(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
-    use std::io::Write;
-    (0..n)
-        .map(|_| {
-            let mut s = TcpStream::connect_timeout(&addr, support::IO_TIMEOUT).expect("connect");
-            s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-            s.write_all(b"GET /digits.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                .unwrap();
-            s
-        })
-        .collect()
-}
-
-fn assert_answered(conns: Vec<TcpStream>, what: &str) {
-    use std::io::Read;
-    for (i, mut s) in conns.into_iter().enumerate() {
-        let mut out = Vec::new();
-        let r = s.read_to_end(&mut out);
-        let text = String::from_utf8_lossy(&out);
-        assert!(
-            r.is_ok() && text.starts_with("HTTP/1.1 200") && out.ends_with(support::DIGITS),
-            "{what}: queued connection {i}: {r:?} {text:?}"
-        );
-    }
-}
 
 #[test]
 fn shard_count_changes_across_upgrades_lose_no_queued_connection() {
@@ -414,7 +370,7 @@ fn shard_count_changes_across_upgrades_lose_no_queued_connection() {
     let traffic = Traffic::start(addr, 2, 2, paths);
     thread::sleep(Duration::from_secs(1));
     let mut pid = server.pid();
-    let sockets = |port| -> usize { socket_count(port) };
+    let sockets = |port| -> usize { listening_sockets(port) };
     assert_eq!(sockets(addr.port()), 1);
 
     for (cores, want_sockets) in [(2usize, 2usize), (1, 2)] {
@@ -439,19 +395,6 @@ fn shard_count_changes_across_upgrades_lose_no_queued_connection() {
     assert_clean(&tally, "1 → 2 → 1 shards");
     signal(pid, "TERM");
     assert!(poll_until(UPGRADE_DEADLINE, || process_gone(pid)));
-}
-
-/// Listening sockets on `port`, from /proc/net/tcp.
-fn socket_count(port: u16) -> usize {
-    let text = fs::read_to_string("/proc/net/tcp").unwrap();
-    let port = format!(":{port:04X}");
-    text.lines()
-        .skip(1)
-        .filter(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1].ends_with(&port) && f[3] == "0A"
-        })
-        .count()
 }
 
 /// The CPUs this test process may run on.

@@ -12,6 +12,7 @@ use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use support::metrics::{scrape, sum};
@@ -21,22 +22,10 @@ use support::{Server, Site};
 /// io_uring), the tests of the uring backend itself have nothing to run
 /// on; they say so loudly instead of passing silently.
 fn uring_available() -> bool {
-    let site = Site::new("uring-probe");
-    site.write("a.txt", b"a");
+    let site = site_with("uring-probe", b"a");
     // --check does not start shards: probe by starting one for real.
     let mut child = support::command()
-        .args([
-            "--root",
-            site.root.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--cores",
-            &one_shard(),
-            "--io",
-            "uring",
-        ])
+        .args(args(&site, "uring"))
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn shardhttpd");
@@ -53,8 +42,33 @@ fn uring_available() -> bool {
     ok
 }
 
-fn python() -> Option<&'static str> {
-    support::installed("python3").then_some("python3")
+/// [`uring_available`], saying SKIP for `test` when not.
+fn uring_or_skip(test: &str) -> bool {
+    let ok = uring_available();
+    if !ok {
+        support::loud(&format!("SKIP {test}: --io uring cannot start here"));
+    }
+    ok
+}
+
+/// python3 and the wrapper that runs a program under a seccomp filter
+/// refusing io_uring, or SKIP for `test` without python3.
+fn seccomp_wrapper(test: &str) -> Option<(&'static str, PathBuf)> {
+    if !support::installed("python3") {
+        support::loud(&format!("SKIP {test}: python3 is not installed"));
+        return None;
+    }
+    Some((
+        "python3",
+        support::repo().join("tests/uring/no_io_uring.py"),
+    ))
+}
+
+/// A site with `a.txt` holding `body`.
+fn site_with(tag: &str, body: &[u8]) -> Site {
+    let site = Site::new(tag);
+    site.write("a.txt", body);
+    site
 }
 
 /// One shard (a count), so the one `io backend` line and the gauge are its.
@@ -95,12 +109,10 @@ fn io_line(server: &Server) -> String {
 
 #[test]
 fn auto_picks_uring_where_a_ring_sets_up_and_says_why() {
-    if !uring_available() {
-        support::loud("SKIP auto_picks_uring: --io uring cannot start here");
+    if !uring_or_skip("auto_picks_uring") {
         return;
     }
-    let site = Site::new("uring-auto");
-    site.write("a.txt", b"hello");
+    let site = site_with("uring-auto", b"hello");
     let server = Server::spawn(&args(&site, "auto"), 1);
     let line = io_line(&server);
     assert_eq!(
@@ -116,13 +128,10 @@ fn auto_picks_uring_where_a_ring_sets_up_and_says_why() {
 
 #[test]
 fn auto_falls_back_to_epoll_when_seccomp_forbids_io_uring() {
-    let Some(py) = python() else {
-        support::loud("SKIP auto_falls_back_to_epoll: python3 is not installed");
+    let Some((py, wrapper)) = seccomp_wrapper("auto_falls_back_to_epoll") else {
         return;
     };
-    let wrapper = support::repo().join("tests/uring/no_io_uring.py");
-    let site = Site::new("uring-seccomp");
-    site.write("a.txt", b"served on epoll");
+    let site = site_with("uring-seccomp", b"served on epoll");
     let server = Server::spawn_under(&[py, wrapper.to_str().unwrap()], &args(&site, "auto"), 1);
     let line = io_line(&server);
     assert_eq!(
@@ -146,13 +155,10 @@ fn auto_falls_back_to_epoll_when_seccomp_forbids_io_uring() {
 
 #[test]
 fn forced_uring_fails_the_start_when_seccomp_forbids_it() {
-    let Some(py) = python() else {
-        support::loud("SKIP forced_uring_fails: python3 is not installed");
+    let Some((py, wrapper)) = seccomp_wrapper("forced_uring_fails") else {
         return;
     };
-    let wrapper = support::repo().join("tests/uring/no_io_uring.py");
-    let site = Site::new("uring-forced");
-    site.write("a.txt", b"a");
+    let site = site_with("uring-forced", b"a");
     let out = std::process::Command::new(py)
         .arg(&wrapper)
         .arg(support::bin())
@@ -171,8 +177,7 @@ fn forced_uring_fails_the_start_when_seccomp_forbids_it() {
 
 #[test]
 fn an_unknown_io_value_is_refused_naming_the_choices() {
-    let site = Site::new("uring-bad");
-    site.write("a.txt", b"a");
+    let site = site_with("uring-bad", b"a");
     let out = support::command()
         .args([
             "--root",
@@ -193,8 +198,7 @@ fn an_unknown_io_value_is_refused_naming_the_choices() {
 
 /// The behaviours that depend on the event source, on each backend.
 fn serves_and_closes(io: &str) {
-    let site = Site::new(&format!("uring-serve-{io}"));
-    site.write("a.txt", b"0123456789");
+    let site = site_with(&format!("uring-serve-{io}"), b"0123456789");
     let mut a = args(&site, io);
     a.extend(["--keepalive-timeout".into(), "1".into()]);
     let server = Server::spawn(&a, 1);
@@ -254,8 +258,7 @@ fn epoll_serves_keepalive_pipelined_and_closes() {
 
 #[test]
 fn uring_serves_keepalive_pipelined_and_closes() {
-    if !uring_available() {
-        support::loud("SKIP uring_serves: --io uring cannot start here");
+    if !uring_or_skip("uring_serves") {
         return;
     }
     serves_and_closes("uring");
@@ -267,12 +270,10 @@ fn uring_serves_keepalive_pipelined_and_closes() {
 /// polls for reused fd numbers are queued in the same loop turn.
 #[test]
 fn uring_closes_each_of_many_connections_whose_fds_are_reused() {
-    if !uring_available() {
-        support::loud("SKIP uring_closes_many: --io uring cannot start here");
+    if !uring_or_skip("uring_closes_many") {
         return;
     }
-    let site = Site::new("uring-churn");
-    site.write("a.txt", b"x");
+    let site = site_with("uring-churn", b"x");
     let server = Server::spawn(&args(&site, "uring"), 1);
     let req = support::request("GET", "/a.txt", &[("Connection", "close")]);
     let handles: Vec<_> = (0..8)

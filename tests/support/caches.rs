@@ -10,12 +10,12 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{find_program, loud, parse_head, poll_until, Response, TempDir, IO_TIMEOUT};
+use super::{find_program, free_port, loud, parse_head, poll_until, Response, TempDir, IO_TIMEOUT};
 
 /// How long a cache gets to start answering.
 const START_DEADLINE: Duration = Duration::from_secs(20);
@@ -214,14 +214,6 @@ impl Drop for Cache {
             );
         }
     }
-}
-
-/// A port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("probe a free port")
-        .port()
 }
 
 /// `proxy_cache` honouring the origin's `Cache-Control` (no

@@ -148,20 +148,7 @@ pub fn probe_with_input(
     args: &[&str],
     stdin: &str,
 ) -> serde_json::Value {
-    use std::io::Write;
-    let mut child = probe_command(py, scenario, target, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn h2probe.py");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = super::output_with_stdin(&mut probe_command(py, scenario, target, args), stdin);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

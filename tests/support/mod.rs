@@ -6,6 +6,7 @@
 //! not use are expected.
 #![allow(dead_code)]
 
+pub mod access_log;
 pub mod caches;
 pub mod h2;
 pub mod metrics;
@@ -73,6 +74,49 @@ pub fn find_program(names: &[&str]) -> Option<PathBuf> {
 /// Whether `program` is an executable on PATH.
 pub fn installed(program: &str) -> bool {
     find_program(&[program]).is_some()
+}
+
+/// A port free on 127.0.0.1 right now (bound and released: for a peer
+/// that cannot be given port 0 and say which it took, or an address the
+/// test must know before something binds it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+/// Run `cmd` to its end: whether it exited 0, and its stdout and stderr
+/// together (what an assertion looks in and prints).
+pub fn outcome(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().expect("run the command");
+    (out.status.success(), output_text(&out))
+}
+
+/// Run `cmd` with `stdin` written to it (then closed) to its end.
+pub fn output_with_stdin(cmd: &mut Command, stdin: &str) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A finished command's stdout and stderr together.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 // ---------------------------------------------------------------------------

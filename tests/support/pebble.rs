@@ -5,7 +5,7 @@
 //! server under test trusts through `--acme-ca-roots`; the CA that signs
 //! what pebble issues is fetched from its management API.
 
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,14 +27,8 @@ pub fn available(test: &str) -> bool {
     ok
 }
 
-/// A port free on 127.0.0.1 now (pebble cannot be given port 0 and say
-/// which it took).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
-}
+/// Pebble cannot be given port 0 and say which it took.
+pub use super::free_port;
 
 fn free_udp_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")

@@ -14,7 +14,9 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsage
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-use super::{log_field, method_of, parse_head, Response, Server, IO_TIMEOUT};
+use super::{
+    log_field, method_of, output_text, output_with_stdin, parse_head, Response, Server, IO_TIMEOUT,
+};
 
 /// A private CA that signs the leaves of one test.
 pub struct Ca {
@@ -450,4 +452,17 @@ pub fn without_date(r: &Response) -> (u16, Vec<(String, String)>, Vec<u8>) {
         .cloned()
         .collect();
     (r.status, headers, r.body.clone())
+}
+
+/// `openssl s_client ARGS` with `stdin` written to it, then closed (`Q\n`
+/// ends the session; empty input ends it after the handshake): whether it
+/// exited 0, and its stdout and stderr together.
+pub fn s_client(args: &[&str], stdin: &str) -> (bool, String) {
+    let out = output_with_stdin(
+        std::process::Command::new("openssl")
+            .arg("s_client")
+            .args(args),
+        stdin,
+    );
+    (out.status.success(), output_text(&out))
 }

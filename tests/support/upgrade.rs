@@ -18,7 +18,11 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
-use super::IO_TIMEOUT;
+use super::{poll_until, IO_TIMEOUT};
+
+/// How long an upgrade may take here (a loaded machine builds the snapshot
+/// slowly), and how long an old process may take to drain and exit.
+pub const UPGRADE_DEADLINE: Duration = Duration::from_secs(20);
 
 /// Sends `sig` (`TERM`, `USR2`, …) to `pid` with `kill(1)`.
 pub fn signal(pid: u32, sig: &str) {
@@ -36,6 +40,57 @@ pub fn process_gone(pid: u32) -> bool {
         Ok(stat) => stat
             .rsplit_once(')')
             .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Sends SIGUSR2 to `old` and waits until it has exited and `/status.json`
+/// names another process; returns that process's PID.
+pub fn upgrade(
+    old: u32,
+    admin: SocketAddr,
+    successors: &Successors,
+    logs: &dyn Fn() -> String,
+) -> u32 {
+    signal(old, "USR2");
+    assert!(
+        poll_until(UPGRADE_DEADLINE, || process_gone(old)),
+        "old process {old} still running after SIGUSR2\n{}",
+        logs()
+    );
+    let new =
+        status_pid(admin).unwrap_or_else(|| panic!("no status.json after upgrade\n{}", logs()));
+    successors.push(new);
+    assert_ne!(new, old, "status.json still names the old process");
+    new
+}
+
+/// Opens `n` connections to `addr` and sends a `GET /digits.txt` (then
+/// close) on each without reading: requests queued across an upgrade or
+/// before the server runs. The streams, to read the answers from.
+pub fn queue_requests(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            s.write_all(b"GET /digits.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect()
+}
+
+/// Every queued connection got the whole `/digits.txt` (200), and there
+/// was at least one.
+pub fn assert_answered(conns: Vec<TcpStream>, what: &str) {
+    assert!(!conns.is_empty(), "{what}: no connection to check");
+    for (i, mut s) in conns.into_iter().enumerate() {
+        let mut out = Vec::new();
+        let r = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            r.is_ok() && text.starts_with("HTTP/1.1 200") && out.ends_with(super::DIGITS),
+            "{what}: queued connection {i}: {r:?} {text:?}"
+        );
     }
 }
 
@@ -62,10 +117,20 @@ impl Drop for Successors {
     }
 }
 
+/// TCP sockets listening on `port` over IPv4, from `/proc/net/tcp`.
+pub fn listening_sockets(port: u16) -> usize {
+    listening_inodes_in(&["/proc/net/tcp"], port).len()
+}
+
 /// Inodes of the TCP sockets listening on `port` (IPv4 and IPv6).
 fn listening_inodes(port: u16) -> BTreeSet<u64> {
+    listening_inodes_in(&["/proc/net/tcp", "/proc/net/tcp6"], port)
+}
+
+/// Inodes of the TCP sockets listening on `port` in the `/proc` tables.
+fn listening_inodes_in(tables: &[&str], port: u16) -> BTreeSet<u64> {
     let mut inodes = BTreeSet::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+    for table in tables {
         let Ok(text) = fs::read_to_string(table) else {
             continue;
         };

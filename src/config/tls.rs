@@ -1,0 +1,93 @@
+//! The TLS settings checked: certificate pairs (`tls_cert`/`tls_key` and
+//! `[[tls_certificates]]`) with their listeners, and the HTTPS-only headers
+//! (`hsts`, `redirect_https`) that need one.
+
+use super::*;
+
+/// `tls_*`: listeners need a certificate, a certificate needs its key.
+pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>> {
+    let mut pairs = Vec::new();
+    match (&s.tls_cert, &s.tls_key) {
+        (Some(cert), Some(key)) => pairs.push(crate::tls::CertPaths {
+            cert: cert.clone(),
+            key: key.clone(),
+            origin: "tls_cert".into(),
+        }),
+        (Some(_), None) => bail!("{}: needed with `tls_cert`", s.name("tls_key")),
+        (None, Some(_)) => bail!("{}: needed with `tls_key`", s.name("tls_cert")),
+        (None, None) => {}
+    }
+    for (i, p) in s.tls_certificates.iter().flatten().enumerate() {
+        pairs.push(crate::tls::CertPaths {
+            cert: p.cert.clone(),
+            key: p.key.clone(),
+            origin: format!("tls_certificates[{i}]"),
+        });
+    }
+    let mut listen: Vec<SocketAddr> = Vec::new();
+    for a in s.tls_listen.iter().flatten() {
+        for addr in a
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("tls_listen")))?
+        {
+            if !listen.contains(&addr) {
+                listen.push(addr);
+            }
+        }
+    }
+    if listen.is_empty() {
+        if !pairs.is_empty() || s.tls_ticket_key_file.is_some() {
+            bail!(
+                "{}: certificates are configured but no TLS address is",
+                s.name("tls_listen")
+            );
+        }
+        return Ok(None);
+    }
+    // ACME's own pairs are added by `acme_settings`.
+    if pairs.is_empty() && s.acme_domains.as_ref().is_none_or(|d| d.is_empty()) {
+        bail!(
+            "{}: `tls_listen` needs a certificate (`tls_cert` and `tls_key`, or `[[tls_certificates]]`)",
+            s.name("tls_cert")
+        );
+    }
+    Ok(Some(crate::tls::TlsSettings {
+        listen,
+        pairs,
+        ticket_key_file: s.tls_ticket_key_file.clone(),
+        h2: s.h2.unwrap_or(true),
+        acme_tls_alpn: false,
+    }))
+}
+
+/// What [`https()`] validates.
+pub(super) struct Https {
+    pub(super) hsts: Option<String>,
+    pub(super) redirect_https: bool,
+}
+
+/// `hsts` and `redirect_https`, which need a TLS listener (`has_tls`).
+pub(super) fn https(s: &Settings, has_tls: bool) -> anyhow::Result<Https> {
+    Ok(Https {
+        hsts: match &s.hsts {
+            Some(v) if v.is_empty() || v.bytes().any(|b| b < 0x20 || b == 0x7f) => bail!(
+                "{}: must be a non-empty header value without control characters",
+                s.name("hsts")
+            ),
+            Some(_) if !has_tls => {
+                bail!(
+                    "{}: needs `tls_listen` (it is sent over TLS only)",
+                    s.name("hsts")
+                )
+            }
+            v => v.clone(),
+        },
+        redirect_https: match s.redirect_https {
+            Some(true) if !has_tls => bail!(
+                "{}: needs `tls_listen` (the redirect goes to its port)",
+                s.name("redirect_https")
+            ),
+            v => v.unwrap_or(false),
+        },
+    })
+}
