@@ -198,6 +198,9 @@ impl Metrics {
             self.access_log_dropped.load(Ordering::Relaxed) as f64,
         ));
         families.push(dropped);
+        // The text encoder refuses a family without series, and one such
+        // family (no shard running yet) would blank the whole scrape.
+        families.retain(|f| !f.get_metric().is_empty());
         families.sort_by(|a, b| a.get_name().cmp(b.get_name()));
         let mut out = Vec::with_capacity(16 * 1024);
         if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
@@ -580,4 +583,23 @@ fn buckets(pairs: &[(&str, &str)], bounds: &[f64], counts: &[u64], sum: f64) -> 
     h.set_sample_sum(sum);
     m.set_histogram(h);
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scrape_before_any_shard_runs_still_renders_every_other_family() {
+        let metrics = Metrics::new(&[0, 1], true);
+        let text = String::from_utf8(metrics.render(&StoreStats::default())).unwrap();
+        assert!(
+            text.contains("shardhttpd_access_log_dropped_total 0"),
+            "{text}"
+        );
+        assert!(!text.contains("shardhttpd_io_backend{"), "{text}");
+        metrics.slots[1].running.store(true, Ordering::Release);
+        let text = String::from_utf8(metrics.render(&StoreStats::default())).unwrap();
+        assert!(text.contains("shardhttpd_io_backend{"), "{text}");
+    }
 }

@@ -119,6 +119,11 @@ pub fn run(spec: ShardSpec) -> io::Result<()> {
     for addr in &addrs {
         tracing::info!("shard started shard={index} cpu={cpu} addr={addr}");
     }
+    // Marked running before "started" so the admin endpoint lists this
+    // shard as soon as the server logs "listening".
+    shard.metrics.slots[index]
+        .running
+        .store(true, Ordering::Release);
     let _ = started.send(Ok(()));
     shard.run()
 }
@@ -218,8 +223,6 @@ impl Shard {
     }
 
     fn run(&mut self) -> io::Result<()> {
-        let slot = &self.metrics.slots[self.index];
-        slot.running.store(true, Ordering::Release);
         let result = self.event_loop();
         self.metrics.publish(self.index, &self.counters);
         if let Some(log) = &mut self.log {
