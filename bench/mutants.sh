@@ -10,6 +10,9 @@
 #             test clock, validity bounds, the sans-I/O reader) and every TLS suite
 #   acme      src/acme/*.rs, src/config/acme.rs  ACME: the unit tables and the
 #             pebble suite (tests/it/acme.rs; ~40 s a mutant, skipped without pebble)
+#   h2codec   src/h2/{huffman,frame}.rs  HTTP/2's pure codecs: their unit tables
+#             (round trips, RFC 7541 examples, the cross-check against
+#             loona-hpack's decoder, frame header and settings parsing)
 #
 # Usage: bench/mutants.sh [--iterate] [--in-place] [SET...]   (default: all four sets)
 #   --iterate   re-test only the mutants a previous run of the set missed
@@ -38,8 +41,8 @@ for arg in "$@"; do
   case "$arg" in
     --iterate) iterate=(--iterate) ;;
     --in-place) inplace=(--in-place) ;;
-    http | respond | output | counters | tls | acme) sets+=("$arg") ;;
-    *) echo "usage: $0 [--iterate] [--in-place] [http|respond|output|counters|tls|acme]..." >&2; exit 2 ;;
+    http | respond | output | counters | tls | acme | h2codec) sets+=("$arg") ;;
+    *) echo "usage: $0 [--iterate] [--in-place] [http|respond|output|counters|tls|acme|h2codec]..." >&2; exit 2 ;;
   esac
 done
 [ ${#sets[@]} -gt 0 ] || sets=(http respond output counters tls)
@@ -105,6 +108,12 @@ for set in "${sets[@]}"; do
       # `acme` selects the unit tests of acme::* and the acme suite.
       run acme --file 'src/acme/*.rs' --file src/config/acme.rs \
         --cargo-arg=--lib --cargo-arg=--test=it -- -- acme
+      ;;
+    h2codec)
+      # `h2::` selects the unit tests of every h2 module (the codecs' own
+      # and the connection's frame-level tables, which decode through them).
+      run h2codec --file src/h2/huffman.rs --file src/h2/frame.rs \
+        --cargo-arg=--lib --timeout 30 -- -- h2::
       ;;
   esac
 done
