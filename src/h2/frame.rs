@@ -327,4 +327,35 @@ mod tests {
         write_headers(&mut b, 1, &block[..3], false, 16);
         assert_eq!(Head::parse(&b).unwrap().flags, FLAG_END_HEADERS);
     }
+    #[test]
+    fn a_dependency_is_the_first_31_bits_of_the_priority_fields() {
+        // The exclusive flag (top bit) is not part of the stream id; the
+        // weight byte after the four is ignored.
+        assert_eq!(dependency(&[0x80, 0, 0, 5, 16]), Some(5));
+        assert_eq!(dependency(&[0x7f, 0xff, 0xff, 0xff]), Some(0x7fff_ffff));
+        assert_eq!(dependency(&[0, 0, 0x01, 0x02]), Some(0x102));
+        assert_eq!(dependency(&[0, 0, 1]), None);
+    }
+
+    #[test]
+    fn error_code_labels_are_the_metric_label_values() {
+        // `reason` label values of the reset and GOAWAY counters: dashboards
+        // and alerts match on them, so they are pinned.
+        let labels: Vec<&str> = ErrorCode::ALL.iter().map(|e| e.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "no_error",
+                "protocol_error",
+                "internal_error",
+                "flow_control_error",
+                "stream_closed",
+                "frame_size_error",
+                "refused_stream",
+                "cancel",
+                "compression_error",
+                "enhance_your_calm"
+            ]
+        );
+    }
 }
