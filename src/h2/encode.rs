@@ -10,8 +10,15 @@
 //! [`ENCODER_TABLE`] and by the peer's SETTINGS_HEADER_TABLE_SIZE; a
 //! change of that bound is announced by a dynamic table size update at the
 //! start of the next block (§4.2, §6.3).
+//!
+//! A response head's lines repeat on a connection (the frame of a media
+//! type, a file's validators, the Date of this second), so each entry
+//! remembers a hash of the head line that entered it: a line sent before
+//! is found by that hash and checked byte for byte, without lower-casing
+//! its name or searching the static table again.
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 
 use super::hpack::{connection_specific, integer};
 
@@ -31,10 +38,18 @@ const FIELD_OVERHEAD: usize = 32;
 /// Index of the first dynamic table entry (the static table has 61).
 const DYNAMIC_BASE: usize = 62;
 
+/// Most header lines a head may have for [`Encoder::head`] to remember
+/// where they end while it looks for the blank line; past them it finds
+/// the remaining lines again.
+const HEAD_LINES: usize = 32;
+
 /// One dynamic table entry: name and value in one allocation.
 struct Entry {
     bytes: Box<[u8]>,
     name_len: usize,
+    /// [`line_hash`] of the head line that entered it (0 for a field
+    /// entered otherwise): the fast path's key, checked against the bytes.
+    line: u64,
 }
 
 impl Entry {
@@ -168,6 +183,19 @@ impl Encoder {
     /// One field, `name` already lower-case: an index when the table holds
     /// it, else a literal (entered into the table under `Incremental`).
     pub fn field(&mut self, name: &[u8], value: &[u8], how: Indexing, out: &mut Vec<u8>) {
+        self.field_from(name, value, how, 0, out);
+    }
+
+    /// [`Encoder::field`] for a field read from a head line whose
+    /// [`line_hash`] is `line` (0 for none), remembered with its entry.
+    fn field_from(
+        &mut self,
+        name: &[u8],
+        value: &[u8],
+        how: Indexing,
+        line: u64,
+        out: &mut Vec<u8>,
+    ) {
         let mut name_index = static_name(name);
         for (i, e) in self.entries.iter().enumerate() {
             if e.name_len != name.len() || e.name() != name {
@@ -201,17 +229,20 @@ impl Encoder {
             self.entries.push_front(Entry {
                 bytes: bytes.into_boxed_slice(),
                 name_len: name.len(),
+                line,
             });
             self.size += entry_size;
         }
     }
 
     /// Encode an HTTP/1 response head (`HTTP/1.1 200 OK\r\n…\r\n\r\n`, as
-    /// `conn::respond` renders it) as the start of a header block. Returns
-    /// the status code, or `None` (nothing written, the table untouched)
-    /// for a head that is not one. Fields a response adds beyond its head
-    /// follow through [`Encoder::field`] (see `h2::conn`'s `request`).
-    pub fn head(&mut self, head: &[u8], out: &mut Vec<u8>) -> Option<u16> {
+    /// `conn::respond` renders it, perhaps followed by its body) as the
+    /// start of a header block. Returns the status code and the head's
+    /// length (through its blank line), or `None` (nothing written, the
+    /// table untouched) for bytes that do not start with a complete head.
+    /// Fields a response adds beyond its head follow through
+    /// [`Encoder::field`] (see `h2::conn`'s `request`).
+    pub fn head(&mut self, head: &[u8], out: &mut Vec<u8>) -> Option<(u16, usize)> {
         let eol = memchr::memchr(b'\n', head)?;
         let status_line = &head[..eol];
         let code = status_line.get(9..12)?;
@@ -219,40 +250,74 @@ impl Encoder {
             return None;
         }
         let status = code.iter().fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
+        // The blank line is found before anything is encoded, remembering
+        // where the first lines end.
+        let mut ends = [0u32; HEAD_LINES];
+        let mut lines = 0;
+        let mut at = eol + 1;
+        let len = loop {
+            let end = at + memchr::memchr(b'\n', &head[at..])?;
+            if end == at || (end == at + 1 && head[at] == b'\r') {
+                break end + 1;
+            }
+            if let Some(slot) = ends.get_mut(lines) {
+                *slot = end as u32;
+            }
+            lines += 1;
+            at = end + 1;
+        };
         self.begin(out);
         self.status(status, out);
-        let mut lower = [0u8; 64];
-        let mut rest = &head[eol + 1..];
-        while let Some(eol) = memchr::memchr(b'\n', rest) {
-            let line = &rest[..eol];
-            rest = &rest[eol + 1..];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.is_empty() {
-                break;
-            }
-            let Some(colon) = memchr::memchr(b':', line) else {
-                continue;
+        let mut at = eol + 1;
+        for i in 0..lines {
+            let end = match ends.get(i) {
+                Some(&end) => end as usize,
+                None => at + memchr::memchr(b'\n', &head[at..]).unwrap_or(0),
             };
-            let name = &line[..colon];
-            let value = trim(&line[colon + 1..]);
-            let owned;
-            let lname: &[u8] = if name.len() <= lower.len() {
-                let l = &mut lower[..name.len()];
-                for (d, &c) in l.iter_mut().zip(name) {
-                    *d = c.to_ascii_lowercase();
-                }
-                l
-            } else {
-                owned = name.to_ascii_lowercase();
-                &owned
-            };
-            if connection_specific(lname) {
-                continue;
-            }
-            self.field(lname, value, Indexing::Incremental, out);
+            let line = &head[at..end];
+            at = end + 1;
+            self.line(line.strip_suffix(b"\r").unwrap_or(line), out);
         }
-        Some(status)
+        Some((status, len))
     }
+
+    /// One header line of a head, `Name: value` without its CRLF.
+    fn line(&mut self, line: &[u8], out: &mut Vec<u8>) {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return;
+        };
+        let name = &line[..colon];
+        let value = trim(&line[colon + 1..]);
+        let hash = line_hash(line);
+        // Sent before on this connection: its entry's index.
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.line == hash && e.value() == value && e.name().eq_ignore_ascii_case(name) {
+                return integer(out, DYNAMIC_BASE + i, 7, 0x80);
+            }
+        }
+        let mut lower = [0u8; 64];
+        let owned;
+        let lname: &[u8] = if name.len() <= lower.len() {
+            let l = &mut lower[..name.len()];
+            for (d, &c) in l.iter_mut().zip(name) {
+                *d = c.to_ascii_lowercase();
+            }
+            l
+        } else {
+            owned = name.to_ascii_lowercase();
+            &owned
+        };
+        if connection_specific(lname) {
+            return;
+        }
+        self.field_from(lname, value, Indexing::Incremental, hash, out);
+    }
+}
+
+/// The fast path's key for a head line: any hash will do, a match is
+/// checked against the entry's bytes.
+fn line_hash(line: &[u8]) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(line)
 }
 
 /// The static table's names (RFC 7541 Appendix A) for the response fields

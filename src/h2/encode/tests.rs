@@ -39,7 +39,7 @@ fn head_fields() -> Fields {
 fn a_head_encodes_to_what_a_decoder_reads_back() {
     let mut enc = Encoder::default();
     let mut block = Vec::new();
-    assert_eq!(enc.head(HEAD, &mut block), Some(200));
+    assert_eq!(enc.head(HEAD, &mut block), Some((200, HEAD.len())));
     let mut dec = loona_hpack::Decoder::new();
     assert_eq!(decoded(&mut dec, &block), head_fields());
 }
@@ -81,7 +81,7 @@ fn statuses_outside_the_static_table_are_literals() {
         (b"HTTP/1.1 301 Moved Permanently\r\n\r\n", 301),
     ] {
         let mut block = Vec::new();
-        assert_eq!(enc.head(line, &mut block), Some(code));
+        assert_eq!(enc.head(line, &mut block), Some((code, line.len())));
         assert_eq!(
             decoded(&mut dec, &block),
             fields(&[(":status", &code.to_string())])
@@ -165,4 +165,96 @@ fn large_and_unindexed_fields_stay_out_of_the_table() {
             fields(&[(":status", "200"), ("link", &big), ("x-request-id", "abc")])
         );
     }
+}
+
+#[test]
+fn the_head_ends_at_its_blank_line_and_the_body_is_not_read() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let mut rendered = HEAD.to_vec();
+    rendered.extend_from_slice(b"Body: not a field\r\n\r\n");
+    let mut block = Vec::new();
+    assert_eq!(enc.head(&rendered, &mut block), Some((200, HEAD.len())));
+    assert_eq!(decoded(&mut dec, &block), head_fields());
+}
+
+#[test]
+fn bytes_without_a_blank_line_are_not_a_head_and_change_nothing() {
+    let mut enc = Encoder::default();
+    let mut block = Vec::new();
+    let cut = &HEAD[..HEAD.len() - 2];
+    assert_eq!(enc.head(cut, &mut block), None);
+    assert_eq!(
+        enc.head(b"HTTP/1.1 200 OK\r\nServer: x\r\n", &mut block),
+        None
+    );
+    assert!(block.is_empty());
+    assert_eq!(enc.table_size(), 0);
+    // The table is as new: the whole head is literals again.
+    let mut dec = loona_hpack::Decoder::new();
+    assert_eq!(enc.head(HEAD, &mut block), Some((200, HEAD.len())));
+    assert_eq!(decoded(&mut dec, &block), head_fields());
+}
+
+#[test]
+fn a_head_with_more_lines_than_are_remembered_encodes_them_all() {
+    let mut head = String::from("HTTP/1.1 200 OK\r\n");
+    let mut want = vec![(":status".to_string(), "200".to_string())];
+    for i in 0..HEAD_LINES + 9 {
+        head.push_str(&format!("X-Field-{i}: value {i}\r\n"));
+        want.push((format!("x-field-{i}"), format!("value {i}")));
+    }
+    head.push_str("\r\n");
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    for _ in 0..2 {
+        let mut block = Vec::new();
+        assert_eq!(
+            enc.head(head.as_bytes(), &mut block),
+            Some((200, head.len()))
+        );
+        assert_eq!(decoded(&mut dec, &block), want);
+    }
+}
+
+#[test]
+fn a_line_spelled_differently_still_finds_its_entry() {
+    // `Vary` then `vary`: the second misses the line hash, finds the
+    // entry by name and value, and is one byte.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let want = fields(&[(":status", "200"), ("vary", "Accept-Encoding")]);
+    for head in [
+        &b"HTTP/1.1 200 OK\r\nVary: Accept-Encoding\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nvary:  Accept-Encoding\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nVary: Accept-Encoding\r\n\r\n",
+    ] {
+        let mut block = Vec::new();
+        enc.head(head, &mut block);
+        assert_eq!(decoded(&mut dec, &block), want);
+    }
+    let mut block = Vec::new();
+    enc.head(
+        b"HTTP/1.1 200 OK\r\nVARY: Accept-Encoding\r\n\r\n",
+        &mut block,
+    );
+    assert_eq!(block, [0x88, 0x80 | 62]);
+}
+
+#[test]
+fn a_line_hash_that_matches_another_lines_entry_is_not_trusted() {
+    // Forge a collision: the `server` entry claims the hash of the line
+    // `Server: other`. The bytes decide, so `other` is still sent.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let mut block = Vec::new();
+    enc.head(b"HTTP/1.1 200 OK\r\nServer: shardhttpd\r\n\r\n", &mut block);
+    decoded(&mut dec, &block);
+    enc.entries[0].line = line_hash(b"Server: other");
+    let mut block = Vec::new();
+    enc.head(b"HTTP/1.1 200 OK\r\nServer: other\r\n\r\n", &mut block);
+    assert_eq!(
+        decoded(&mut dec, &block),
+        fields(&[(":status", "200"), ("server", "other")])
+    );
 }
