@@ -291,8 +291,13 @@ impl Encoder {
         let hash = line_hash(line);
         // Sent before on this connection: its entry's index.
         for (i, e) in self.entries.iter().enumerate() {
-            if e.line == hash && e.value() == value && e.name().eq_ignore_ascii_case(name) {
-                return integer(out, DYNAMIC_BASE + i, 7, 0x80);
+            if e.line == hash && e.value() == value && lowers_to(name, e.name()) {
+                let index = DYNAMIC_BASE + i;
+                if index < 0x7f {
+                    out.push(0x80 | index as u8);
+                    return;
+                }
+                return integer(out, index, 7, 0x80);
             }
         }
         let mut lower = [0u8; 64];
@@ -360,9 +365,26 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
     out.extend_from_slice(s);
 }
 
+/// `name` lower-cased is `lower`. Without an early exit, so that short
+/// names cost a few instructions a byte.
+fn lowers_to(name: &[u8], lower: &[u8]) -> bool {
+    name.len() == lower.len()
+        && name
+            .iter()
+            .zip(lower)
+            .fold(0, |diff, (&n, &l)| diff | (n.to_ascii_lowercase() ^ l))
+            == 0
+}
+
 /// A field value without the optional whitespace around it (what we
 /// render has one space after the colon and none at the end).
 fn trim(mut b: &[u8]) -> &[u8] {
+    if let [b' ', rest @ ..] = b {
+        b = rest;
+    }
+    if !matches!(b.first(), Some(b' ' | b'\t')) && !matches!(b.last(), Some(b' ' | b'\t')) {
+        return b;
+    }
     while let [b' ' | b'\t', rest @ ..] = b {
         b = rest;
     }

@@ -129,8 +129,39 @@ pub(super) fn build<'f>(
 
 /// RFC 9113 §8.2.1: field names are lower-case tokens.
 fn is_lower_token(b: u8) -> bool {
-    b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b)
+    LOWER_TOKEN[usize::from(b)]
 }
+
+/// [`is_lower_token`] by byte: a table, as every name of every request
+/// goes through it.
+static LOWER_TOKEN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_lowercase()
+            || c.is_ascii_digit()
+            || matches!(
+                c,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        b += 1;
+    }
+    t
+};
 
 fn trim(b: &[u8]) -> &[u8] {
     let start = b
@@ -163,7 +194,15 @@ pub(super) fn parse_priority(value: &[u8]) -> (u8, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_priority;
+    use super::{is_lower_token, parse_priority};
+
+    #[test]
+    fn lower_tokens_are_the_rfc_9110_token_bytes_without_upper_case() {
+        let tchar = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz";
+        for b in 0..=255u8 {
+            assert_eq!(is_lower_token(b), tchar.contains(&b), "{b:#x}");
+        }
+    }
 
     #[test]
     fn priority_fields_give_urgency_and_incremental() {

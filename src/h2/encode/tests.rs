@@ -258,3 +258,18 @@ fn a_line_hash_that_matches_another_lines_entry_is_not_trusted() {
         fields(&[(":status", "200"), ("server", "other")])
     );
 }
+
+#[test]
+fn a_name_lowers_to_its_entry_only_when_only_case_differs() {
+    for (name, lower, want) in [
+        (&b"Content-Type"[..], &b"content-type"[..], true),
+        (b"content-type", b"content-type", true),
+        (b"ETag", b"etag", true),
+        (b"ETag", b"etags", false),
+        (b"X^Y", b"x~y", false),
+        (b"X_Y", b"x\x7fy", false),
+        (b"", b"", true),
+    ] {
+        assert_eq!(lowers_to(name, lower), want, "{name:?} {lower:?}");
+    }
+}
