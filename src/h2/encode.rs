@@ -12,10 +12,11 @@
 //! start of the next block (§4.2, §6.3).
 //!
 //! A response head's lines repeat on a connection (the frame of a media
-//! type, a file's validators, the Date of this second), so each entry
-//! remembers a hash of the head line that entered it: a line sent before
-//! is found by that hash and checked byte for byte, without lower-casing
-//! its name or searching the static table again.
+//! type, a file's validators, the Date of this second), so a small
+//! direct-mapped table ([`LINE_SLOTS`]) maps a head line's hash to the
+//! entry it was last sent as: a line sent before is found in one probe and
+//! checked byte for byte, without lower-casing its name, searching the
+//! static table or walking the dynamic one.
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
@@ -38,6 +39,11 @@ const FIELD_OVERHEAD: usize = 32;
 /// Index of the first dynamic table entry (the static table has 61).
 const DYNAMIC_BASE: usize = 62;
 
+/// Slots of the line table: a head has about ten lines, so collisions
+/// are rare, and a collision costs only the walk the table saves.
+/// 4 bytes each, in the connection's `H2`.
+const LINE_SLOTS: usize = 64;
+
 /// Most header lines a head may have for [`Encoder::head`] to remember
 /// where they end while it looks for the blank line; past them it finds
 /// the remaining lines again.
@@ -47,9 +53,6 @@ const HEAD_LINES: usize = 32;
 struct Entry {
     bytes: Box<[u8]>,
     name_len: usize,
-    /// [`line_hash`] of the head line that entered it (0 for a field
-    /// entered otherwise): the fast path's key, checked against the bytes.
-    line: u64,
 }
 
 impl Entry {
@@ -78,6 +81,13 @@ pub struct Encoder {
     /// Size updates owed at the start of the next block: the least bound
     /// since the last block (when lower than the final one) and the final.
     pending: Option<(usize, usize)>,
+    /// Entries ever inserted (wrapping): entry `i` has the id
+    /// `inserted - 1 - i`, which eviction does not change.
+    inserted: u32,
+    /// By [`line_hash`] modulo [`LINE_SLOTS`]: the id of the entry a head
+    /// line was last sent as. Only a hint: an evicted id, or another
+    /// line's, fails the byte comparison.
+    slots: [u32; LINE_SLOTS],
 }
 
 impl Default for Encoder {
@@ -87,6 +97,8 @@ impl Default for Encoder {
             size: 0,
             max: ENCODER_TABLE,
             pending: None,
+            inserted: 0,
+            slots: [0; LINE_SLOTS],
         }
     }
 }
@@ -183,26 +195,26 @@ impl Encoder {
     /// One field, `name` already lower-case: an index when the table holds
     /// it, else a literal (entered into the table under `Incremental`).
     pub fn field(&mut self, name: &[u8], value: &[u8], how: Indexing, out: &mut Vec<u8>) {
-        self.field_from(name, value, how, 0, out);
+        self.field_at(name, value, how, out);
     }
 
-    /// [`Encoder::field`] for a field read from a head line whose
-    /// [`line_hash`] is `line` (0 for none), remembered with its entry.
-    fn field_from(
+    /// [`Encoder::field`], returning the position in the table of the
+    /// entry sent or entered, if any.
+    fn field_at(
         &mut self,
         name: &[u8],
         value: &[u8],
         how: Indexing,
-        line: u64,
         out: &mut Vec<u8>,
-    ) {
+    ) -> Option<usize> {
         let mut name_index = static_name(name);
         for (i, e) in self.entries.iter().enumerate() {
             if e.name_len != name.len() || e.name() != name {
                 continue;
             }
             if e.value() == value {
-                return integer(out, DYNAMIC_BASE + i, 7, 0x80);
+                integer(out, DYNAMIC_BASE + i, 7, 0x80);
+                return Some(i);
             }
             if name_index.is_none() {
                 name_index = Some(DYNAMIC_BASE + i);
@@ -229,10 +241,12 @@ impl Encoder {
             self.entries.push_front(Entry {
                 bytes: bytes.into_boxed_slice(),
                 name_len: name.len(),
-                line,
             });
             self.size += entry_size;
+            self.inserted = self.inserted.wrapping_add(1);
+            return Some(0);
         }
+        None
     }
 
     /// Encode an HTTP/1 response head (`HTTP/1.1 200 OK\r\n…\r\n\r\n`, as
@@ -288,10 +302,11 @@ impl Encoder {
         };
         let name = &line[..colon];
         let value = trim(&line[colon + 1..]);
-        let hash = line_hash(line);
+        let slot = line_hash(line) as usize % LINE_SLOTS;
         // Sent before on this connection: its entry's index.
-        for (i, e) in self.entries.iter().enumerate() {
-            if e.line == hash && e.value() == value && lowers_to(name, e.name()) {
+        let i = self.inserted.wrapping_sub(1).wrapping_sub(self.slots[slot]) as usize;
+        if let Some(e) = self.entries.get(i) {
+            if e.value() == value && lowers_to(name, e.name()) {
                 let index = DYNAMIC_BASE + i;
                 if index < 0x7f {
                     out.push(0x80 | index as u8);
@@ -315,11 +330,13 @@ impl Encoder {
         if connection_specific(lname) {
             return;
         }
-        self.field_from(lname, value, Indexing::Incremental, hash, out);
+        if let Some(i) = self.field_at(lname, value, Indexing::Incremental, out) {
+            self.slots[slot] = self.inserted.wrapping_sub(1).wrapping_sub(i as u32);
+        }
     }
 }
 
-/// The fast path's key for a head line: any hash will do, a match is
+/// The line table's key for a head line: any hash will do, a match is
 /// checked against the entry's bytes.
 fn line_hash(line: &[u8]) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(line)

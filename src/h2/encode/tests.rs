@@ -242,21 +242,50 @@ fn a_line_spelled_differently_still_finds_its_entry() {
 }
 
 #[test]
-fn a_line_hash_that_matches_another_lines_entry_is_not_trusted() {
-    // Forge a collision: the `server` entry claims the hash of the line
-    // `Server: other`. The bytes decide, so `other` is still sent.
+fn a_line_slot_that_names_another_lines_entry_is_not_trusted() {
+    // Forge a collision: the slot of `Server: other` names the entry of
+    // `Server: shardhttpd`. The bytes decide, so `other` is still sent.
     let mut enc = Encoder::default();
     let mut dec = loona_hpack::Decoder::new();
     let mut block = Vec::new();
     enc.head(b"HTTP/1.1 200 OK\r\nServer: shardhttpd\r\n\r\n", &mut block);
     decoded(&mut dec, &block);
-    enc.entries[0].line = line_hash(b"Server: other");
+    let slot = line_hash(b"Server: other") as usize % LINE_SLOTS;
+    enc.slots[slot] = enc.inserted - 1;
+    for _ in 0..2 {
+        let mut block = Vec::new();
+        enc.head(b"HTTP/1.1 200 OK\r\nServer: other\r\n\r\n", &mut block);
+        assert_eq!(
+            decoded(&mut dec, &block),
+            fields(&[(":status", "200"), ("server", "other")])
+        );
+    }
+}
+
+#[test]
+fn lines_whose_entries_were_evicted_are_sent_again_as_literals() {
+    // A table of 64 bytes holds one of these entries (34 bytes): each new
+    // line evicts the last, whose slot then names an id no longer there.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    enc.peer_table_size(64);
+    let lines = ["A: 1", "B: 2", "C: 3", "A: 1", "B: 2", "C: 3", "C: 3"];
+    for line in lines {
+        let head = format!("HTTP/1.1 200 OK\r\n{line}\r\n\r\n");
+        let mut block = Vec::new();
+        enc.head(head.as_bytes(), &mut block);
+        let (name, value) = line.split_once(": ").unwrap();
+        assert_eq!(
+            decoded(&mut dec, &block),
+            fields(&[(":status", "200"), (&name.to_lowercase(), value)]),
+            "{line}"
+        );
+        assert!(enc.table_size() <= 64);
+    }
+    // The last `C: 3` was an index, the table holding it.
     let mut block = Vec::new();
-    enc.head(b"HTTP/1.1 200 OK\r\nServer: other\r\n\r\n", &mut block);
-    assert_eq!(
-        decoded(&mut dec, &block),
-        fields(&[(":status", "200"), ("server", "other")])
-    );
+    enc.head(b"HTTP/1.1 200 OK\r\nC: 3\r\n\r\n", &mut block);
+    assert_eq!(block, [0x88, 0x80 | 62]);
 }
 
 #[test]
