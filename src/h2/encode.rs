@@ -13,9 +13,9 @@
 //!
 //! A response head's lines repeat on a connection (the frame of a media
 //! type, a file's validators, the Date of this second), so a small
-//! direct-mapped table ([`LINE_SLOTS`]) maps a head line's hash to the
-//! entry it was last sent as: a line sent before is found in one probe and
-//! checked byte for byte, without lower-casing its name, searching the
+//! two-way table ([`LINE_SLOTS`]) maps a head line's hash to the entry it
+//! was last sent as: a line sent before is found in at most two probes
+//! and checked byte for byte, without lower-casing its name, searching the
 //! static table or walking the dynamic one.
 
 use std::collections::VecDeque;
@@ -39,9 +39,9 @@ const FIELD_OVERHEAD: usize = 32;
 /// Index of the first dynamic table entry (the static table has 61).
 const DYNAMIC_BASE: usize = 62;
 
-/// Slots of the line table: a head has about ten lines, so collisions
-/// are rare, and a collision costs only the walk the table saves.
-/// 4 bytes each, in the connection's `H2`.
+/// Slots of the line table, in buckets of two (the newer first): a head
+/// has about ten lines, so a third line in one bucket is rare, and costs
+/// only the walk the table saves. 4 bytes each, in the connection's `H2`.
 const LINE_SLOTS: usize = 64;
 
 /// Most header lines a head may have for [`Encoder::head`] to remember
@@ -84,9 +84,9 @@ pub struct Encoder {
     /// Entries ever inserted (wrapping): entry `i` has the id
     /// `inserted - 1 - i`, which eviction does not change.
     inserted: u32,
-    /// By [`line_hash`] modulo [`LINE_SLOTS`]: the id of the entry a head
-    /// line was last sent as. Only a hint: an evicted id, or another
-    /// line's, fails the byte comparison.
+    /// By [`line_bucket`]: the ids of the entries head lines were last
+    /// sent as. Only hints: an evicted id, or another line's, fails the
+    /// byte comparison.
     slots: [u32; LINE_SLOTS],
 }
 
@@ -302,10 +302,13 @@ impl Encoder {
         };
         let name = &line[..colon];
         let value = trim(&line[colon + 1..]);
-        let slot = line_hash(line) as usize % LINE_SLOTS;
+        let bucket = line_bucket(line);
         // Sent before on this connection: its entry's index.
-        let i = self.inserted.wrapping_sub(1).wrapping_sub(self.slots[slot]) as usize;
-        if let Some(e) = self.entries.get(i) {
+        for slot in [bucket, bucket + 1] {
+            let i = self.inserted.wrapping_sub(1).wrapping_sub(self.slots[slot]) as usize;
+            let Some(e) = self.entries.get(i) else {
+                continue;
+            };
             if e.value() == value && lowers_to(name, e.name()) {
                 let index = DYNAMIC_BASE + i;
                 if index < 0x7f {
@@ -331,15 +334,18 @@ impl Encoder {
             return;
         }
         if let Some(i) = self.field_at(lname, value, Indexing::Incremental, out) {
-            self.slots[slot] = self.inserted.wrapping_sub(1).wrapping_sub(i as u32);
+            self.slots[bucket + 1] = self.slots[bucket];
+            self.slots[bucket] = self.inserted.wrapping_sub(1).wrapping_sub(i as u32);
         }
     }
 }
 
-/// The line table's key for a head line: any hash will do, a match is
-/// checked against the entry's bytes.
-fn line_hash(line: &[u8]) -> u64 {
-    rustc_hash::FxBuildHasher.hash_one(line)
+/// The first slot of a head line's bucket in the line table: any hash
+/// will do, a match is checked against the entry's bytes. The hash's top
+/// bits, its best mixed.
+fn line_bucket(line: &[u8]) -> usize {
+    let hash = rustc_hash::FxBuildHasher.hash_one(line);
+    (hash >> (64 - (LINE_SLOTS / 2).trailing_zeros())) as usize * 2
 }
 
 /// The static table's names (RFC 7541 Appendix A) for the response fields
