@@ -8,6 +8,8 @@
 # Interleaved rounds (ROUNDS, default 5), the order of old and new swapped
 # every other round: h2c and TLS, 100 B and 100 KiB, distinct paths over
 # h2c, and HTTP/1.1 keep-alive over TLS (wrk) for comparison.
+# CASES (an extended regex on the case names, e.g. 'h2c-100$|tls-100$')
+# runs some of them; SERVERS (default "old new h2o") names the servers.
 # Ports: PORT_BASE (default 27080): h2o on +0 (h2c) and +363 (TLS), as in
 # h2o.conf; shardhttpd on +1 and +364, admin +101.
 cd "${H2B:-/tmp/h2b}"
@@ -23,7 +25,8 @@ start() {
 }
 echo "round server case rps us_per_req succeeded"
 for round in $(seq ${ROUNDS:-5}); do
-  order="old new h2o"; [ $((round % 2)) = 0 ] && order="new old h2o"
+  order=${SERVERS:-old new h2o}
+  [ $((round % 2)) = 0 ] && order=$(echo $order | awk '{t=$1; $1=$2; $2=t; print}')
   for srv in $order; do
     start $srv
     sed "s/PORT/$PLAIN/" uris.txt > uris.$srv.txt 2>/dev/null
@@ -31,6 +34,7 @@ for round in $(seq ${ROUNDS:-5}); do
              "h2c 100K http://127.0.0.1:PLAIN/100k.bin 5000" "tls 100K https://127.0.0.1:TLS/100k.bin 5000" \
              "h2c distinct -i 100000" "h1tls 100 https://127.0.0.1:TLS/100.txt 3"; do
       set -- $c
+      [ -n "$CASES" ] && ! [[ $1-$2 =~ $CASES ]] && continue
       url=${3/PLAIN/$PLAIN}; url=${url/TLS/$TLS}
       [ "$url" = -i ] && url="-i uris.$srv.txt"
       if [ $1 = h1tls ]; then

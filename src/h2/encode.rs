@@ -297,19 +297,21 @@ impl Encoder {
 
     /// One header line of a head, `Name: value` without its CRLF.
     fn line(&mut self, line: &[u8], out: &mut Vec<u8>) {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            return;
-        };
-        let name = &line[..colon];
-        let value = trim(&line[colon + 1..]);
         let bucket = line_bucket(line);
-        // Sent before on this connection: its entry's index.
+        // Sent before on this connection: its entry's index. The line is
+        // compared whole with `Name: value` as we render it, so a hit
+        // needs no search for the colon and no trimming.
         for slot in [bucket, bucket + 1] {
             let i = self.inserted.wrapping_sub(1).wrapping_sub(self.slots[slot]) as usize;
             let Some(e) = self.entries.get(i) else {
                 continue;
             };
-            if e.value() == value && lowers_to(name, e.name()) {
+            let (name, rest) = line.split_at(e.name_len.min(line.len()));
+            if rest.len() == e.value().len() + 2
+                && rest[2..] == *e.value()
+                && rest[..2] == *b": "
+                && lowers_to(name, e.name())
+            {
                 let index = DYNAMIC_BASE + i;
                 if index < 0x7f {
                     out.push(0x80 | index as u8);
@@ -318,6 +320,11 @@ impl Encoder {
                 return integer(out, index, 7, 0x80);
             }
         }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return;
+        };
+        let name = &line[..colon];
+        let value = trim(&line[colon + 1..]);
         let mut lower = [0u8; 64];
         let owned;
         let lname: &[u8] = if name.len() <= lower.len() {
@@ -391,12 +398,43 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
 /// `name` lower-cased is `lower`. Without an early exit, so that short
 /// names cost a few instructions a byte.
 fn lowers_to(name: &[u8], lower: &[u8]) -> bool {
-    name.len() == lower.len()
-        && name
+    if name.len() != lower.len() {
+        return false;
+    }
+    if name.len() < 8 {
+        return name
             .iter()
             .zip(lower)
             .fold(0, |diff, (&n, &l)| diff | (n.to_ascii_lowercase() ^ l))
-            == 0
+            == 0;
+    }
+    // Eight bytes at a time, the last eight overlapping the others.
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    let last = name.len() - 8;
+    let mut at = 0;
+    loop {
+        if lower8(word(name, at)) != word(lower, at) {
+            return false;
+        }
+        if at == last {
+            return true;
+        }
+        at = (at + 8).min(last);
+    }
+}
+
+/// Eight bytes with their ASCII capitals lower-cased (and nothing else
+/// changed), in a few word operations.
+fn lower8(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Per byte, the low seven bits plus a bias: bit 7 is then set from
+    // `A` on, and from one past `Z` on; the sums never carry out of
+    // their byte (at most 0x7f + 0x3f).
+    let low = x & (0x7f * ONES);
+    let from_a = low + (0x80 - u64::from(b'A')) * ONES;
+    let past_z = low + (0x80 - u64::from(b'Z') - 1) * ONES;
+    let upper = from_a & !past_z & !x & (0x80 * ONES);
+    x | (upper >> 2)
 }
 
 /// A field value without the optional whitespace around it (what we

@@ -299,9 +299,62 @@ fn a_name_lowers_to_its_entry_only_when_only_case_differs() {
         (b"X^Y", b"x~y", false),
         (b"X_Y", b"x\x7fy", false),
         (b"", b"", true),
+        (
+            b"Strict-Transport-Security",
+            b"strict-transport-security",
+            true,
+        ),
+        (
+            b"Strict-Transport-Securitx",
+            b"strict-transport-security",
+            false,
+        ),
+        (
+            b"Xtrict-Transport-Security",
+            b"strict-transport-security",
+            false,
+        ),
+        (b"Last-Modified", b"last-modified", true),
+        (b"Last-Modified", b"last-modifies", false),
+        (b"X-Abc^Def_Ghi", b"x-abc~def_ghi", false),
+        (b"X-Abc_Def-Ghi", b"x-abc\x7fdef-ghi", false),
+        (b"X-ABC@DEF[GHI", b"x-abc`def{ghi", false),
     ] {
         assert_eq!(lowers_to(name, lower), want, "{name:?} {lower:?}");
     }
+}
+
+#[test]
+fn eight_bytes_lower_case_as_the_standard_library_lowers_them() {
+    let mut bytes: Vec<u8> = (0..=255).collect();
+    bytes.extend_from_slice(b"@AZ[`az{");
+    for chunk in bytes.chunks(8) {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap());
+        let want: Vec<u8> = chunk.iter().map(u8::to_ascii_lowercase).collect();
+        assert_eq!(lower8(word).to_le_bytes()[..], want[..], "{chunk:x?}");
+    }
+}
+
+#[test]
+fn a_line_rendered_otherwise_than_name_colon_space_value_is_still_sent_right() {
+    // No space, two spaces, a tab, trailing space: the whole-line check
+    // fails, the slow path finds the entry by name and value.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let want = fields(&[(":status", "200"), ("etag", "\"x\"")]);
+    for line in [
+        "ETag: \"x\"",
+        "ETag:\"x\"",
+        "ETag:  \"x\"",
+        "ETag:\t\"x\" ",
+        "ETag: \"x\"",
+    ] {
+        let head = format!("HTTP/1.1 200 OK\r\n{line}\r\n\r\n");
+        let mut block = Vec::new();
+        enc.head(head.as_bytes(), &mut block);
+        assert_eq!(decoded(&mut dec, &block), want, "{line:?}");
+    }
+    assert_eq!(enc.entries.len(), 1);
 }
 
 #[test]
