@@ -53,6 +53,9 @@ const HEAD_LINES: usize = 32;
 struct Entry {
     bytes: Box<[u8]>,
     name_len: usize,
+    /// [`field_hash`] of its name and value: the walk for a field compares
+    /// bytes only where it matches (a file's many `etag` entries).
+    hash: u64,
 }
 
 impl Entry {
@@ -208,15 +211,13 @@ impl Encoder {
         out: &mut Vec<u8>,
     ) -> Option<usize> {
         let mut name_index = static_name(name);
+        let hash = field_hash(name, value);
         for (i, e) in self.entries.iter().enumerate() {
-            if e.name_len != name.len() || e.name() != name {
-                continue;
-            }
-            if e.value() == value {
+            if e.hash == hash && e.name() == name && e.value() == value {
                 integer(out, DYNAMIC_BASE + i, 7, 0x80);
                 return Some(i);
             }
-            if name_index.is_none() {
+            if name_index.is_none() && e.name() == name {
                 name_index = Some(DYNAMIC_BASE + i);
             }
         }
@@ -241,6 +242,7 @@ impl Encoder {
             self.entries.push_front(Entry {
                 bytes: bytes.into_boxed_slice(),
                 name_len: name.len(),
+                hash,
             });
             self.size += entry_size;
             self.inserted = self.inserted.wrapping_add(1);
@@ -353,6 +355,12 @@ impl Encoder {
 fn line_bucket(line: &[u8]) -> usize {
     let hash = rustc_hash::FxBuildHasher.hash_one(line);
     (hash >> (64 - (LINE_SLOTS / 2).trailing_zeros())) as usize * 2
+}
+
+/// An entry's key for the table walk: any hash will do, a match is
+/// checked against the entry's bytes.
+fn field_hash(name: &[u8], value: &[u8]) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one((name, value))
 }
 
 /// The static table's names (RFC 7541 Appendix A) for the response fields

@@ -391,3 +391,37 @@ fn lines_sharing_a_bucket_are_all_found_after_a_third_evicts_one() {
     }
     assert!(LINE_SLOTS.is_power_of_two() && bucket + 1 < LINE_SLOTS);
 }
+
+#[test]
+fn a_field_is_found_by_the_walk_among_many_of_its_name() {
+    // Many `etag` entries: a new value is a literal naming the static
+    // `etag`, an old one (whose line slot another line took) an index.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    for i in 0..20 {
+        let mut block = Vec::new();
+        enc.begin(&mut block);
+        enc.field(
+            b"etag",
+            format!("\"{i}\"").as_bytes(),
+            Indexing::Incremental,
+            &mut block,
+        );
+        assert_eq!(block[0], 0x40 | 34, "{i}: literal, static name");
+        decoded(&mut dec, &block);
+    }
+    let mut block = Vec::new();
+    enc.field(b"etag", b"\"3\"", Indexing::Without, &mut block);
+    assert_eq!(block, [0x80 | (DYNAMIC_BASE + 16) as u8]);
+    assert_eq!(decoded(&mut dec, &block), fields(&[("etag", "\"3\"")]));
+    // A name outside the static table: the newest entry of that name.
+    for v in ["a", "b"] {
+        let mut block = Vec::new();
+        enc.field(b"x-own", v.as_bytes(), Indexing::Incremental, &mut block);
+        decoded(&mut dec, &block);
+    }
+    let mut block = Vec::new();
+    enc.field(b"x-own", b"c", Indexing::Without, &mut block);
+    assert_eq!(block, [0x0f, DYNAMIC_BASE as u8 - 15, 1, b'c']);
+    assert_eq!(decoded(&mut dec, &block), fields(&[("x-own", "c")]));
+}
