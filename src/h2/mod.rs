@@ -45,12 +45,8 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 128;
 pub const MAX_FRAME_IN: usize = frame::DEFAULT_MAX_FRAME as usize;
 
 /// Bytes of frames [`H2::send`] queues per call before returning to the
-/// connection for a flush, so one fast stream cannot grow the output. With
-/// the last frame (16 KiB) and the heads queued before it, a round stays
-/// within a pooled output buffer (`conn::POOLED_WRITE_MAX`, 64 KiB) and
-/// below glibc's mmap threshold (128 KiB): rounds of 128 KiB grew the
-/// buffer past both, so it was mapped, faulted in and unmapped each time.
-const ROUND_BYTES: usize = 32 * 1024;
+/// connection for a flush, so one fast stream cannot grow the output.
+const ROUND_BYTES: usize = 128 * 1024;
 
 /// Most CONTINUATION frames one header block may span (the 2024
 /// CONTINUATION flood kept a server decoding an endless block).
