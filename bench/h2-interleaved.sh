@@ -30,9 +30,9 @@ for round in $(seq ${ROUNDS:-5}); do
   for srv in $order; do
     start $srv
     sed "s/PORT/$PLAIN/" uris.txt > uris.$srv.txt 2>/dev/null
-    for c in "h2c 100 http://127.0.0.1:PLAIN/100.txt 100000" "tls 100 https://127.0.0.1:TLS/100.txt 100000" \
-             "h2c 100K http://127.0.0.1:PLAIN/100k.bin 5000" "tls 100K https://127.0.0.1:TLS/100k.bin 5000" \
-             "h2c distinct -i 100000" "h1tls 100 https://127.0.0.1:TLS/100.txt 3"; do
+    for c in "h2c 100 http://127.0.0.1:PLAIN/100.txt 300000" "tls 100 https://127.0.0.1:TLS/100.txt 300000" \
+             "h2c 100K http://127.0.0.1:PLAIN/100k.bin 10000" "tls 100K https://127.0.0.1:TLS/100k.bin 10000" \
+             "h2c distinct -i 300000" "h1tls 100 https://127.0.0.1:TLS/100.txt 3"; do
       set -- $c
       [ -n "$CASES" ] && ! [[ $1-$2 =~ $CASES ]] && continue
       url=${3/PLAIN/$PLAIN}; url=${url/TLS/$TLS}
