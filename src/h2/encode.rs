@@ -13,7 +13,7 @@
 //!
 //! A response head's lines repeat on a connection (the frame of a media
 //! type, a file's validators, the Date of this second), so a small
-//! two-way table ([`LINE_SLOTS`]) maps a head line's hash to the entry it
+//! two-way table (`LINE_SLOTS`) maps a head line's hash to the entry it
 //! was last sent as: a line sent before is found in at most two probes
 //! and checked byte for byte, without lower-casing its name, searching the
 //! static table or walking the dynamic one.
