@@ -1,31 +1,57 @@
 #!/bin/bash
 # HTTP/2 rounds behind docs/benchmarks.md, "HTTP/2": old and new shardhttpd
 # binaries (./old, ./new) and h2o (h2o.conf: num-threads 1, no access log),
-# server on CPU 1, h2load on CPU 0; a root with 100.txt and 100k.bin, cert.pem/key.pem.
-# Interleaved rounds: old shardhttpd, new shardhttpd, h2o; h2c and TLS; 100 B and 100 KiB.
+# server on CPU 1, h2load (and wrk) on CPU 0; a root with 100.txt and
+# 100k.bin, cert.pem/key.pem, and for the distinct-path case uris.txt (one
+# URI per line, e.g. 3000 files of 100 B under root/d/, with PORT where the
+# port goes: `for i in $(seq 3000); do echo "http://127.0.0.1:PORT/d/f$i.txt"; done`).
+# Interleaved rounds (ROUNDS, default 5), the order of old and new swapped
+# every other round: h2c and TLS, 100 B and 100 KiB, distinct paths over
+# h2c, and HTTP/1.1 keep-alive over TLS (wrk) for comparison.
+# CASES (an extended regex on the case names, e.g. 'h2c-100$|tls-100$')
+# runs some of them; SERVERS (default "old new h2o") names the servers.
+# Ports: PORT_BASE (default 27080): h2o on +0 (h2c) and +363 (TLS), as in
+# h2o.conf; shardhttpd on +1 and +364, admin +101.
 cd "${H2B:-/tmp/h2b}"
+B=${PORT_BASE:-27080}
 TCK=$(getconf CLK_TCK)
 cpu() { awk '{print $14+$15}' /proc/$1/stat; }
 start() {
   case $1 in
-    h2o) taskset -c 1 h2o -c ${H2B:-/tmp/h2b}/h2o.conf > h2o.out 2>&1 & sleep 1; PID=$(cat ${H2B:-/tmp/h2b}/h2o.pid); PLAIN=27080; TLS=27443 ;;
-    *) taskset -c 1 ./$1 --root ${H2B:-/tmp/h2b}/root --listen 127.0.0.1:27081 --tls-listen 127.0.0.1:27444 --tls-cert cert.pem --tls-key key.pem --cores 1 --admin 127.0.0.1:27181 --watch false > $1.out 2>&1 & PID=$!; PLAIN=27081; TLS=27444 ;;
+    h2o) taskset -c 1 h2o -c $PWD/h2o.conf > h2o.out 2>&1 & sleep 1; PID=$(cat $PWD/h2o.pid); PLAIN=$B; TLS=$((B+363)) ;;
+    *) taskset -c 1 ./$1 --root $PWD/root --listen 127.0.0.1:$((B+1)) --tls-listen 127.0.0.1:$((B+364)) --tls-cert cert.pem --tls-key key.pem --cores 1 --admin 127.0.0.1:$((B+101)) --watch false > $1.out 2>&1 & PID=$!; PLAIN=$((B+1)); TLS=$((B+364)) ;;
   esac
   for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:$PLAIN/100.txt && break; sleep 0.2; done
 }
 echo "round server case rps us_per_req succeeded"
-for round in 1 2 3; do
-  for srv in old new h2o; do
+for round in $(seq ${ROUNDS:-5}); do
+  order=${SERVERS:-old new h2o}
+  [ $((round % 2)) = 0 ] && order=$(echo $order | awk '{t=$1; $1=$2; $2=t; print}')
+  for srv in $order; do
     start $srv
-    for c in "h2c 100 http://127.0.0.1:PLAIN/100.txt 100000" "tls 100 https://127.0.0.1:TLS/100.txt 100000" "h2c 100K http://127.0.0.1:PLAIN/100k.bin 5000" "tls 100K https://127.0.0.1:TLS/100k.bin 5000"; do
+    sed "s/PORT/$PLAIN/" uris.txt > uris.$srv.txt 2>/dev/null
+    for c in "h2c 100 http://127.0.0.1:PLAIN/100.txt 300000" "tls 100 https://127.0.0.1:TLS/100.txt 300000" \
+             "h2c 100K http://127.0.0.1:PLAIN/100k.bin 10000" "tls 100K https://127.0.0.1:TLS/100k.bin 10000" \
+             "h2c distinct -i 300000" "h1tls 100 https://127.0.0.1:TLS/100.txt 3"; do
       set -- $c
+      [ -n "$CASES" ] && ! [[ $1-$2 =~ $CASES ]] && continue
       url=${3/PLAIN/$PLAIN}; url=${url/TLS/$TLS}
-      h2load -n 2000 -c 100 -m 10 $url > /dev/null 2>&1   # warm-up
-      a=$(cpu $PID)
-      out=$(taskset -c 0 h2load -t 1 -n $4 -c 100 -m 10 $url 2>&1)
-      b=$(cpu $PID)
-      ok=$(echo "$out" | awk '/^requests:/{print $8}')
-      rps=$(echo "$out" | awk '/^finished in/{print $4}')
+      [ "$url" = -i ] && url="-i uris.$srv.txt"
+      if [ $1 = h1tls ]; then
+        taskset -c 0 wrk -t1 -c100 -d1 $url > /dev/null 2>&1   # warm-up
+        a=$(cpu $PID)
+        out=$(taskset -c 0 wrk -t1 -c100 -d$4 $url 2>&1)
+        b=$(cpu $PID)
+        ok=$(echo "$out" | awk '/requests in/{print $1}')
+        rps=$(echo "$out" | awk '/^Requests\/sec/{print $2}')
+      else
+        h2load -n 2000 -c 100 -m 10 $url > /dev/null 2>&1   # warm-up
+        a=$(cpu $PID)
+        out=$(taskset -c 0 h2load -t 1 -n $4 -c 100 -m 10 $url 2>&1)
+        b=$(cpu $PID)
+        ok=$(echo "$out" | awk '/^requests:/{print $8}')
+        rps=$(echo "$out" | awk '/^finished in/{print $4}')
+      fi
       us=$(awk -v t=$((b-a)) -v n=$ok -v k=$TCK 'BEGIN{printf "%.2f", t/k*1e6/n}')
       echo "$round $srv $1-$2 $rps $us $ok"
     done

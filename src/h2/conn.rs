@@ -544,31 +544,23 @@ impl H2 {
             }
         };
         let _ = status;
-        // The head `conn::respond` rendered, as an HPACK block.
-        let mut head_len = 0;
-        self.resp.for_each_piece(|p| {
-            if head_len == 0 {
-                if let Piece::Bytes(b) = p {
-                    head_len = b
-                        .windows(4)
-                        .position(|w| w == b"\r\n\r\n")
-                        .map_or(0, |i| i + 4);
-                }
-            }
-        });
+        // The head `conn::respond` rendered (the start of its first
+        // piece), as an HPACK block.
         let mut block = std::mem::take(&mut self.block);
         block.clear();
-        let mut encoded = false;
+        let mut head = None;
+        let mut first = true;
         let encoder = &mut self.encoder;
         self.resp.for_each_piece(|p| {
-            if let (false, Piece::Bytes(b)) = (encoded, p) {
-                encoded = encoder.head(&b[..head_len], &mut block).is_some();
+            if let (true, Piece::Bytes(b)) = (first, p) {
+                head = encoder.head(b, &mut block);
             }
+            first = false;
         });
-        if !encoded {
+        let Some((_, head_len)) = head else {
             self.block = block;
             return self.reset_stream(out.buf(), id, ErrorCode::Internal, counters);
-        }
+        };
         // Fields a response carries beyond its rendered head (a
         // per-response value, never entered into the table).
         handler.extra_fields(&mut self.encoder, &mut block);

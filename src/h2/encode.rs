@@ -10,8 +10,16 @@
 //! [`ENCODER_TABLE`] and by the peer's SETTINGS_HEADER_TABLE_SIZE; a
 //! change of that bound is announced by a dynamic table size update at the
 //! start of the next block (§4.2, §6.3).
+//!
+//! A response head's lines repeat on a connection (the frame of a media
+//! type, a file's validators, the Date of this second), so a small
+//! two-way table (`LINE_SLOTS`) maps a head line's hash to the entry it
+//! was last sent as: a line sent before is found in at most two probes
+//! and checked byte for byte, without lower-casing its name, searching the
+//! static table or walking the dynamic one.
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 
 use super::hpack::{connection_specific, integer};
 
@@ -31,10 +39,23 @@ const FIELD_OVERHEAD: usize = 32;
 /// Index of the first dynamic table entry (the static table has 61).
 const DYNAMIC_BASE: usize = 62;
 
+/// Slots of the line table, in buckets of two (the newer first): a head
+/// has about ten lines, so a third line in one bucket is rare, and costs
+/// only the walk the table saves. 4 bytes each, in the connection's `H2`.
+const LINE_SLOTS: usize = 64;
+
+/// Most header lines a head may have for [`Encoder::head`] to remember
+/// where they end while it looks for the blank line; past them it finds
+/// the remaining lines again.
+const HEAD_LINES: usize = 32;
+
 /// One dynamic table entry: name and value in one allocation.
 struct Entry {
     bytes: Box<[u8]>,
     name_len: usize,
+    /// [`field_hash`] of its name and value: the walk for a field compares
+    /// bytes only where it matches (a file's many `etag` entries).
+    hash: u64,
 }
 
 impl Entry {
@@ -63,6 +84,13 @@ pub struct Encoder {
     /// Size updates owed at the start of the next block: the least bound
     /// since the last block (when lower than the final one) and the final.
     pending: Option<(usize, usize)>,
+    /// Entries ever inserted (wrapping): entry `i` has the id
+    /// `inserted - 1 - i`, which eviction does not change.
+    inserted: u32,
+    /// By [`line_bucket`]: the ids of the entries head lines were last
+    /// sent as. Only hints: an evicted id, or another line's, fails the
+    /// byte comparison.
+    slots: [u32; LINE_SLOTS],
 }
 
 impl Default for Encoder {
@@ -72,6 +100,8 @@ impl Default for Encoder {
             size: 0,
             max: ENCODER_TABLE,
             pending: None,
+            inserted: 0,
+            slots: [0; LINE_SLOTS],
         }
     }
 }
@@ -168,15 +198,26 @@ impl Encoder {
     /// One field, `name` already lower-case: an index when the table holds
     /// it, else a literal (entered into the table under `Incremental`).
     pub fn field(&mut self, name: &[u8], value: &[u8], how: Indexing, out: &mut Vec<u8>) {
+        self.field_at(name, value, how, out);
+    }
+
+    /// [`Encoder::field`], returning the position in the table of the
+    /// entry sent or entered, if any.
+    fn field_at(
+        &mut self,
+        name: &[u8],
+        value: &[u8],
+        how: Indexing,
+        out: &mut Vec<u8>,
+    ) -> Option<usize> {
         let mut name_index = static_name(name);
+        let hash = field_hash(name, value);
         for (i, e) in self.entries.iter().enumerate() {
-            if e.name_len != name.len() || e.name() != name {
-                continue;
+            if e.hash == hash && e.name() == name && e.value() == value {
+                integer(out, DYNAMIC_BASE + i, 7, 0x80);
+                return Some(i);
             }
-            if e.value() == value {
-                return integer(out, DYNAMIC_BASE + i, 7, 0x80);
-            }
-            if name_index.is_none() {
+            if name_index.is_none() && e.name() == name {
                 name_index = Some(DYNAMIC_BASE + i);
             }
         }
@@ -201,17 +242,23 @@ impl Encoder {
             self.entries.push_front(Entry {
                 bytes: bytes.into_boxed_slice(),
                 name_len: name.len(),
+                hash,
             });
             self.size += entry_size;
+            self.inserted = self.inserted.wrapping_add(1);
+            return Some(0);
         }
+        None
     }
 
     /// Encode an HTTP/1 response head (`HTTP/1.1 200 OK\r\n…\r\n\r\n`, as
-    /// `conn::respond` renders it) as the start of a header block. Returns
-    /// the status code, or `None` (nothing written, the table untouched)
-    /// for a head that is not one. Fields a response adds beyond its head
-    /// follow through [`Encoder::field`] (see `h2::conn`'s `request`).
-    pub fn head(&mut self, head: &[u8], out: &mut Vec<u8>) -> Option<u16> {
+    /// `conn::respond` renders it, perhaps followed by its body) as the
+    /// start of a header block. Returns the status code and the head's
+    /// length (through its blank line), or `None` (nothing written, the
+    /// table untouched) for bytes that do not start with a complete head.
+    /// Fields a response adds beyond its head follow through
+    /// [`Encoder::field`] (see `h2::conn`'s `request`).
+    pub fn head(&mut self, head: &[u8], out: &mut Vec<u8>) -> Option<(u16, usize)> {
         let eol = memchr::memchr(b'\n', head)?;
         let status_line = &head[..eol];
         let code = status_line.get(9..12)?;
@@ -219,40 +266,101 @@ impl Encoder {
             return None;
         }
         let status = code.iter().fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
+        // The blank line is found before anything is encoded, remembering
+        // where the first lines end.
+        let mut ends = [0u32; HEAD_LINES];
+        let mut lines = 0;
+        let mut at = eol + 1;
+        let len = loop {
+            let end = at + memchr::memchr(b'\n', &head[at..])?;
+            if end == at || (end == at + 1 && head[at] == b'\r') {
+                break end + 1;
+            }
+            if let Some(slot) = ends.get_mut(lines) {
+                *slot = end as u32;
+            }
+            lines += 1;
+            at = end + 1;
+        };
         self.begin(out);
         self.status(status, out);
-        let mut lower = [0u8; 64];
-        let mut rest = &head[eol + 1..];
-        while let Some(eol) = memchr::memchr(b'\n', rest) {
-            let line = &rest[..eol];
-            rest = &rest[eol + 1..];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.is_empty() {
-                break;
-            }
-            let Some(colon) = memchr::memchr(b':', line) else {
-                continue;
+        let mut at = eol + 1;
+        for i in 0..lines {
+            let end = match ends.get(i) {
+                Some(&end) => end as usize,
+                None => at + memchr::memchr(b'\n', &head[at..]).unwrap_or(0),
             };
-            let name = &line[..colon];
-            let value = trim(&line[colon + 1..]);
-            let owned;
-            let lname: &[u8] = if name.len() <= lower.len() {
-                let l = &mut lower[..name.len()];
-                for (d, &c) in l.iter_mut().zip(name) {
-                    *d = c.to_ascii_lowercase();
-                }
-                l
-            } else {
-                owned = name.to_ascii_lowercase();
-                &owned
-            };
-            if connection_specific(lname) {
-                continue;
-            }
-            self.field(lname, value, Indexing::Incremental, out);
+            let line = &head[at..end];
+            at = end + 1;
+            self.line(line.strip_suffix(b"\r").unwrap_or(line), out);
         }
-        Some(status)
+        Some((status, len))
     }
+
+    /// One header line of a head, `Name: value` without its CRLF.
+    fn line(&mut self, line: &[u8], out: &mut Vec<u8>) {
+        let bucket = line_bucket(line);
+        // Sent before on this connection: its entry's index. The line is
+        // compared whole with `Name: value` as we render it, so a hit
+        // needs no search for the colon and no trimming.
+        for slot in [bucket, bucket + 1] {
+            let i = self.inserted.wrapping_sub(1).wrapping_sub(self.slots[slot]) as usize;
+            let Some(e) = self.entries.get(i) else {
+                continue;
+            };
+            let (name, rest) = line.split_at(e.name_len.min(line.len()));
+            if rest.len() == e.value().len() + 2
+                && rest[2..] == *e.value()
+                && rest[..2] == *b": "
+                && lowers_to(name, e.name())
+            {
+                let index = DYNAMIC_BASE + i;
+                if index < 0x7f {
+                    out.push(0x80 | index as u8);
+                    return;
+                }
+                return integer(out, index, 7, 0x80);
+            }
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return;
+        };
+        let name = &line[..colon];
+        let value = trim(&line[colon + 1..]);
+        let mut lower = [0u8; 64];
+        let owned;
+        let lname: &[u8] = if name.len() <= lower.len() {
+            let l = &mut lower[..name.len()];
+            for (d, &c) in l.iter_mut().zip(name) {
+                *d = c.to_ascii_lowercase();
+            }
+            l
+        } else {
+            owned = name.to_ascii_lowercase();
+            &owned
+        };
+        if connection_specific(lname) {
+            return;
+        }
+        if let Some(i) = self.field_at(lname, value, Indexing::Incremental, out) {
+            self.slots[bucket + 1] = self.slots[bucket];
+            self.slots[bucket] = self.inserted.wrapping_sub(1).wrapping_sub(i as u32);
+        }
+    }
+}
+
+/// The first slot of a head line's bucket in the line table: any hash
+/// will do, a match is checked against the entry's bytes. The hash's top
+/// bits, its best mixed.
+fn line_bucket(line: &[u8]) -> usize {
+    let hash = rustc_hash::FxBuildHasher.hash_one(line);
+    (hash >> (64 - (LINE_SLOTS / 2).trailing_zeros())) as usize * 2
+}
+
+/// An entry's key for the table walk: any hash will do, a match is
+/// checked against the entry's bytes.
+fn field_hash(name: &[u8], value: &[u8]) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one((name, value))
 }
 
 /// The static table's names (RFC 7541 Appendix A) for the response fields
@@ -295,9 +403,57 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
     out.extend_from_slice(s);
 }
 
+/// `name` lower-cased is `lower`. Without an early exit, so that short
+/// names cost a few instructions a byte.
+fn lowers_to(name: &[u8], lower: &[u8]) -> bool {
+    if name.len() != lower.len() {
+        return false;
+    }
+    if name.len() < 8 {
+        return name
+            .iter()
+            .zip(lower)
+            .fold(0, |diff, (&n, &l)| diff | (n.to_ascii_lowercase() ^ l))
+            == 0;
+    }
+    // Eight bytes at a time, the last eight overlapping the others.
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    let last = name.len() - 8;
+    let mut at = 0;
+    loop {
+        if lower8(word(name, at)) != word(lower, at) {
+            return false;
+        }
+        if at == last {
+            return true;
+        }
+        at = (at + 8).min(last);
+    }
+}
+
+/// Eight bytes with their ASCII capitals lower-cased (and nothing else
+/// changed), in a few word operations.
+fn lower8(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Per byte, the low seven bits plus a bias: bit 7 is then set from
+    // `A` on, and from one past `Z` on; the sums never carry out of
+    // their byte (at most 0x7f + 0x3f).
+    let low = x & (0x7f * ONES);
+    let from_a = low + (0x80 - u64::from(b'A')) * ONES;
+    let past_z = low + (0x80 - u64::from(b'Z') - 1) * ONES;
+    let upper = from_a & !past_z & !x & (0x80 * ONES);
+    x | (upper >> 2)
+}
+
 /// A field value without the optional whitespace around it (what we
 /// render has one space after the colon and none at the end).
 fn trim(mut b: &[u8]) -> &[u8] {
+    if let [b' ', rest @ ..] = b {
+        b = rest;
+    }
+    if !matches!(b.first(), Some(b' ' | b'\t')) && !matches!(b.last(), Some(b' ' | b'\t')) {
+        return b;
+    }
     while let [b' ' | b'\t', rest @ ..] = b {
         b = rest;
     }

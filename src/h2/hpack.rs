@@ -120,16 +120,21 @@ fn read_integer(b: &[u8], n: u8) -> Option<(usize, usize)> {
 /// decoded (RFC 7541 §6 representations walked, everything else copied).
 /// `Ok(false)`: nothing was Huffman-coded, or the block is malformed in a
 /// way the decoder proper will report, so the original should be used.
+/// Bytes are copied only from the first Huffman string on: a block of
+/// indexes (a repeated request) is walked, not copied.
 fn unhuffman(block: &[u8], out: &mut Vec<u8>) -> Result<bool, huffman::Error> {
     out.clear();
     let mut any = false;
     let mut i = 0;
-    // A string literal at `i`: copied, or decoded and written raw.
+    // `block[..copied]` is in `out` (decoded where Huffman-coded).
+    let mut copied = 0;
+    // A string literal at `i`: skipped, or decoded and written raw.
     let mut string = |i: &mut usize, out: &mut Vec<u8>| -> Option<Result<(), _>> {
         let huff = block[*i] & 0x80 != 0;
         let (len, n) = read_integer(&block[*i..], 7)?;
         let data = block.get(*i + n..(*i + n).checked_add(len)?)?;
         if huff {
+            out.extend_from_slice(&block[copied..*i]);
             // Decoded in place, then its length prefix (appended after
             // it) rotated to the front: no scratch buffer.
             let start = out.len();
@@ -140,9 +145,8 @@ fn unhuffman(block: &[u8], out: &mut Vec<u8>) -> Result<bool, huffman::Error> {
             integer(out, len, 7, 0);
             let prefix = out.len() - start - len;
             out[start..].rotate_right(prefix);
+            copied = *i + n + data.len();
             any = true;
-        } else {
-            out.extend_from_slice(&block[*i..*i + n + len]);
         }
         *i += n + len;
         Some(Ok(()))
@@ -158,7 +162,6 @@ fn unhuffman(block: &[u8], out: &mut Vec<u8>) -> Result<bool, huffman::Error> {
         let Some((index, n)) = read_integer(&block[i..], prefix) else {
             return Ok(false);
         };
-        out.extend_from_slice(&block[i..i + n]);
         i += n;
         if prefix == 7 || prefix == 5 {
             continue;
@@ -173,6 +176,9 @@ fn unhuffman(block: &[u8], out: &mut Vec<u8>) -> Result<bool, huffman::Error> {
                 Some(Ok(())) => {}
             }
         }
+    }
+    if any {
+        out.extend_from_slice(&block[copied..]);
     }
     Ok(any)
 }
@@ -249,6 +255,40 @@ mod tests {
         .is_err());
         let mut d = loona_hpack::Decoder::new();
         assert!(decode(&mut d, &[0x82, 0x44, 0x8c, 0xf1], 1 << 20, &mut fields).is_err());
+    }
+
+    #[test]
+    fn raw_and_huffman_strings_mixed_decode_as_the_crate_decodes_them() {
+        // "www.example.com", Huffman-coded (RFC 7541 C.4.1).
+        let www = [
+            0x8c, 0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff,
+        ];
+        let mut block = vec![0x82, 0x40, 3];
+        block.extend_from_slice(b"foo"); // raw name, Huffman value
+        block.extend_from_slice(&www);
+        block.extend_from_slice(&[0x04, 2, b'/', b'x']); // raw value
+        block.push(0x41); // :authority, Huffman value
+        block.extend_from_slice(&www);
+        block.extend_from_slice(&[0x87, 0x0f, 0x10, 1, b'z']); // index, raw tail
+        let mut fields = Fields::default();
+        decode(
+            &mut loona_hpack::Decoder::new(),
+            &block,
+            1 << 20,
+            &mut fields,
+        )
+        .unwrap();
+        let got: Vec<(Vec<u8>, Vec<u8>)> = fields
+            .iter()
+            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+            .collect();
+        assert_eq!(got, loona_hpack::Decoder::new().decode(&block).unwrap());
+        assert_eq!(got.len(), 6);
+        assert_eq!(got[1], (b"foo".to_vec(), b"www.example.com".to_vec()));
+        // Only indexes: nothing to rewrite.
+        let mut raw = Vec::new();
+        assert_eq!(unhuffman(&[0x82, 0x87, 0xbe], &mut raw), Ok(false));
+        assert!(raw.is_empty());
     }
 
     #[test]

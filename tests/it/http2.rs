@@ -600,3 +600,55 @@ fn settings_from_the_config_file() {
     );
     assert_eq!(v["closed"], true, "{v}");
 }
+
+/// The encoder's line table and dynamic table under churn (issue 25): 300
+/// files of distinct lengths, ETags and media types fetched twice on one
+/// connection, far past the 4 KiB encoder table, so entries are evicted
+/// and line slots collide and go stale; every response decodes (Python's
+/// `h2`) to the fields HTTP/1.1 sends for the same file, Date aside.
+#[test]
+fn many_distinct_heads_on_one_connection_decode_as_http11_sends_them() {
+    let Some(py) = h2::python_or_skip("distinct heads") else {
+        return;
+    };
+    let site = Site::new("h2-heads");
+    let exts = ["txt", "css", "js", "html", "json", "svg"];
+    let path = |i: usize| format!("/f/{i}.{}", exts[i % exts.len()]);
+    for i in 0..300 {
+        site.write(&path(i)[1..], &vec![b'a' + (i % 26) as u8; i + 1]);
+    }
+    let both = Both::start(&site, &[]);
+    let fields = |headers: &[(String, String)]| {
+        let mut v: Vec<(String, String)> = headers
+            .iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
+            .filter(|(n, _)| n != "date")
+            .collect();
+        v.sort();
+        v
+    };
+    let want: Vec<_> = (0..300)
+        .map(|i| fields(&both.server().get(&path(i)).headers))
+        .collect();
+    let reqs: Vec<_> = (0..600)
+        .map(|k| serde_json::json!({"path": path(k % 300)}))
+        .collect();
+    let input = serde_json::Value::Array(reqs).to_string();
+    for t in both.targets() {
+        let v = h2::probe_with_input(&py, "fetch", &t, &[], &input);
+        let responses = v["responses"].as_array().unwrap();
+        assert_eq!(responses.len(), 600, "{}: {}", t.name(), v["goaway"]);
+        for (k, resp) in responses.iter().enumerate() {
+            let r = h2::fetched(resp);
+            assert_eq!(r.status, 200, "{}: {}", t.name(), path(k % 300));
+            assert_eq!(
+                fields(&r.headers),
+                want[k % 300],
+                "{}: response {k}, {}",
+                t.name(),
+                path(k % 300)
+            );
+            assert_eq!(r.body.len(), k % 300 + 1);
+        }
+    }
+}

@@ -39,7 +39,7 @@ fn head_fields() -> Fields {
 fn a_head_encodes_to_what_a_decoder_reads_back() {
     let mut enc = Encoder::default();
     let mut block = Vec::new();
-    assert_eq!(enc.head(HEAD, &mut block), Some(200));
+    assert_eq!(enc.head(HEAD, &mut block), Some((200, HEAD.len())));
     let mut dec = loona_hpack::Decoder::new();
     assert_eq!(decoded(&mut dec, &block), head_fields());
 }
@@ -81,7 +81,7 @@ fn statuses_outside_the_static_table_are_literals() {
         (b"HTTP/1.1 301 Moved Permanently\r\n\r\n", 301),
     ] {
         let mut block = Vec::new();
-        assert_eq!(enc.head(line, &mut block), Some(code));
+        assert_eq!(enc.head(line, &mut block), Some((code, line.len())));
         assert_eq!(
             decoded(&mut dec, &block),
             fields(&[(":status", &code.to_string())])
@@ -165,4 +165,263 @@ fn large_and_unindexed_fields_stay_out_of_the_table() {
             fields(&[(":status", "200"), ("link", &big), ("x-request-id", "abc")])
         );
     }
+}
+
+#[test]
+fn the_head_ends_at_its_blank_line_and_the_body_is_not_read() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let mut rendered = HEAD.to_vec();
+    rendered.extend_from_slice(b"Body: not a field\r\n\r\n");
+    let mut block = Vec::new();
+    assert_eq!(enc.head(&rendered, &mut block), Some((200, HEAD.len())));
+    assert_eq!(decoded(&mut dec, &block), head_fields());
+}
+
+#[test]
+fn bytes_without_a_blank_line_are_not_a_head_and_change_nothing() {
+    let mut enc = Encoder::default();
+    let mut block = Vec::new();
+    let cut = &HEAD[..HEAD.len() - 2];
+    assert_eq!(enc.head(cut, &mut block), None);
+    assert_eq!(
+        enc.head(b"HTTP/1.1 200 OK\r\nServer: x\r\n", &mut block),
+        None
+    );
+    assert!(block.is_empty());
+    assert_eq!(enc.table_size(), 0);
+    // The table is as new: the whole head is literals again.
+    let mut dec = loona_hpack::Decoder::new();
+    assert_eq!(enc.head(HEAD, &mut block), Some((200, HEAD.len())));
+    assert_eq!(decoded(&mut dec, &block), head_fields());
+}
+
+#[test]
+fn a_head_with_more_lines_than_are_remembered_encodes_them_all() {
+    let mut head = String::from("HTTP/1.1 200 OK\r\n");
+    let mut want = vec![(":status".to_string(), "200".to_string())];
+    for i in 0..HEAD_LINES + 9 {
+        head.push_str(&format!("X-Field-{i}: value {i}\r\n"));
+        want.push((format!("x-field-{i}"), format!("value {i}")));
+    }
+    head.push_str("\r\n");
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    for _ in 0..2 {
+        let mut block = Vec::new();
+        assert_eq!(
+            enc.head(head.as_bytes(), &mut block),
+            Some((200, head.len()))
+        );
+        assert_eq!(decoded(&mut dec, &block), want);
+    }
+}
+
+#[test]
+fn a_line_spelled_differently_still_finds_its_entry() {
+    // `Vary` then `vary`: the second misses the line hash, finds the
+    // entry by name and value, and is one byte.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let want = fields(&[(":status", "200"), ("vary", "Accept-Encoding")]);
+    for head in [
+        &b"HTTP/1.1 200 OK\r\nVary: Accept-Encoding\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nvary:  Accept-Encoding\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nVary: Accept-Encoding\r\n\r\n",
+    ] {
+        let mut block = Vec::new();
+        enc.head(head, &mut block);
+        assert_eq!(decoded(&mut dec, &block), want);
+    }
+    let mut block = Vec::new();
+    enc.head(
+        b"HTTP/1.1 200 OK\r\nVARY: Accept-Encoding\r\n\r\n",
+        &mut block,
+    );
+    assert_eq!(block, [0x88, 0x80 | 62]);
+}
+
+#[test]
+fn a_line_slot_that_names_another_lines_entry_is_not_trusted() {
+    // Forge a collision: the slot of `Server: other` names the entry of
+    // `Server: shardhttpd`. The bytes decide, so `other` is still sent.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let mut block = Vec::new();
+    enc.head(b"HTTP/1.1 200 OK\r\nServer: shardhttpd\r\n\r\n", &mut block);
+    decoded(&mut dec, &block);
+    let bucket = line_bucket(b"Server: other");
+    enc.slots[bucket] = enc.inserted - 1;
+    enc.slots[bucket + 1] = enc.inserted - 1;
+    for _ in 0..2 {
+        let mut block = Vec::new();
+        enc.head(b"HTTP/1.1 200 OK\r\nServer: other\r\n\r\n", &mut block);
+        assert_eq!(
+            decoded(&mut dec, &block),
+            fields(&[(":status", "200"), ("server", "other")])
+        );
+    }
+}
+
+#[test]
+fn lines_whose_entries_were_evicted_are_sent_again_as_literals() {
+    // A table of 64 bytes holds one of these entries (34 bytes): each new
+    // line evicts the last, whose slot then names an id no longer there.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    enc.peer_table_size(64);
+    let lines = ["A: 1", "B: 2", "C: 3", "A: 1", "B: 2", "C: 3", "C: 3"];
+    for line in lines {
+        let head = format!("HTTP/1.1 200 OK\r\n{line}\r\n\r\n");
+        let mut block = Vec::new();
+        enc.head(head.as_bytes(), &mut block);
+        let (name, value) = line.split_once(": ").unwrap();
+        assert_eq!(
+            decoded(&mut dec, &block),
+            fields(&[(":status", "200"), (&name.to_lowercase(), value)]),
+            "{line}"
+        );
+        assert!(enc.table_size() <= 64);
+    }
+    // The last `C: 3` was an index, the table holding it.
+    let mut block = Vec::new();
+    enc.head(b"HTTP/1.1 200 OK\r\nC: 3\r\n\r\n", &mut block);
+    assert_eq!(block, [0x88, 0x80 | 62]);
+}
+
+#[test]
+fn a_name_lowers_to_its_entry_only_when_only_case_differs() {
+    for (name, lower, want) in [
+        (&b"Content-Type"[..], &b"content-type"[..], true),
+        (b"content-type", b"content-type", true),
+        (b"ETag", b"etag", true),
+        (b"ETag", b"etags", false),
+        (b"X^Y", b"x~y", false),
+        (b"X_Y", b"x\x7fy", false),
+        (b"", b"", true),
+        (
+            b"Strict-Transport-Security",
+            b"strict-transport-security",
+            true,
+        ),
+        (
+            b"Strict-Transport-Securitx",
+            b"strict-transport-security",
+            false,
+        ),
+        (
+            b"Xtrict-Transport-Security",
+            b"strict-transport-security",
+            false,
+        ),
+        (b"Last-Modified", b"last-modified", true),
+        (b"Last-Modified", b"last-modifies", false),
+        (b"X-Abc^Def_Ghi", b"x-abc~def_ghi", false),
+        (b"X-Abc_Def-Ghi", b"x-abc\x7fdef-ghi", false),
+        (b"X-ABC@DEF[GHI", b"x-abc`def{ghi", false),
+    ] {
+        assert_eq!(lowers_to(name, lower), want, "{name:?} {lower:?}");
+    }
+}
+
+#[test]
+fn eight_bytes_lower_case_as_the_standard_library_lowers_them() {
+    let mut bytes: Vec<u8> = (0..=255).collect();
+    bytes.extend_from_slice(b"@AZ[`az{");
+    for chunk in bytes.chunks(8) {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap());
+        let want: Vec<u8> = chunk.iter().map(u8::to_ascii_lowercase).collect();
+        assert_eq!(lower8(word).to_le_bytes()[..], want[..], "{chunk:x?}");
+    }
+}
+
+#[test]
+fn a_line_rendered_otherwise_than_name_colon_space_value_is_still_sent_right() {
+    // No space, two spaces, a tab, trailing space: the whole-line check
+    // fails, the slow path finds the entry by name and value.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let want = fields(&[(":status", "200"), ("etag", "\"x\"")]);
+    for line in [
+        "ETag: \"x\"",
+        "ETag:\"x\"",
+        "ETag:  \"x\"",
+        "ETag:\t\"x\" ",
+        "ETag: \"x\"",
+    ] {
+        let head = format!("HTTP/1.1 200 OK\r\n{line}\r\n\r\n");
+        let mut block = Vec::new();
+        enc.head(head.as_bytes(), &mut block);
+        assert_eq!(decoded(&mut dec, &block), want, "{line:?}");
+    }
+    assert_eq!(enc.entries.len(), 1);
+}
+
+#[test]
+fn lines_sharing_a_bucket_are_all_found_after_a_third_evicts_one() {
+    // Three lines of one bucket: the first two are found by the table,
+    // the third pushes the oldest out, which is then found by the walk
+    // and put back. Every block decodes right throughout.
+    let mut names = Vec::new();
+    let bucket = line_bucket(b"X-0: v");
+    for i in 0.. {
+        let line = format!("X-{i}: v");
+        if line_bucket(line.as_bytes()) == bucket {
+            names.push(format!("X-{i}"));
+            if names.len() == 3 {
+                break;
+            }
+        }
+    }
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    for round in 0..3 {
+        for name in &names {
+            let head = format!("HTTP/1.1 200 OK\r\n{name}: v\r\n\r\n");
+            let mut block = Vec::new();
+            enc.head(head.as_bytes(), &mut block);
+            assert_eq!(
+                decoded(&mut dec, &block),
+                fields(&[(":status", "200"), (&name.to_lowercase(), "v")])
+            );
+            if round > 0 {
+                assert_eq!(block.len(), 2, "{name}: an index");
+            }
+        }
+    }
+    assert!(LINE_SLOTS.is_power_of_two() && bucket + 1 < LINE_SLOTS);
+}
+
+#[test]
+fn a_field_is_found_by_the_walk_among_many_of_its_name() {
+    // Many `etag` entries: a new value is a literal naming the static
+    // `etag`, an old one (whose line slot another line took) an index.
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    for i in 0..20 {
+        let mut block = Vec::new();
+        enc.begin(&mut block);
+        enc.field(
+            b"etag",
+            format!("\"{i}\"").as_bytes(),
+            Indexing::Incremental,
+            &mut block,
+        );
+        assert_eq!(block[0], 0x40 | 34, "{i}: literal, static name");
+        decoded(&mut dec, &block);
+    }
+    let mut block = Vec::new();
+    enc.field(b"etag", b"\"3\"", Indexing::Without, &mut block);
+    assert_eq!(block, [0x80 | (DYNAMIC_BASE + 16) as u8]);
+    assert_eq!(decoded(&mut dec, &block), fields(&[("etag", "\"3\"")]));
+    // A name outside the static table: the newest entry of that name.
+    for v in ["a", "b"] {
+        let mut block = Vec::new();
+        enc.field(b"x-own", v.as_bytes(), Indexing::Incremental, &mut block);
+        decoded(&mut dec, &block);
+    }
+    let mut block = Vec::new();
+    enc.field(b"x-own", b"c", Indexing::Without, &mut block);
+    assert_eq!(block, [0x0f, DYNAMIC_BASE as u8 - 15, 1, b'c']);
+    assert_eq!(decoded(&mut dec, &block), fields(&[("x-own", "c")]));
 }
