@@ -179,6 +179,11 @@ pub struct Output {
     /// they ended (link count 0: renamed over or unlinked meanwhile), for
     /// the connection to count and reset.
     pub from_replaced: u32,
+    /// The id of the ring send its owned bytes are lent to (io_uring
+    /// completions): nothing is written until they come back
+    /// ([`give_back`](Self::give_back)); answers queued meanwhile go to a
+    /// new buffer, after them.
+    lent: Option<u32>,
 }
 
 impl std::fmt::Debug for Output {
@@ -199,7 +204,75 @@ impl Output {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && self.sent == self.buf.len() && self.staged == self.stage.len()
+        self.chunks.is_empty()
+            && self.sent == self.buf.len()
+            && self.staged == self.stage.len()
+            && self.lent.is_none()
+    }
+
+    /// Everything queued is owned bytes (no body by reference, no file
+    /// piece staged) and none is lent: the queue can be lent to a ring
+    /// send as one slice.
+    pub fn lendable(&self) -> bool {
+        self.lent.is_none()
+            && self.chunks.is_empty()
+            && self.staged == self.stage.len()
+            && self.sent < self.buf.len()
+    }
+
+    /// Lend the unsent owned bytes (see [`lendable`](Self::lendable)) to
+    /// ring send `id`; `spare` takes the buffer's place for answers queued
+    /// meanwhile.
+    pub fn lend(&mut self, spare: Vec<u8>) -> (Vec<u8>, usize) {
+        debug_assert!(self.lendable() && spare.is_empty());
+        let buf = std::mem::replace(&mut self.buf, spare);
+        let start = std::mem::take(&mut self.sent);
+        (buf, start)
+    }
+
+    /// The send the owned bytes are lent to, once it has an id.
+    pub fn set_lent(&mut self, id: u32) {
+        self.lent = Some(id);
+    }
+
+    /// The ring send the queue's bytes are lent to.
+    pub fn lent(&self) -> Option<u32> {
+        self.lent
+    }
+
+    /// A ring send ended: `buf[start..end]` was lent, `start + sent` is
+    /// where the kernel stopped. What it did not take goes back in front
+    /// of anything queued since. Returns a spare buffer, for the pool.
+    pub fn give_back(&mut self, mut buf: Vec<u8>, start: usize, sent: usize) -> Vec<u8> {
+        self.lent = None;
+        let done = (start + sent).min(buf.len());
+        if done == buf.len() {
+            buf.clear();
+            if self.is_empty() && self.buf.capacity() < buf.capacity() {
+                std::mem::swap(&mut self.buf, &mut buf);
+                self.sent = 0;
+            }
+            return buf;
+        }
+        if self.is_empty() {
+            // Nothing queued meanwhile: the lent buffer is the queue again.
+            let mut spare = std::mem::replace(&mut self.buf, buf);
+            self.sent = done;
+            spare.clear();
+            return spare;
+        }
+        // A short send with answers queued behind it (rare): the rest goes
+        // first, and every owned piece's end moves with it.
+        debug_assert_eq!(self.sent, 0, "nothing is written while lent");
+        let rest = buf.len() - done;
+        self.buf.splice(..0, buf.drain(done..));
+        for chunk in &mut self.chunks {
+            if let Chunk::Own { end } = chunk {
+                *end += rest;
+            }
+        }
+        buf.clear();
+        buf
     }
 
     /// Owned bytes not yet written; a rough measure of backlog.

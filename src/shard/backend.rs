@@ -84,6 +84,15 @@ impl Poller {
         }
     }
 
+    /// The ring, when connections can be driven by its completions.
+    #[inline]
+    pub fn completions(&mut self) -> Option<&mut Ring> {
+        match self {
+            Poller::Uring(r) if r.completions() => Some(r),
+            _ => None,
+        }
+    }
+
     /// Wait up to `timeout` for readiness (and, on the ring, submit what
     /// this turn queued with the same enter).
     #[inline]
