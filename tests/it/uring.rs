@@ -302,3 +302,126 @@ fn uring_closes_each_of_many_connections_whose_fds_are_reused() {
         h.join().expect("client thread");
     }
 }
+
+/// On io_uring, cleartext connections are driven by completions: a
+/// pipelined batch is received by the ring and its answers leave in one
+/// ring send, so the shard thread makes no write syscall for them
+/// (`syscw` counts write, writev and sendfile; on epoll the batch costs
+/// one, `process_invariants::` checks that).
+#[test]
+fn uring_answers_a_pipelined_batch_with_a_ring_send_and_no_write_syscall() {
+    if !uring_or_skip("uring_ring_send") {
+        return;
+    }
+    let site = site_with("uring-ring-send", b"0123456789");
+    let server = Server::spawn(&args(&site, "uring"), 1);
+    let shard = support::procfs::shard0(&server);
+    let mut c = server.connect();
+    assert_eq!(
+        c.roundtrip(&support::get("/a.txt")).body_str(),
+        "0123456789"
+    );
+    for round in 0..3 {
+        let before = support::procfs::task_io(server.pid(), shard, "syscw");
+        let raw = support::get("/a.txt").repeat(32);
+        c.send(raw.as_bytes());
+        for i in 0..32 {
+            let r = c
+                .read_response()
+                .unwrap_or_else(|e| panic!("round {round}, answer {i}: {e}"));
+            assert_eq!(r.body_str(), "0123456789", "round {round}, answer {i}");
+        }
+        let writes = support::procfs::task_io(server.pid(), shard, "syscw") - before;
+        assert_eq!(writes, 0, "round {round}: {writes} write syscalls");
+    }
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// Back-pressure: a connection whose answers wait (the client does not
+/// read) stops being received from: its receive is cancelled once its
+/// read buffer is full, so the server's memory does not take what the
+/// client keeps sending (at most a read buffer, the bounded output queue
+/// and what the kernel had already received); when the client reads,
+/// everything is answered, in order.
+#[test]
+fn uring_stops_receiving_from_a_client_that_does_not_read() {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if !uring_or_skip("uring_backpressure") {
+        return;
+    }
+    let site = site_with("uring-backpressure", &[b'b'; 100]);
+    let mut a = args(&site, "uring");
+    a.extend(["--max-requests-per-connection".into(), "1000000".into()]);
+    let server = Server::spawn(&a, 1);
+    assert_eq!(server.get("/a.txt").body.len(), 100);
+    let before = rss_bytes(server.pid());
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    // Small client buffers: what piles up is on the server's side.
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    socket.set_send_buffer_size(16 * 1024).unwrap();
+    socket
+        .connect_timeout(&server.addr().into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: TcpStream = socket.into();
+    let req = support::get("/a.txt");
+    let chunk = req.repeat(256);
+    // At most 4 MiB of requests (a server that kept receiving while its
+    // answers wait would hold all of them), until writes block for 1.5 s.
+    let cap = 4 << 20;
+    s.set_nonblocking(true).unwrap();
+    let (mut written, mut off) = (0usize, 0usize);
+    let mut progress = std::time::Instant::now();
+    while written < cap && progress.elapsed() < Duration::from_millis(1500) {
+        match s.write(&chunk.as_bytes()[off..]) {
+            Ok(n) => {
+                written += n;
+                off = (off + n) % chunk.len();
+                progress = std::time::Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = rss_bytes(server.pid()).saturating_sub(before);
+    eprintln!(
+        "{} requests ({written} B) sent without reading; server RSS +{grown} B",
+        written / req.len()
+    );
+    assert!(
+        grown < 2 << 20,
+        "the server took what the client sent: RSS +{grown} B for {written} B of requests"
+    );
+    // Whole requests only: the one cut by the last write is finished from
+    // another thread (the server reads again once its answers drain).
+    s.set_nonblocking(false).unwrap();
+    let partial = written % req.len();
+    if partial > 0 {
+        let rest = req.as_bytes()[partial..].to_vec();
+        let mut w = s.try_clone().unwrap();
+        w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        std::thread::spawn(move || w.write_all(&rest));
+        written += req.len() - partial;
+    }
+    let requests = written / req.len();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut conn = support::Conn::from_stream(s);
+    for i in 0..requests {
+        let r = conn
+            .read_response()
+            .unwrap_or_else(|e| panic!("answer {i} of {requests}: {e}"));
+        assert_eq!(r.status, 200, "answer {i}");
+        assert_eq!(r.body.len(), 100, "answer {i}");
+    }
+}
