@@ -56,10 +56,15 @@ pub struct RingLeftovers {
 }
 
 impl Conn {
-    /// Drive this connection by completions from now on (at accept, for a
-    /// cleartext connection without PROXY header on a ring that has them).
+    /// Drive this connection by completions from now on (after its first
+    /// event, answered by syscalls at accept: a cleartext connection
+    /// without PROXY header on a ring that has them). A write that blocked
+    /// then waits for `EPOLLOUT` on the ring.
     pub fn use_completions(&mut self) {
         self.ring = COMPLETIONS;
+        if self.write_blocked {
+            self.ring |= POLLOUT_WANTED;
+        }
     }
 
     /// Driven by completions.

@@ -473,22 +473,24 @@ impl Shard {
                         .conns
                         .insert(Conn::new(stream, peer, now, &self.cfg, tls));
                     self.counters.accepted();
+                    // With TCP_DEFER_ACCEPT the request is usually here
+                    // already: answer it before registering, so a
+                    // one-request connection costs no epoll round trip
+                    // (on the ring: no receive armed and cancelled).
+                    self.dispatch(token, now, |conn, env| Some(conn.on_ready(EPOLLIN, env)));
+                    let Some(conn) = self.conns.get_mut(token) else {
+                        continue;
+                    };
                     if completions {
-                        // Its receive is armed by the dispatch's upkeep;
-                        // bytes already here complete at the next wait.
+                        // From here on by completions: the dispatch's
+                        // upkeep arms its receive (which takes what the
+                        // socket already holds first).
                         self.dispatch(token, now, |conn, _| {
                             conn.use_completions();
                             Some(Step::Keep)
                         });
                         continue;
                     }
-                    // With TCP_DEFER_ACCEPT the request is usually here
-                    // already: answer it before registering, so a
-                    // one-request connection costs no epoll round trip.
-                    self.dispatch(token, now, |conn, env| Some(conn.on_ready(EPOLLIN, env)));
-                    let Some(conn) = self.conns.get_mut(token) else {
-                        continue;
-                    };
                     if let Err(e) = self.poller.add(conn.stream(), token, CONN_INTEREST) {
                         tracing::warn!(error = %e, "watching an accepted socket failed");
                         self.close(token, CloseReason::Error);
