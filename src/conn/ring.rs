@@ -51,7 +51,7 @@ pub struct RingWants {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RingLeftovers {
     pub recv: bool,
-    pub send: Option<u32>,
+    pub send: Option<u64>,
     pub pollout: bool,
 }
 
@@ -248,7 +248,7 @@ impl Conn {
     }
 
     /// The lent bytes are with ring send `id`.
-    pub fn lent_as(&mut self, id: u32) {
+    pub fn lent_as(&mut self, id: u64) {
         if let Some(io) = self.io.as_deref_mut() {
             io.out.set_lent(id);
         }

@@ -93,6 +93,14 @@ impl Poller {
         }
     }
 
+    /// The shard is ending: on the ring, cancel and reap what is still
+    /// live (see `Ring::settle`).
+    pub fn settle(&mut self) {
+        if let Poller::Uring(r) = self {
+            r.settle(Duration::from_millis(500));
+        }
+    }
+
     /// Wait up to `timeout` for readiness (and, on the ring, submit what
     /// this turn queued with the same enter).
     #[inline]

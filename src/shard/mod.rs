@@ -233,6 +233,7 @@ impl Shard {
 
     fn run(&mut self) -> io::Result<()> {
         let result = self.event_loop();
+        self.poller.settle();
         self.metrics.publish(self.index, &self.counters);
         if let Some(log) = &mut self.log {
             log.flush();

@@ -46,7 +46,9 @@ pub const REARM: u32 = libc::EPOLLONESHOT as u32;
 /// Connection tokens keep their slab index below 2^30 (see
 /// `shard::slab`), so these bits are free in them.
 const RECV: u64 = 1 << 31;
-/// `user_data` bit of a send (its slot in [`Ring::sends`] below).
+/// `user_data` bit of a send: its slot in `Ring::sends` below it, and the
+/// slot's generation in the top half (so a cancel for a send that already
+/// completed cannot reach the next send in its slot).
 const SEND: u64 = 1 << 30;
 
 /// Provided receive buffers shared by the shard's connections (a power of
@@ -113,9 +115,13 @@ pub struct Ring {
     /// Sends in flight, by slot: the ring owns their bytes until their
     /// completion.
     sends: Vec<Option<(u64, Lent)>>,
+    /// Generation of each slot of `sends`, bumped as it is reused.
+    send_gens: Vec<u32>,
     free_sends: Vec<u32>,
     /// Receive and send completions of the last `wait`, for the shard.
     done: Vec<Done>,
+    /// Completions the last `wait` reaped, of every kind.
+    reaped: usize,
 }
 
 impl std::fmt::Debug for Ring {
@@ -169,8 +175,10 @@ impl Ring {
             ring,
             bufs: None,
             sends: Vec::new(),
+            send_gens: Vec::new(),
             free_sends: Vec::new(),
             done: Vec::new(),
+            reaped: 0,
         };
         ring.self_check()?;
         if let Err(e) = ring.set_up_completions(&probe) {
@@ -372,7 +380,7 @@ impl Ring {
     /// Send `lent.buf[lent.start..][..lent.len]` on `fd`: the bytes belong
     /// to the ring until the send's [`Done::Sent`] gives them back. Returns
     /// the send's id, to [`cancel_send`](Self::cancel_send) it.
-    pub fn send(&mut self, fd: RawFd, token: u64, lent: Lent) -> io::Result<u32> {
+    pub fn send(&mut self, fd: RawFd, token: u64, lent: Lent) -> io::Result<u64> {
         let Some(bytes) = lent.buf.get(lent.start..lent.start + lent.len) else {
             return Err(io::Error::other("lent range outside its buffer"));
         };
@@ -381,13 +389,18 @@ impl Ring {
             Some(s) => s,
             None => {
                 self.sends.push(None);
+                self.send_gens.push(0);
                 (self.sends.len() - 1) as u32
             }
         };
+        let gen = &mut self.send_gens[slot as usize];
+        // Below u32::MAX: the id stays under `INTERNAL`.
+        *gen = if *gen >= u32::MAX - 1 { 0 } else { *gen + 1 };
+        let id = (u64::from(*gen) << 32) | SEND | u64::from(slot);
         let e = opcode::Send::new(types::Fd(fd), ptr, len)
             .flags(libc::MSG_NOSIGNAL)
             .build()
-            .user_data(SEND | u64::from(slot));
+            .user_data(id);
         // Owned by the slot from here until the completion: `ptr` stays
         // valid (the heap block does not move with the `Vec`).
         self.sends[slot as usize] = Some((token, lent));
@@ -396,17 +409,13 @@ impl Ring {
             self.free_sends.push(slot);
             return Err(e);
         }
-        Ok(slot)
+        Ok(id)
     }
 
     /// Cancel send `id`; its completion still comes (`-ECANCELED`, or what
     /// it sent before), with its bytes.
-    pub fn cancel_send(&mut self, id: u32) -> io::Result<()> {
-        self.push(
-            &opcode::AsyncCancel::new(SEND | u64::from(id))
-                .build()
-                .user_data(INTERNAL),
-        )
+    pub fn cancel_send(&mut self, id: u64) -> io::Result<()> {
+        self.push(&opcode::AsyncCancel::new(id).build().user_data(INTERNAL))
     }
 
     /// The bytes a [`Done::Recv`] put in buffer `bid`.
@@ -458,10 +467,12 @@ impl Ring {
         }
         let cap = events.buf.len();
         let mut cq = self.ring.completion();
+        self.reaped = 0;
         while events.len < cap {
             let Some(cqe) = cq.next() else {
                 break;
             };
+            self.reaped += 1;
             let token = cqe.user_data();
             if (INTERNAL..INTERNAL + 16).contains(&token) {
                 continue;
@@ -477,8 +488,17 @@ impl Ring {
                         more: cqueue::more(flags),
                     });
                 } else {
-                    let slot = (token & !SEND) as usize;
-                    if let Some((token, lent)) = self.sends.get_mut(slot).and_then(Option::take) {
+                    let slot = (token & (SEND - 1)) as usize;
+                    let current = self
+                        .send_gens
+                        .get(slot)
+                        .is_some_and(|&g| u64::from(g) == token >> 32);
+                    let taken = if current {
+                        self.sends.get_mut(slot).and_then(Option::take)
+                    } else {
+                        None
+                    };
+                    if let Some((token, lent)) = taken {
                         self.free_sends.push(slot as u32);
                         self.done.push(Done::Sent { token, res, lent });
                     }
@@ -504,6 +524,40 @@ impl Ring {
             events.len += 1;
         }
         Ok(())
+    }
+}
+
+impl Ring {
+    /// The shard is ending: cancel everything still live on the ring
+    /// (receives and polls holding closed sockets open, sends) and reap
+    /// until a wait brings nothing, for at most `within`, so that closed
+    /// connections close on the wire now, the thread's exit does not wait
+    /// on the kernel's teardown, and lent bytes are freed.
+    pub fn settle(&mut self, within: Duration) {
+        let any = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(INTERNAL + 2);
+        if self.push(&any).is_err() {
+            return;
+        }
+        let end = std::time::Instant::now() + within;
+        let mut events = Events::with_capacity(64);
+        while std::time::Instant::now() < end {
+            if self.wait(&mut events, Duration::from_millis(20)).is_err() {
+                return;
+            }
+            for d in self.done.drain(..) {
+                // A send's bytes are dropped here: the kernel is done.
+                if let Done::Recv { bid: Some(bid), .. } = d {
+                    if let Some(b) = &mut self.bufs {
+                        b.recycle(bid);
+                    }
+                }
+            }
+            if self.reaped == 0 {
+                return;
+            }
+        }
     }
 }
 
