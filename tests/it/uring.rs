@@ -425,3 +425,96 @@ fn uring_stops_receiving_from_a_client_that_does_not_read() {
         assert_eq!(r.body.len(), 100, "answer {i}");
     }
 }
+
+/// `write_timeout` cuts a client that never reads while its answers are
+/// lent to a ring send the kernel cannot finish (a zero window): the
+/// connection is closed (the send cancelled; its bytes freed when the
+/// cancellation completes), counted as a write timeout, and the close
+/// reaches the client.
+#[test]
+fn uring_cuts_a_zero_window_client_with_a_send_in_flight_after_write_timeout() {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if !uring_or_skip("uring_zero_window") {
+        return;
+    }
+    let site = site_with("uring-zero-window", &[b'z'; 2000]);
+    let mut a = args(&site, "uring");
+    a.extend(["--write-timeout".into(), "1".into()]);
+    let server = Server::spawn(&a, 1);
+    let admin = server.admin_addr();
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    socket.set_recv_buffer_size(4 * 1024).unwrap();
+    socket
+        .connect_timeout(&server.addr().into(), Duration::from_secs(5))
+        .unwrap();
+    let s: TcpStream = socket.into();
+    let mut conn = support::Conn::from_stream(s.try_clone().unwrap());
+    // The first request is answered at accept; the ring drives the rest.
+    assert_eq!(conn.roundtrip(&support::get("/a.txt")).body.len(), 2000);
+    // Answers of 2 KB (owned bytes, lent to ring sends) for twice what
+    // the server's send buffer can grow to (`tcp_wmem`'s maximum): once
+    // that is full, a send stays in flight and nothing moves.
+    let wmem_max: usize = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .expect("tcp_wmem")
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .expect("tcp_wmem maximum");
+    let requests = (2 * wmem_max / 2000 + 100).min(9000);
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    w.write_all(support::get("/a.txt").repeat(requests).as_bytes())
+        .unwrap();
+    let closed = |reason: &str| {
+        sum(
+            &scrape(admin),
+            "shardhttpd_connections_closed_total",
+            &[("reason", reason)],
+        )
+    };
+    assert!(
+        support::poll_until(Duration::from_secs(10), || closed("write_timeout") == 1.0),
+        "the stalled connection is not cut\n{}",
+        server.log_text()
+    );
+    assert!(
+        support::poll_until(Duration::from_secs(5), || {
+            sum(&scrape(admin), "shardhttpd_connections_active", &[]) == 0.0
+        }),
+        "connections left open"
+    );
+    // The server's side of the socket is closed before the client reads
+    // anything: a send left in flight would hold it open (established)
+    // for as long as the client does not read.
+    if support::installed("ss") {
+        let (port, cport) = (server.addr().port(), s.local_addr().unwrap().port());
+        let filter = format!("( sport = :{port} and dport = :{cport} )");
+        let established = || {
+            let out = std::process::Command::new("ss")
+                .args(["-Htn", "state", "established", &filter])
+                .output()
+                .expect("run ss");
+            !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+        };
+        assert!(
+            support::poll_until(Duration::from_secs(5), || !established()),
+            "the server's socket is still established after its close"
+        );
+    } else {
+        support::loud("SKIP part of uring_cuts_a_zero_window_client: ss is not installed");
+    }
+    // The client reads what reached it, then the close (EOF or a reset).
+    let mut r = s;
+    r.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the close did not reach the client: {e}"),
+        }
+    }
+    // The server goes on serving.
+    assert_eq!(server.get("/a.txt").body.len(), 2000);
+}
