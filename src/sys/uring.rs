@@ -122,6 +122,8 @@ pub struct Ring {
     done: Vec<Done>,
     /// Completions the last `wait` reaped, of every kind.
     reaped: usize,
+    /// Why connections cannot be driven by completions, if they cannot.
+    no_completions: Option<String>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -179,10 +181,11 @@ impl Ring {
             free_sends: Vec::new(),
             done: Vec::new(),
             reaped: 0,
+            no_completions: None,
         };
         ring.self_check()?;
         if let Err(e) = ring.set_up_completions(&probe) {
-            tracing::debug!(error = %e, "io_uring: receives and sends by readiness only");
+            ring.no_completions = Some(e.to_string());
         }
         Ok(ring)
     }
@@ -283,6 +286,14 @@ impl Ring {
     /// buffer ring is set up and passed its check).
     pub fn completions(&self) -> bool {
         self.bufs.is_some()
+    }
+
+    /// How cleartext connections are driven, for the start log.
+    pub fn mode(&self) -> String {
+        match &self.no_completions {
+            None => "cleartext connections by completions".into(),
+            Some(why) => format!("connections by readiness only ({why})"),
+        }
     }
 
     /// A no-op submitted and its completion reaped by the same enter the

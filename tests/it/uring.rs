@@ -315,6 +315,11 @@ fn uring_answers_a_pipelined_batch_with_a_ring_send_and_no_write_syscall() {
     }
     let site = site_with("uring-ring-send", b"0123456789");
     let server = Server::spawn(&args(&site, "uring"), 1);
+    let line = io_line(&server);
+    assert!(
+        line.contains("cleartext connections by completions"),
+        "the start log says how connections are driven: {line}"
+    );
     let shard = support::procfs::shard0(&server);
     let mut c = server.connect();
     assert_eq!(
