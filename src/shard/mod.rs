@@ -249,6 +249,9 @@ impl Shard {
         let mut expired = Vec::new();
         let mut resume_spare = Vec::new();
         loop {
+            // Before the timeout is chosen: a connection whose output can
+            // no longer be lent goes on the resume list.
+            self.submit_sends();
             let now = Instant::now();
             let timeout = if self.accept_pending.iter().any(|&p| p) || !self.resume.is_empty() {
                 Duration::ZERO
@@ -258,7 +261,6 @@ impl Shard {
                     .min(self.next_publish.saturating_duration_since(now))
                     .min(MAX_SLEEP)
             };
-            self.submit_sends();
             self.poller.wait(&mut events, timeout)?;
             let now = Instant::now();
             self.date.refresh(SystemTime::now());
