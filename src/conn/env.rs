@@ -111,6 +111,15 @@ pub struct BufPool {
 }
 
 impl BufPool {
+    /// A spare output buffer back to the pool (freed if it grew large or
+    /// the pool is full).
+    pub fn give_write(&mut self, mut buf: Vec<u8>) {
+        buf.clear();
+        if buf.capacity() > 0 && buf.capacity() <= POOLED_WRITE_MAX && self.write.len() < POOL_MAX {
+            self.write.push(buf);
+        }
+    }
+
     #[inline]
     pub(super) fn take_io(&mut self, zero_copy: bool) -> Box<ConnIo> {
         let mut io = match self.io.pop() {

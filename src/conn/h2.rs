@@ -168,7 +168,7 @@ impl Conn {
                 env.counters.h2.goaways_sent[crate::h2::ErrorCode::NoError as usize] += 1;
             }
         }
-        let _ = self.flush_out();
+        self.flush_now();
         Step::Close(if header {
             CloseReason::HeaderTimeout
         } else {

@@ -17,6 +17,7 @@ mod peer;
 pub mod proxy;
 pub mod request_id;
 pub mod respond;
+mod ring;
 pub mod tls;
 
 use std::io::{self, Write};
@@ -39,6 +40,7 @@ use tls::{TlsConn, TlsRead};
 
 pub use env::{BufPool, ConnConfig, ShardEnv, Stop};
 use peer::Peer;
+pub use ring::{RingLeftovers, RingWants};
 
 /// After the last response of a connection closed by the server with
 /// request bytes still unread, keep reading and discarding for this long, so
@@ -164,6 +166,9 @@ pub struct Conn {
     /// A draining shard parted with it after `drain_idle_grace` between
     /// requests (for the drain-close metric).
     parted: bool,
+    /// Driven by io_uring completions, and what it wants of the ring
+    /// (`conn/ring.rs`); 0 on readiness.
+    ring: u16,
 }
 
 impl std::fmt::Debug for Conn {
@@ -216,6 +221,7 @@ impl Conn {
             write_blocked: false,
             resume: false,
             parted: false,
+            ring: 0,
         }
     }
 
@@ -296,6 +302,9 @@ impl Conn {
     /// Write what is queued, through TLS when the connection has it.
     #[inline]
     fn flush_out(&mut self) -> Result<Flush, WriteError> {
+        if self.ring != 0 {
+            return self.flush_ring();
+        }
         let io = self
             .io
             .as_deref_mut()
@@ -363,7 +372,7 @@ impl Conn {
                 };
                 env.record(&self.peer, self.tls.as_deref(), None, status, bytes, meta);
                 // Best effort: the client has been silent, don't wait for it.
-                let _ = self.flush_out();
+                self.flush_now();
                 Step::Close(CloseReason::HeaderTimeout)
             }
             Reading::Idle if self.served == 0 => Step::Close(CloseReason::HeaderTimeout),
@@ -585,6 +594,10 @@ impl Conn {
 
     /// One `read` into the buffer.
     fn fill(&mut self, env: &mut ShardEnv<'_>) -> io::Result<Fill> {
+        if self.ring != 0 {
+            // Driven by completions: the bytes were pushed.
+            return self.fill_pushed();
+        }
         let lingering = matches!(self.reading, Reading::Lingering(_));
         let io = self
             .io

@@ -179,6 +179,11 @@ pub struct Output {
     /// they ended (link count 0: renamed over or unlinked meanwhile), for
     /// the connection to count and reset.
     pub from_replaced: u32,
+    /// The id of the ring send its owned bytes are lent to (io_uring
+    /// completions): nothing is written until they come back
+    /// ([`give_back`](Self::give_back)); answers queued meanwhile go to a
+    /// new buffer, after them.
+    lent: Option<u64>,
 }
 
 impl std::fmt::Debug for Output {
@@ -199,7 +204,79 @@ impl Output {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && self.sent == self.buf.len() && self.staged == self.stage.len()
+        self.chunks.is_empty()
+            && self.sent == self.buf.len()
+            && self.staged == self.stage.len()
+            && self.lent.is_none()
+    }
+
+    /// Everything queued is owned bytes (no body by reference, no file
+    /// piece staged) and none is lent: the queue can be lent to a ring
+    /// send as one slice.
+    pub fn lendable(&self) -> bool {
+        self.lent.is_none()
+            && self.chunks.is_empty()
+            && self.staged == self.stage.len()
+            && self.sent < self.buf.len()
+    }
+
+    /// Lend the unsent owned bytes (see [`lendable`](Self::lendable)) to
+    /// ring send `id`; `spare` takes the buffer's place for answers queued
+    /// meanwhile.
+    pub fn lend(&mut self, spare: Vec<u8>) -> (Vec<u8>, usize) {
+        debug_assert!(self.lendable() && spare.is_empty());
+        let buf = std::mem::replace(&mut self.buf, spare);
+        let start = std::mem::take(&mut self.sent);
+        (buf, start)
+    }
+
+    /// The send the owned bytes are lent to, once it has an id.
+    pub fn set_lent(&mut self, id: u64) {
+        self.lent = Some(id);
+    }
+
+    /// The ring send the queue's bytes are lent to.
+    pub fn lent(&self) -> Option<u64> {
+        self.lent
+    }
+
+    /// A ring send ended: `buf[start..end]` was lent, `start + sent` is
+    /// where the kernel stopped. What it did not take goes back in front
+    /// of anything queued since. Returns a spare buffer, for the pool.
+    pub fn give_back(&mut self, mut buf: Vec<u8>, start: usize, sent: usize) -> Vec<u8> {
+        self.lent = None;
+        let done = (start + sent).min(buf.len());
+        if done == buf.len() {
+            buf.clear();
+            if self.is_empty() && self.buf.capacity() < buf.capacity() {
+                std::mem::swap(&mut self.buf, &mut buf);
+                self.sent = 0;
+            }
+            return buf;
+        }
+        if self.is_empty() {
+            // Nothing queued meanwhile: the lent buffer is the queue again.
+            let mut spare = std::mem::replace(&mut self.buf, buf);
+            self.sent = done;
+            spare.clear();
+            return spare;
+        }
+        // A short send with answers queued behind it (rare): the rest goes
+        // first, and every owned piece's end moves with it.
+        debug_assert_eq!(self.sent, 0, "nothing is written while lent");
+        let rest = buf.len() - done;
+        self.buf.splice(..0, buf.drain(done..));
+        for chunk in &mut self.chunks {
+            if let Chunk::Own { end } = chunk {
+                *end += rest;
+            }
+        }
+        if !matches!(self.chunks.front(), None | Some(Chunk::Own { .. })) {
+            // A body by reference was first: the rest goes before it.
+            self.chunks.push_front(Chunk::Own { end: rest });
+        }
+        buf.clear();
+        buf
     }
 
     /// Owned bytes not yet written; a rough measure of backlog.
@@ -622,5 +699,77 @@ impl Output {
     fn pop_file(&mut self) {
         self.chunks.pop_front();
         self.files -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The unsent queue as bytes (owned pieces only).
+    fn queued(out: &Output) -> Vec<u8> {
+        let mut all = Vec::new();
+        out.for_each_piece(|p| match p {
+            Piece::Bytes(b) => all.extend_from_slice(b),
+            other => panic!("unexpected piece {other:?}"),
+        });
+        all
+    }
+
+    fn lent_queue(bytes: &[u8]) -> (Output, Vec<u8>, usize) {
+        let mut out = Output::default();
+        out.buf().extend_from_slice(bytes);
+        assert!(out.lendable());
+        let (buf, start) = out.lend(Vec::with_capacity(64));
+        out.set_lent(7);
+        assert!(
+            !out.is_empty() && !out.lendable(),
+            "lent bytes are still owed"
+        );
+        assert_eq!(out.lent(), Some(7));
+        (out, buf, start)
+    }
+
+    #[test]
+    fn a_send_that_took_everything_leaves_the_queue_empty() {
+        let (mut out, buf, start) = lent_queue(b"HTTP/1.1 200 OK\r\n\r\nhello");
+        let n = buf.len() - start;
+        let spare = out.give_back(buf, start, n);
+        assert!(spare.is_empty());
+        assert!(out.is_empty());
+        assert_eq!(out.lent(), None);
+    }
+
+    #[test]
+    fn a_short_send_owes_the_rest_first() {
+        let (mut out, buf, start) = lent_queue(b"0123456789");
+        let _ = out.give_back(buf, start, 4);
+        assert_eq!(queued(&out), b"456789");
+        assert!(out.lendable());
+    }
+
+    #[test]
+    fn answers_queued_while_lent_go_after_what_a_short_send_left() {
+        let (mut out, buf, start) = lent_queue(b"first-answer;");
+        out.buf().extend_from_slice(b"second-answer;");
+        let _ = out.give_back(buf, start, 6);
+        assert_eq!(queued(&out), b"answer;second-answer;");
+        // A full send leaves just what was queued meanwhile.
+        let (mut out, buf, start) = lent_queue(b"first;");
+        out.buf().extend_from_slice(b"second;");
+        let n = buf.len() - start;
+        let _ = out.give_back(buf, start, n);
+        assert_eq!(queued(&out), b"second;");
+    }
+
+    #[test]
+    fn a_lend_starts_where_earlier_writes_stopped() {
+        let mut out = Output::default();
+        out.buf().extend_from_slice(b"abcdef");
+        out.sent = 2;
+        let (buf, start) = out.lend(Vec::new());
+        assert_eq!(&buf[start..], b"cdef");
+        let _ = out.give_back(buf, start, 1);
+        assert_eq!(queued(&out), b"def");
     }
 }

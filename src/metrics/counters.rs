@@ -127,6 +127,9 @@ pub struct ShardCounters {
     pub downloads_cut_changed: u64,
     /// HTTP/2 streams, resets, GOAWAYs, defences (`h2`).
     pub h2: crate::h2::H2Counters,
+    /// io_uring receives that found the shard's provided buffer ring empty
+    /// (`ENOBUFS`; armed again).
+    pub uring_recv_nobufs: u64,
 }
 
 impl ShardCounters {
@@ -149,6 +152,7 @@ impl ShardCounters {
             downloads_from_replaced: 0,
             downloads_cut_changed: 0,
             h2: crate::h2::H2Counters::default(),
+            uring_recv_nobufs: 0,
         }
     }
 

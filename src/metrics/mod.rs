@@ -268,6 +268,13 @@ impl Metrics {
                 &shards,
                 |c| c.conn_limit_hits,
             ),
+            per_core(
+                "shardhttpd_uring_recv_buffers_exhausted_total",
+                "io_uring receives that found the shard's provided buffer ring empty (ENOBUFS) and were armed again: a sustained rate means more bytes arrive per loop turn than the ring holds.",
+                MetricType::COUNTER,
+                &shards,
+                |c| c.uring_recv_nobufs,
+            ),
             per_core_by(
                 "shardhttpd_proxy_protocol_total",
                 "PROXY protocol headers on proxy_protocol listeners, by result: accepted, or refused (an untrusted peer, no or a malformed header, or none within header_timeout).",

@@ -33,13 +33,19 @@ impl Poller {
         match choice {
             IoBackend::Epoll => Ok((Poller::Epoll(Epoll::new()?), "--io epoll".into())),
             IoBackend::Uring => Ring::new(TASKRUN)
-                .map(|r| (Poller::Uring(r), "--io uring".into()))
+                .map(|r| {
+                    let why = format!("--io uring; {}", r.mode());
+                    (Poller::Uring(r), why)
+                })
                 .map_err(|e| io::Error::new(e.kind(), format!("--io uring: {e}"))),
             IoBackend::Auto => match Ring::new(TASKRUN) {
-                Ok(r) => Ok((
-                    Poller::Uring(r),
-                    "auto: the io_uring ring set up and passed its self-check".into(),
-                )),
+                Ok(r) => {
+                    let why = format!(
+                        "auto: the io_uring ring set up and passed its self-check; {}",
+                        r.mode()
+                    );
+                    Ok((Poller::Uring(r), why))
+                }
                 Err(e) => Ok((
                     Poller::Epoll(Epoll::new()?),
                     format!("auto: io_uring unavailable ({e}); using epoll"),
@@ -81,6 +87,23 @@ impl Poller {
             if let Err(e) = r.remove(token) {
                 tracing::warn!(error = %e, "io_uring poll removal failed");
             }
+        }
+    }
+
+    /// The ring, when connections can be driven by its completions.
+    #[inline]
+    pub fn completions(&mut self) -> Option<&mut Ring> {
+        match self {
+            Poller::Uring(r) if r.completions() => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The shard is ending: on the ring, cancel and reap what is still
+    /// live (see `Ring::settle`).
+    pub fn settle(&mut self) {
+        if let Poller::Uring(r) = self {
+            r.settle(Duration::from_millis(500));
         }
     }
 

@@ -4,6 +4,7 @@
 //! snapshot pointer, read through a per-shard `arc_swap::Cache`.
 
 mod backend;
+mod ring;
 mod slab;
 pub mod steer;
 mod timer;
@@ -171,6 +172,12 @@ struct Shard {
     reserve: Option<std::fs::File>,
     /// Clients shed in the current out-of-fds episode.
     shed: u64,
+    /// Connections driven by io_uring completions whose output is to be
+    /// lent to a ring send at the end of this turn.
+    to_send: Vec<u64>,
+    /// The ring's receive and send completions being handled (kept for
+    /// its allocation).
+    ring_done: Vec<sys::Done>,
 }
 
 impl Shard {
@@ -219,11 +226,14 @@ impl Shard {
             out_of_fds_since: None,
             reserve: open_reserve(),
             shed: 0,
+            to_send: Vec::new(),
+            ring_done: Vec::new(),
         })
     }
 
     fn run(&mut self) -> io::Result<()> {
         let result = self.event_loop();
+        self.poller.settle();
         self.metrics.publish(self.index, &self.counters);
         if let Some(log) = &mut self.log {
             log.flush();
@@ -239,6 +249,9 @@ impl Shard {
         let mut expired = Vec::new();
         let mut resume_spare = Vec::new();
         loop {
+            // Before the timeout is chosen: a connection whose output can
+            // no longer be lent goes on the resume list.
+            self.submit_sends();
             let now = Instant::now();
             let timeout = if self.accept_pending.iter().any(|&p| p) || !self.resume.is_empty() {
                 Duration::ZERO
@@ -264,6 +277,7 @@ impl Shard {
                     t => self.on_conn_event(t, ready, now),
                 }
             }
+            self.on_ring_done(now);
             // Connections that stopped on their budget last turn continue
             // after everyone with fresh readiness has had a go.
             let resume = std::mem::replace(&mut self.resume, std::mem::take(&mut resume_spare));
@@ -455,17 +469,31 @@ impl Shard {
                         }
                         _ => None,
                     };
+                    let completions = tls.is_none()
+                        && !self.cfg.proxy_protocol
+                        && self.poller.completions().is_some();
                     let token = self
                         .conns
                         .insert(Conn::new(stream, peer, now, &self.cfg, tls));
                     self.counters.accepted();
                     // With TCP_DEFER_ACCEPT the request is usually here
                     // already: answer it before registering, so a
-                    // one-request connection costs no epoll round trip.
+                    // one-request connection costs no epoll round trip
+                    // (on the ring: no receive armed and cancelled).
                     self.dispatch(token, now, |conn, env| Some(conn.on_ready(EPOLLIN, env)));
                     let Some(conn) = self.conns.get_mut(token) else {
                         continue;
                     };
+                    if completions {
+                        // From here on by completions: the dispatch's
+                        // upkeep arms its receive (which takes what the
+                        // socket already holds first).
+                        self.dispatch(token, now, |conn, _| {
+                            conn.use_completions();
+                            Some(Step::Keep)
+                        });
+                        continue;
+                    }
                     if let Err(e) = self.poller.add(conn.stream(), token, CONN_INTEREST) {
                         tracing::warn!(error = %e, "watching an accepted socket failed");
                         self.close(token, CloseReason::Error);
@@ -546,6 +574,11 @@ impl Shard {
             }
         } else {
             match self.conns.get_mut(token) {
+                // Its one-shot EPOLLOUT poll fired.
+                Some(conn) if conn.completions() => {
+                    conn.pollout_ended();
+                    Ok(())
+                }
                 Some(conn) => self.poller.add(conn.stream(), token, CONN_INTEREST),
                 None => Ok(()),
             }
@@ -612,6 +645,11 @@ impl Shard {
                 if conn.wants_resume() {
                     self.resume.push(token);
                 }
+                if conn.completions() {
+                    if let Some(r) = self.poller.completions() {
+                        ring::upkeep(r, conn, token, self.cfg.read_buf, &mut self.to_send);
+                    }
+                }
             }
             Some(Step::Close(reason)) => self.close(token, reason),
             None => {}
@@ -627,7 +665,10 @@ impl Shard {
     /// response that said `Connection: close`).
     fn close_as(&mut self, token: u64, reason: CloseReason, drain: Option<DrainClose>) {
         if let Some(conn) = self.conns.remove(token) {
-            self.poller.forget(token);
+            match self.poller.completions() {
+                Some(r) if conn.completions() => ring::leftovers(r, &conn, token),
+                _ => self.poller.forget(token),
+            }
             if reason == CloseReason::Shutdown {
                 let kind = drain.unwrap_or(if conn.parted() {
                     DrainClose::IdleGrace

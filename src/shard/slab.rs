@@ -71,6 +71,9 @@ impl<T> Slab<T> {
                 (self.used - 1) as u32
             }
         };
+        // The ring's receive and send `user_data` take the top two bits of
+        // the index (`sys::uring`); no shard gets near 2^30 connections.
+        debug_assert!(index < 1 << 30);
         let slot = self.at(index);
         // Generations stay below u32::MAX so no token collides with the
         // shard's reserved tokens at the top of the u64 range.

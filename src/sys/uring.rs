@@ -1,17 +1,30 @@
 //! io_uring as a shard's event source (`--io uring`): one ring per shard,
-//! created by the shard's own thread, with a multishot poll per fd standing
-//! where an edge-triggered epoll registration stands on the epoll backend.
-//! Every call on the ring (and its one `unsafe`, pushing a submission) is
-//! here; the shard sees `add`, `remove` and `wait`, as with [`Epoll`].
+//! created by the shard's own thread.
+//!
+//! Two ways to drive an fd, both here behind safe calls:
+//!
+//! - **Readiness**: a multishot poll per fd stands where an edge-triggered
+//!   epoll registration stands on the epoll backend (`add`, `remove`), and
+//!   the shard reads and writes with syscalls (listeners, TLS and PROXY
+//!   connections, large-file bodies).
+//! - **Completions** (cleartext connections): a multishot receive into a
+//!   provided buffer ring owned by the ring, so the kernel picks a buffer
+//!   only when bytes arrive and an idle connection holds none
+//!   ([`recv`](Ring::recv), [`Done::Recv`], [`received`](Ring::received),
+//!   [`recycle`](Ring::recycle)); and sends of buffers lent to the ring
+//!   until their completion ([`send`](Ring::send), [`Done::Sent`]): the
+//!   ring owns a send's bytes while the kernel may read them, so nothing
+//!   the shard does (closing the connection included) can free or move them.
 //!
 //! The shard's `wait` is the one `io_uring_enter` per loop turn: it submits
-//! what the turn queued (polls for accepted connections, removals for closed
-//! ones) and waits for completions with the turn's timeout.
-//!
-//! [`Epoll`]: super::Epoll
+//! what the turn queued (receives and sends, polls for accepted
+//! connections, cancellations for closed ones) and waits for completions
+//! with the turn's timeout.
 
+use std::alloc::{self, Layout};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
@@ -28,6 +41,24 @@ const INTERNAL: u64 = 0xFFFF_FFFF_0000_0000;
 /// posted its last completion): the shard arms a new one if the fd is still
 /// its. A bit epoll never reports (`EPOLLONESHOT` is a request flag).
 pub const REARM: u32 = libc::EPOLLONESHOT as u32;
+
+/// `user_data` bit of a connection's multishot receive (its token below).
+/// Connection tokens keep their slab index below 2^30 (see
+/// `shard::slab`), so these bits are free in them.
+const RECV: u64 = 1 << 31;
+/// `user_data` bit of a send: its slot in `Ring::sends` below it, and the
+/// slot's generation in the top half (so a cancel for a send that already
+/// completed cannot reach the next send in its slot).
+const SEND: u64 = 1 << 30;
+
+/// Provided receive buffers shared by the shard's connections (a power of
+/// two): the kernel takes one per receive completion.
+const BUFFERS: u16 = 1024;
+/// Bytes per provided buffer: a 16-deep pipelined burst of small requests
+/// fits in one.
+pub const BUFFER_BYTES: usize = 4096;
+/// The provided buffer group of the ring.
+const GROUP: u16 = 0;
 
 /// Submission queue entries; a turn that queues more submits early.
 const SQ_ENTRIES: u32 = 1024;
@@ -46,9 +77,53 @@ pub enum TaskRun {
     Coop,
 }
 
+/// What the ring completed for a connection driven by completions.
+#[derive(Debug)]
+pub enum Done {
+    /// A receive completion of connection `token`: `res` bytes in provided
+    /// buffer `bid` (read them with [`Ring::received`], then give the
+    /// buffer back with [`Ring::recycle`], whatever became of the
+    /// connection), 0 at end of file, or `-errno` (`ENOBUFS`: the buffer
+    /// ring was empty). `more`: the multishot receive goes on; without it,
+    /// it ended and must be armed again to receive more.
+    Recv {
+        token: u64,
+        res: i32,
+        bid: Option<u16>,
+        more: bool,
+    },
+    /// A send of connection `token` ended: `res` bytes sent (maybe fewer
+    /// than lent) or `-errno` (`ECANCELED` when cancelled); the bytes come
+    /// back.
+    Sent { token: u64, res: i32, lent: Lent },
+}
+
+/// Bytes lent to the ring for one send: `buf[start..start + len]`.
+#[derive(Debug, Default)]
+pub struct Lent {
+    pub buf: Vec<u8>,
+    pub start: usize,
+    pub len: usize,
+}
+
 /// A shard's ring.
 pub struct Ring {
     ring: IoUring,
+    /// The provided buffer ring of the connections' receives; `None` when
+    /// the kernel lacks what completions need (the ring then only polls).
+    bufs: Option<BufRing>,
+    /// Sends in flight, by slot: the ring owns their bytes until their
+    /// completion.
+    sends: Vec<Option<(u64, Lent)>>,
+    /// Generation of each slot of `sends`, bumped as it is reused.
+    send_gens: Vec<u32>,
+    free_sends: Vec<u32>,
+    /// Receive and send completions of the last `wait`, for the shard.
+    done: Vec<Done>,
+    /// Completions the last `wait` reaped, of every kind.
+    reaped: usize,
+    /// Why connections cannot be driven by completions, if they cannot.
+    no_completions: Option<String>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -98,9 +173,127 @@ impl Ring {
                 return Err(unsupported(name));
             }
         }
-        let mut ring = Ring { ring };
+        let mut ring = Ring {
+            ring,
+            bufs: None,
+            sends: Vec::new(),
+            send_gens: Vec::new(),
+            free_sends: Vec::new(),
+            done: Vec::new(),
+            reaped: 0,
+            no_completions: None,
+        };
         ring.self_check()?;
+        if let Err(e) = ring.set_up_completions(&probe) {
+            ring.no_completions = Some(e.to_string());
+        }
         Ok(ring)
+    }
+
+    /// Register the provided buffer ring and check, on a socket pair, that
+    /// a multishot receive picks from it and can be cancelled: connections
+    /// are driven by completions only when this passes.
+    fn set_up_completions(&mut self, probe: &Probe) -> io::Result<()> {
+        for (code, name) in [
+            (opcode::RecvMulti::CODE, "IORING_OP_RECV"),
+            (opcode::Send::CODE, "IORING_OP_SEND"),
+            (opcode::AsyncCancel::CODE, "IORING_OP_ASYNC_CANCEL"),
+        ] {
+            if !probe.is_supported(code) {
+                return Err(unsupported(name));
+            }
+        }
+        self.bufs = Some(BufRing::new(&self.ring.submitter())?);
+        let checked = self.check_recv();
+        self.done.clear();
+        if checked.is_err() {
+            // Unregistered, the kernel no longer reaches the memory.
+            if self.ring.submitter().unregister_buf_ring(GROUP).is_ok() {
+                self.bufs = None;
+            } else {
+                std::mem::forget(self.bufs.take());
+            }
+        }
+        checked
+    }
+
+    /// A byte through a multishot receive on a socket pair, then its
+    /// cancellation, with the loop's own calls.
+    fn check_recv(&mut self) -> io::Result<()> {
+        use std::io::Write;
+        let (mut a, b) = std::os::unix::net::UnixStream::pair()?;
+        b.set_nonblocking(true)?;
+        self.recv(b.as_raw_fd(), 7)?;
+        a.write_all(b"x")?;
+        let mut events = super::Events::with_capacity(4);
+        let mut got = None;
+        for _ in 0..10 {
+            self.wait(&mut events, Duration::from_millis(100))?;
+            for d in self.done.drain(..) {
+                if let Done::Recv {
+                    token: 7,
+                    res,
+                    bid,
+                    more,
+                } = d
+                {
+                    got = Some((res, bid, more));
+                }
+            }
+            if got.is_some() {
+                break;
+            }
+        }
+        let Some((res, bid, more)) = got else {
+            return Err(io::Error::other("recv self-check: no completion"));
+        };
+        if let Some(bid) = bid {
+            let byte = self.received(bid, 1).first().copied();
+            self.recycle(bid);
+            if res != 1 || byte != Some(b'x') || !more {
+                return Err(io::Error::other(format!(
+                    "recv self-check: result {res}, more {more}"
+                )));
+            }
+        } else {
+            return Err(io::Error::other(format!(
+                "recv self-check: result {res} without a provided buffer"
+            )));
+        }
+        self.cancel_recv(7)?;
+        for _ in 0..10 {
+            self.wait(&mut events, Duration::from_millis(100))?;
+            let ended = self.done.drain(..).any(|d| {
+                matches!(
+                    d,
+                    Done::Recv {
+                        token: 7,
+                        more: false,
+                        ..
+                    }
+                )
+            });
+            if ended {
+                return Ok(());
+            }
+        }
+        Err(io::Error::other(
+            "recv self-check: the cancel did not end the receive",
+        ))
+    }
+
+    /// Whether connections can be driven by completions (the provided
+    /// buffer ring is set up and passed its check).
+    pub fn completions(&self) -> bool {
+        self.bufs.is_some()
+    }
+
+    /// How cleartext connections are driven, for the start log.
+    pub fn mode(&self) -> String {
+        match &self.no_completions {
+            None => "cleartext connections by completions".into(),
+            Some(why) => format!("connections by readiness only ({why})"),
+        }
     }
 
     /// A no-op submitted and its completion reaped by the same enter the
@@ -128,10 +321,14 @@ impl Ring {
     /// full. Submitted with the next [`wait`](Self::wait).
     fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
         loop {
-            // SAFETY: the entries pushed here are polls, poll removals and
-            // no-ops: none points to memory the kernel would read or write
-            // later (a poll takes the fd's file by reference in the kernel
-            // at submission, so the fd may be closed after).
+            // SAFETY: the entries pushed here are polls, poll removals,
+            // cancellations, no-ops, receives into the provided buffer
+            // ring (which lives until the ring is gone, see `Drop`) and
+            // sends of bytes in `self.sends`, which stay there, unmoved
+            // (a `Vec`'s heap block does not move with the `Vec`), until
+            // their completion (see `send`). No entry points at memory the
+            // kernel could reach after it is freed; an fd may be closed
+            // after submission (the kernel holds its file).
             if unsafe { self.ring.submission().push(entry) }.is_ok() {
                 return Ok(());
             }
@@ -161,11 +358,110 @@ impl Ring {
         self.push(&opcode::PollRemove::new(token).build().user_data(INTERNAL))
     }
 
+    /// Watch `fd` once for `interest` (a write that would block waits for
+    /// `EPOLLOUT` this way); the completion carries `token` and [`REARM`].
+    pub fn add_once(&mut self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
+        let poll = opcode::PollAdd::new(types::Fd(fd), interest)
+            .build()
+            .user_data(token);
+        self.push(&poll)
+    }
+
+    /// Receive on `fd` until cancelled or ended (a multishot receive into
+    /// the provided buffer ring); completions are [`Done::Recv`] with
+    /// `token`, which must be a connection's (slab index below 2^30).
+    pub fn recv(&mut self, fd: RawFd, token: u64) -> io::Result<()> {
+        debug_assert!(token & (RECV | SEND) == 0 && token < INTERNAL);
+        let e = opcode::RecvMulti::new(types::Fd(fd), GROUP)
+            .build()
+            .user_data(token | RECV);
+        self.push(&e)
+    }
+
+    /// Stop the receive of `token`; its last completion says so (no
+    /// `more`), after any it had posted.
+    pub fn cancel_recv(&mut self, token: u64) -> io::Result<()> {
+        self.push(
+            &opcode::AsyncCancel::new(token | RECV)
+                .build()
+                .user_data(INTERNAL),
+        )
+    }
+
+    /// Send `lent.buf[lent.start..][..lent.len]` on `fd`: the bytes belong
+    /// to the ring until the send's [`Done::Sent`] gives them back. Returns
+    /// the send's id, to [`cancel_send`](Self::cancel_send) it.
+    pub fn send(&mut self, fd: RawFd, token: u64, lent: Lent) -> io::Result<u64> {
+        let Some(bytes) = lent.buf.get(lent.start..lent.start + lent.len) else {
+            return Err(io::Error::other("lent range outside its buffer"));
+        };
+        let (ptr, len) = (bytes.as_ptr(), bytes.len().min(u32::MAX as usize) as u32);
+        let slot = match self.free_sends.pop() {
+            Some(s) => s,
+            None => {
+                self.sends.push(None);
+                self.send_gens.push(0);
+                (self.sends.len() - 1) as u32
+            }
+        };
+        let gen = &mut self.send_gens[slot as usize];
+        // Below u32::MAX: the id stays under `INTERNAL`.
+        *gen = if *gen >= u32::MAX - 1 { 0 } else { *gen + 1 };
+        let id = (u64::from(*gen) << 32) | SEND | u64::from(slot);
+        let e = opcode::Send::new(types::Fd(fd), ptr, len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(id);
+        // Owned by the slot from here until the completion: `ptr` stays
+        // valid (the heap block does not move with the `Vec`).
+        self.sends[slot as usize] = Some((token, lent));
+        if let Err(e) = self.push(&e) {
+            self.sends[slot as usize] = None;
+            self.free_sends.push(slot);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Cancel send `id`; its completion still comes (`-ECANCELED`, or what
+    /// it sent before), with its bytes.
+    pub fn cancel_send(&mut self, id: u64) -> io::Result<()> {
+        self.push(&opcode::AsyncCancel::new(id).build().user_data(INTERNAL))
+    }
+
+    /// The bytes a [`Done::Recv`] put in buffer `bid`.
+    pub fn received(&self, bid: u16, len: usize) -> &[u8] {
+        match &self.bufs {
+            Some(b) => b.buffer(bid, len),
+            None => &[],
+        }
+    }
+
+    /// Give buffer `bid` back to the kernel (published before the next
+    /// enter).
+    pub fn recycle(&mut self, bid: u16) {
+        if let Some(b) = &mut self.bufs {
+            b.recycle(bid);
+        }
+    }
+
+    /// Receive and send completions of the last [`wait`](Self::wait),
+    /// swapped with `into` (which must be empty).
+    pub fn take_done(&mut self, into: &mut Vec<Done>) {
+        debug_assert!(into.is_empty());
+        std::mem::swap(&mut self.done, into);
+    }
+
     /// Submit what is queued and wait up to `timeout` for completions;
-    /// `events` gets `(token, readiness)` for each, as from epoll, with
-    /// [`REARM`] set where a poll ended (`EPOLLERR` too if it failed).
+    /// `events` gets `(token, readiness)` for each poll, as from epoll,
+    /// with [`REARM`] set where a poll ended (`EPOLLERR` too if it
+    /// failed); receive and send completions go to
+    /// [`take_done`](Self::take_done).
     pub fn wait(&mut self, events: &mut Events, timeout: Duration) -> io::Result<()> {
         events.len = 0;
+        if let Some(b) = &self.bufs {
+            b.publish();
+        }
         let ts = types::Timespec::from(timeout);
         let args = types::SubmitArgs::new().timespec(&ts);
         match self.ring.submitter().submit_with_args(1, &args) {
@@ -181,12 +477,45 @@ impl Ring {
             Err(e) => return Err(e),
         }
         let cap = events.buf.len();
-        for cqe in self.ring.completion().take(cap) {
+        let mut cq = self.ring.completion();
+        self.reaped = 0;
+        while events.len < cap {
+            let Some(cqe) = cq.next() else {
+                break;
+            };
+            self.reaped += 1;
             let token = cqe.user_data();
             if (INTERNAL..INTERNAL + 16).contains(&token) {
                 continue;
             }
             let res = cqe.result();
+            if token < INTERNAL && token & (RECV | SEND) != 0 {
+                let flags = cqe.flags();
+                if token & RECV != 0 {
+                    self.done.push(Done::Recv {
+                        token: token & !RECV,
+                        res,
+                        bid: cqueue::buffer_select(flags),
+                        more: cqueue::more(flags),
+                    });
+                } else {
+                    let slot = (token & (SEND - 1)) as usize;
+                    let current = self
+                        .send_gens
+                        .get(slot)
+                        .is_some_and(|&g| u64::from(g) == token >> 32);
+                    let taken = if current {
+                        self.sends.get_mut(slot).and_then(Option::take)
+                    } else {
+                        None
+                    };
+                    if let Some((token, lent)) = taken {
+                        self.free_sends.push(slot as u32);
+                        self.done.push(Done::Sent { token, res, lent });
+                    }
+                }
+                continue;
+            }
             let ready = if res >= 0 {
                 res as u32
             } else if res == -libc::ECANCELED || res == -libc::ENOENT {
@@ -206,6 +535,133 @@ impl Ring {
             events.len += 1;
         }
         Ok(())
+    }
+}
+
+impl Ring {
+    /// The shard is ending: cancel everything still live on the ring
+    /// (receives and polls holding closed sockets open, sends) and reap
+    /// until a wait brings nothing, for at most `within`, so that closed
+    /// connections close on the wire now, the thread's exit does not wait
+    /// on the kernel's teardown, and lent bytes are freed.
+    pub fn settle(&mut self, within: Duration) {
+        let any = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(INTERNAL + 2);
+        if self.push(&any).is_err() {
+            return;
+        }
+        let end = std::time::Instant::now() + within;
+        let mut events = Events::with_capacity(64);
+        while std::time::Instant::now() < end {
+            if self.wait(&mut events, Duration::from_millis(20)).is_err() {
+                return;
+            }
+            for d in self.done.drain(..) {
+                // A send's bytes are dropped here: the kernel is done.
+                if let Done::Recv { bid: Some(bid), .. } = d {
+                    if let Some(b) = &mut self.bufs {
+                        b.recycle(bid);
+                    }
+                }
+            }
+            if self.reaped == 0 {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // The kernel may still reach the provided buffers and the bytes of
+        // sends in flight until it has torn down the ring's operations,
+        // which closing the ring only starts: leak them rather than free
+        // memory it could still write or read (a shard's ring is dropped
+        // only when the shard ends).
+        std::mem::forget(self.bufs.take());
+        for s in self.sends.drain(..).flatten() {
+            std::mem::forget(s);
+        }
+    }
+}
+
+/// The provided buffer ring: `BUFFERS` entries in page-aligned memory the
+/// kernel reads, and the buffers they point at.
+struct BufRing {
+    ring: *mut types::BufRingEntry,
+    layout: Layout,
+    bufs: Box<[u8]>,
+    /// Our tail: entries up to here are (or will be, at `publish`) the
+    /// kernel's.
+    tail: u16,
+}
+
+impl BufRing {
+    fn new(submitter: &io_uring::Submitter<'_>) -> io::Result<BufRing> {
+        let bytes = BUFFERS as usize * std::mem::size_of::<types::BufRingEntry>();
+        let layout = Layout::from_size_align(bytes, 4096).map_err(io::Error::other)?;
+        // SAFETY: the layout has a non-zero size.
+        let ring = unsafe { alloc::alloc_zeroed(layout) }.cast::<types::BufRingEntry>();
+        if ring.is_null() {
+            return Err(io::Error::other("out of memory for the buffer ring"));
+        }
+        let mut r = BufRing {
+            ring,
+            layout,
+            // Written, not zeroed: every page is resident from the start
+            // (the kernel cycles through all the buffers), so the shard's
+            // memory does not creep up by 4 MiB as connections arrive.
+            bufs: vec![0x55u8; BUFFERS as usize * BUFFER_BYTES].into_boxed_slice(),
+            tail: 0,
+        };
+        for bid in 0..BUFFERS {
+            r.recycle(bid);
+        }
+        r.publish();
+        // SAFETY: `ring` holds BUFFERS entries, is page-aligned, and is
+        // never freed while registered: `Ring`'s drop leaks it, and a
+        // failed check unregisters it before dropping it.
+        unsafe { submitter.register_buf_ring_with_flags(ring as u64, BUFFERS, GROUP, 0) }
+            .map_err(|e| io::Error::new(e.kind(), format!("IORING_REGISTER_PBUF_RING: {e}")))?;
+        Ok(r)
+    }
+
+    /// Hand buffer `bid` back to the kernel (seen at the next publish).
+    fn recycle(&mut self, bid: u16) {
+        let slot = (self.tail & (BUFFERS - 1)) as usize;
+        let addr = self.bufs[bid as usize * BUFFER_BYTES..].as_ptr() as u64;
+        // SAFETY: `slot` < BUFFERS, inside the allocation; the kernel reads
+        // only entries below the published tail, and this one is above it.
+        let entry = unsafe { &mut *self.ring.add(slot) };
+        entry.set_addr(addr);
+        entry.set_len(BUFFER_BYTES as u32);
+        entry.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Publish the tail: every recycled entry is the kernel's from here.
+    fn publish(&self) {
+        // SAFETY: the tail field overlays the first entry's reserved
+        // field, a u16 the kernel reads atomically; the release store
+        // orders the entries written before it.
+        unsafe {
+            let tail = types::BufRingEntry::tail(self.ring).cast::<AtomicU16>();
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
+
+    fn buffer(&self, bid: u16, len: usize) -> &[u8] {
+        let start = (bid as usize % BUFFERS as usize) * BUFFER_BYTES;
+        &self.bufs[start..start + len.min(BUFFER_BYTES)]
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once (only
+        // after the kernel let go of it: see `Ring`'s drop).
+        unsafe { alloc::dealloc(self.ring.cast(), self.layout) };
     }
 }
 

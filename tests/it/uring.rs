@@ -302,3 +302,224 @@ fn uring_closes_each_of_many_connections_whose_fds_are_reused() {
         h.join().expect("client thread");
     }
 }
+
+/// On io_uring, cleartext connections are driven by completions: a
+/// pipelined batch is received by the ring and its answers leave in one
+/// ring send, so the shard thread makes no write syscall for them
+/// (`syscw` counts write, writev and sendfile; on epoll the batch costs
+/// one, `process_invariants::` checks that).
+#[test]
+fn uring_answers_a_pipelined_batch_with_a_ring_send_and_no_write_syscall() {
+    if !uring_or_skip("uring_ring_send") {
+        return;
+    }
+    let site = site_with("uring-ring-send", b"0123456789");
+    let server = Server::spawn(&args(&site, "uring"), 1);
+    let line = io_line(&server);
+    assert!(
+        line.contains("cleartext connections by completions"),
+        "the start log says how connections are driven: {line}"
+    );
+    let shard = support::procfs::shard0(&server);
+    let mut c = server.connect();
+    assert_eq!(
+        c.roundtrip(&support::get("/a.txt")).body_str(),
+        "0123456789"
+    );
+    for round in 0..3 {
+        let before = support::procfs::task_io(server.pid(), shard, "syscw");
+        let raw = support::get("/a.txt").repeat(32);
+        c.send(raw.as_bytes());
+        for i in 0..32 {
+            let r = c
+                .read_response()
+                .unwrap_or_else(|e| panic!("round {round}, answer {i}: {e}"));
+            assert_eq!(r.body_str(), "0123456789", "round {round}, answer {i}");
+        }
+        let writes = support::procfs::task_io(server.pid(), shard, "syscw") - before;
+        assert_eq!(writes, 0, "round {round}: {writes} write syscalls");
+    }
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// Back-pressure: a connection whose answers wait (the client does not
+/// read) stops being received from: its receive is cancelled once its
+/// read buffer is full, so the server's memory does not take what the
+/// client keeps sending (at most a read buffer, the bounded output queue
+/// and what the kernel had already received); when the client reads,
+/// everything is answered, in order.
+#[test]
+fn uring_stops_receiving_from_a_client_that_does_not_read() {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if !uring_or_skip("uring_backpressure") {
+        return;
+    }
+    let site = site_with("uring-backpressure", &[b'b'; 100]);
+    let mut a = args(&site, "uring");
+    a.extend(["--max-requests-per-connection".into(), "1000000".into()]);
+    let server = Server::spawn(&a, 1);
+    assert_eq!(server.get("/a.txt").body.len(), 100);
+    let before = rss_bytes(server.pid());
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    // Small client buffers: what piles up is on the server's side.
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    socket.set_send_buffer_size(16 * 1024).unwrap();
+    socket
+        .connect_timeout(&server.addr().into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: TcpStream = socket.into();
+    let req = support::get("/a.txt");
+    let chunk = req.repeat(256);
+    // At most 4 MiB of requests (a server that kept receiving while its
+    // answers wait would hold all of them), until writes block for 1.5 s.
+    let cap = 4 << 20;
+    s.set_nonblocking(true).unwrap();
+    let (mut written, mut off) = (0usize, 0usize);
+    let mut progress = std::time::Instant::now();
+    while written < cap && progress.elapsed() < Duration::from_millis(1500) {
+        match s.write(&chunk.as_bytes()[off..]) {
+            Ok(n) => {
+                written += n;
+                off = (off + n) % chunk.len();
+                progress = std::time::Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = rss_bytes(server.pid()).saturating_sub(before);
+    eprintln!(
+        "{} requests ({written} B) sent without reading; server RSS +{grown} B",
+        written / req.len()
+    );
+    assert!(
+        grown < 2 << 20,
+        "the server took what the client sent: RSS +{grown} B for {written} B of requests"
+    );
+    // Whole requests only: the one cut by the last write is finished from
+    // another thread (the server reads again once its answers drain).
+    s.set_nonblocking(false).unwrap();
+    let partial = written % req.len();
+    if partial > 0 {
+        let rest = req.as_bytes()[partial..].to_vec();
+        let mut w = s.try_clone().unwrap();
+        w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        std::thread::spawn(move || w.write_all(&rest));
+        written += req.len() - partial;
+    }
+    let requests = written / req.len();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut conn = support::Conn::from_stream(s);
+    for i in 0..requests {
+        let r = conn
+            .read_response()
+            .unwrap_or_else(|e| panic!("answer {i} of {requests}: {e}"));
+        assert_eq!(r.status, 200, "answer {i}");
+        assert_eq!(r.body.len(), 100, "answer {i}");
+    }
+}
+
+/// `write_timeout` cuts a client that never reads while its answers are
+/// lent to a ring send the kernel cannot finish (a zero window): the
+/// connection is closed (the send cancelled; its bytes freed when the
+/// cancellation completes), counted as a write timeout, and the close
+/// reaches the client.
+#[test]
+fn uring_cuts_a_zero_window_client_with_a_send_in_flight_after_write_timeout() {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if !uring_or_skip("uring_zero_window") {
+        return;
+    }
+    let site = site_with("uring-zero-window", &[b'z'; 2000]);
+    let mut a = args(&site, "uring");
+    a.extend(["--write-timeout".into(), "1".into()]);
+    let server = Server::spawn(&a, 1);
+    let admin = server.admin_addr();
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    socket.set_recv_buffer_size(4 * 1024).unwrap();
+    socket
+        .connect_timeout(&server.addr().into(), Duration::from_secs(5))
+        .unwrap();
+    let s: TcpStream = socket.into();
+    let mut conn = support::Conn::from_stream(s.try_clone().unwrap());
+    // The first request is answered at accept; the ring drives the rest.
+    assert_eq!(conn.roundtrip(&support::get("/a.txt")).body.len(), 2000);
+    // Answers of 2 KB (owned bytes, lent to ring sends) for twice what
+    // the server's send buffer can grow to (`tcp_wmem`'s maximum): once
+    // that is full, a send stays in flight and nothing moves.
+    let wmem_max: usize = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .expect("tcp_wmem")
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .expect("tcp_wmem maximum");
+    let requests = (2 * wmem_max / 2000 + 100).min(9000);
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    w.write_all(support::get("/a.txt").repeat(requests).as_bytes())
+        .unwrap();
+    let closed = |reason: &str| {
+        sum(
+            &scrape(admin),
+            "shardhttpd_connections_closed_total",
+            &[("reason", reason)],
+        )
+    };
+    assert!(
+        support::poll_until(Duration::from_secs(10), || closed("write_timeout") == 1.0),
+        "the stalled connection is not cut\n{}",
+        server.log_text()
+    );
+    assert!(
+        support::poll_until(Duration::from_secs(5), || {
+            sum(&scrape(admin), "shardhttpd_connections_active", &[]) == 0.0
+        }),
+        "connections left open"
+    );
+    // The server's side of the socket is closed before the client reads
+    // anything: a send left in flight would hold it open (established)
+    // for as long as the client does not read.
+    if support::installed("ss") {
+        let (port, cport) = (server.addr().port(), s.local_addr().unwrap().port());
+        let filter = format!("( sport = :{port} and dport = :{cport} )");
+        let established = || {
+            let out = std::process::Command::new("ss")
+                .args(["-Htn", "state", "established", &filter])
+                .output()
+                .expect("run ss");
+            !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+        };
+        assert!(
+            support::poll_until(Duration::from_secs(5), || !established()),
+            "the server's socket is still established after its close"
+        );
+    } else {
+        support::loud("SKIP part of uring_cuts_a_zero_window_client: ss is not installed");
+    }
+    // The client reads what reached it, then the close (EOF or a reset).
+    let mut r = s;
+    r.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the close did not reach the client: {e}"),
+        }
+    }
+    // The server goes on serving.
+    assert_eq!(server.get("/a.txt").body.len(), 2000);
+}

@@ -1,0 +1,286 @@
+//! A cleartext connection driven by io_uring completions (`--io uring`):
+//! the shard's multishot receive pushes bytes into the read buffer
+//! ([`Conn::push`]) instead of `fill` calling `recv`, and the owned output
+//! is lent to a ring send ([`Conn::lend`]) instead of being written. The
+//! connection only keeps flags saying what it wants of the ring; the shard
+//! (`shard/ring.rs`) does it after each event and at the end of the turn.
+//!
+//! Pieces that do not fit one lent slice (bodies by reference, large
+//! files) are still written with syscalls; a write that would block waits
+//! for a one-shot `EPOLLOUT` poll on the ring. Nothing is ever written
+//! while bytes are lent, so the order on the wire is the queue's.
+
+use super::*;
+use crate::sys::Lent;
+
+/// Driven by completions (set once, at accept).
+const COMPLETIONS: u16 = 1;
+/// A multishot receive is live (from arming until its last completion).
+const ARMED: u16 = 1 << 1;
+/// Its cancellation was asked for (back-pressure, or done reading).
+const CANCELLING: u16 = 1 << 2;
+/// Bytes were pushed since `fill` last looked.
+const PUSHED: u16 = 1 << 3;
+/// The receive saw end of file.
+const EOF: u16 = 1 << 4;
+/// The receive failed (reset, …).
+const FAILED: u16 = 1 << 5;
+/// The output wants a ring send (not yet listed by the shard).
+const SEND_WANTED: u16 = 1 << 6;
+/// The shard listed it for this turn's sends.
+const SEND_LISTED: u16 = 1 << 7;
+/// A syscall write would block: wait for `EPOLLOUT`.
+const POLLOUT_WANTED: u16 = 1 << 8;
+/// A one-shot `EPOLLOUT` poll is armed.
+const POLLOUT_ARMED: u16 = 1 << 9;
+
+/// What a connection wants of the ring after an event.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RingWants {
+    /// Arm a multishot receive.
+    pub arm_recv: bool,
+    /// Cancel the receive (its buffer is full, or it reads no more).
+    pub cancel_recv: bool,
+    /// List the connection for this turn's sends.
+    pub send: bool,
+    /// Arm a one-shot `EPOLLOUT` poll.
+    pub pollout: bool,
+}
+
+/// What to cancel of a connection driven by completions that is closing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RingLeftovers {
+    pub recv: bool,
+    pub send: Option<u64>,
+    pub pollout: bool,
+}
+
+impl Conn {
+    /// Drive this connection by completions from now on (after its first
+    /// event, answered by syscalls at accept: a cleartext connection
+    /// without PROXY header on a ring that has them). A write that blocked
+    /// then waits for `EPOLLOUT` on the ring.
+    pub fn use_completions(&mut self) {
+        self.ring = COMPLETIONS;
+        if self.write_blocked {
+            self.ring |= POLLOUT_WANTED;
+        }
+    }
+
+    /// Driven by completions.
+    #[inline]
+    pub fn completions(&self) -> bool {
+        self.ring & COMPLETIONS != 0
+    }
+
+    /// Bytes of its multishot receive: into the read buffer (taken from
+    /// the pool if parked), dropped while lingering. A connection whose
+    /// buffer is full gets its receive cancelled (see [`ring_wants`]);
+    /// what completions bring until that lands is kept beyond the buffer's
+    /// size, a remainder bounded by what the kernel had received when the
+    /// receive was stopped.
+    ///
+    /// [`ring_wants`]: Self::ring_wants
+    pub fn push(&mut self, bytes: &[u8], pool: &mut BufPool, cfg: &ConnConfig) {
+        self.readable = true;
+        self.ring |= PUSHED;
+        if matches!(self.reading, Reading::Lingering(_)) {
+            return;
+        }
+        let io = self
+            .io
+            .get_or_insert_with(|| pool.take_io(cfg.zero_copy))
+            .as_mut();
+        if io.rstart == io.rend {
+            io.rstart = 0;
+            io.rend = 0;
+            if io.rbuf.len() > cfg.read_buf {
+                // A remainder grew it; back to its size.
+                io.rbuf.truncate(cfg.read_buf);
+                io.rbuf.shrink_to_fit();
+            }
+        }
+        if io.rbuf.len() < cfg.read_buf {
+            // Parked without a buffer, or holding a partial head in a
+            // small one: continue in a full-size buffer.
+            let mut full = pool.read.pop().unwrap_or_else(|| vec![0; cfg.read_buf]);
+            let held = io.rend - io.rstart;
+            full[..held].copy_from_slice(&io.rbuf[io.rstart..io.rend]);
+            io.rbuf = full;
+            io.rstart = 0;
+            io.rend = held;
+        }
+        if io.rbuf.len() - io.rend < bytes.len() && io.rstart > 0 {
+            io.rbuf.copy_within(io.rstart..io.rend, 0);
+            io.rend -= io.rstart;
+            io.rstart = 0;
+        }
+        let end = io.rend + bytes.len();
+        if end <= io.rbuf.len() {
+            io.rbuf[io.rend..end].copy_from_slice(bytes);
+        } else {
+            io.rbuf.truncate(io.rend);
+            io.rbuf.extend_from_slice(bytes);
+        }
+        io.rend = end;
+    }
+
+    /// The receive ended with `res`: 0 (end of file) or `-errno`.
+    pub fn push_end(&mut self, res: i32) {
+        self.readable = true;
+        self.ring |= if res == 0 { EOF } else { FAILED };
+    }
+
+    /// The receive posted its last completion (ended, or cancelled).
+    pub fn recv_ended(&mut self) {
+        self.ring &= !(ARMED | CANCELLING);
+    }
+
+    /// The one-shot `EPOLLOUT` poll fired (or ended).
+    pub fn pollout_ended(&mut self) {
+        self.ring &= !POLLOUT_ARMED;
+    }
+
+    /// `fill` on this backend: what the pushes brought.
+    pub(super) fn fill_pushed(&mut self) -> io::Result<Fill> {
+        if self.ring & PUSHED != 0 {
+            self.ring &= !PUSHED;
+            return Ok(Fill::Data);
+        }
+        self.readable = false;
+        if self.ring & FAILED != 0 {
+            return Err(io::ErrorKind::ConnectionReset.into());
+        }
+        if self.ring & EOF != 0 {
+            return Ok(Fill::Eof);
+        }
+        Ok(Fill::Drained)
+    }
+
+    /// `flush_out` on this backend: owned bytes are lent to a ring send
+    /// at the end of the turn (answers queued until then go with them);
+    /// anything else is written now, and waits for `EPOLLOUT` if the
+    /// socket is full.
+    pub(super) fn flush_ring(&mut self) -> Result<Flush, WriteError> {
+        let io = self
+            .io
+            .as_deref_mut()
+            .expect("connection I/O state taken before use");
+        if io.out.lent().is_some() || self.ring & (SEND_WANTED | SEND_LISTED) != 0 {
+            return Ok(Flush::Blocked);
+        }
+        if io.out.lendable() {
+            self.ring |= SEND_WANTED;
+            return Ok(Flush::Blocked);
+        }
+        let flushed = io.out.flush(&mut &self.stream);
+        if let Ok(Flush::Blocked) = flushed {
+            self.ring |= POLLOUT_WANTED;
+        }
+        flushed
+    }
+
+    /// Write what is queued now if the socket takes it, before closing
+    /// (a 408, a GOAWAY): best effort, as on epoll.
+    pub(super) fn flush_now(&mut self) {
+        if !self.completions() {
+            let _ = self.flush_out();
+            return;
+        }
+        if let Some(io) = self.io.as_deref_mut() {
+            if io.out.lent().is_none() {
+                let _ = io.out.flush(&mut &self.stream);
+            }
+        }
+    }
+
+    /// What the connection wants of the ring now; the flags are updated as
+    /// if the shard did it (it must).
+    pub fn ring_wants(&mut self, read_buf: usize) -> RingWants {
+        let mut wants = RingWants::default();
+        let reading = self.ring & (EOF | FAILED) == 0
+            && match self.reading {
+                Reading::Done(_) => false,
+                Reading::Lingering(_) => true,
+                _ => self.buffered() < read_buf,
+            };
+        if reading && self.ring & ARMED == 0 {
+            self.ring |= ARMED;
+            wants.arm_recv = true;
+        } else if !reading && self.ring & (ARMED | CANCELLING) == ARMED {
+            self.ring |= CANCELLING;
+            wants.cancel_recv = true;
+        }
+        if self.ring & SEND_WANTED != 0 {
+            self.ring = (self.ring & !SEND_WANTED) | SEND_LISTED;
+            wants.send = true;
+        }
+        if self.ring & POLLOUT_WANTED != 0 {
+            self.ring &= !POLLOUT_WANTED;
+            if self.ring & POLLOUT_ARMED == 0 {
+                self.ring |= POLLOUT_ARMED;
+                wants.pollout = true;
+            }
+        }
+        wants
+    }
+
+    /// At the end of the turn: the owned output to send (none if it went
+    /// meanwhile, or is no longer one slice: it is then written as on
+    /// epoll at the next flush). Mark it lent with [`lent_as`].
+    ///
+    /// [`lent_as`]: Self::lent_as
+    pub fn lend(&mut self, pool: &mut BufPool) -> Option<Lent> {
+        self.ring &= !(SEND_WANTED | SEND_LISTED);
+        let io = self.io.as_deref_mut()?;
+        if !io.out.lendable() {
+            if !io.out.is_empty() {
+                // No longer one slice: written by syscall next turn.
+                self.write_blocked = false;
+                self.resume = true;
+            }
+            return None;
+        }
+        let spare = pool.write.pop().unwrap_or_default();
+        let (buf, start) = io.out.lend(spare);
+        let len = buf.len() - start;
+        Some(Lent { buf, start, len })
+    }
+
+    /// The lent bytes are with ring send `id`.
+    pub fn lent_as(&mut self, id: u64) {
+        if let Some(io) = self.io.as_deref_mut() {
+            io.out.set_lent(id);
+        }
+    }
+
+    /// A ring send ended: `res` bytes sent or `-errno`. The bytes come back
+    /// to the output (what was not sent goes first); then the connection
+    /// goes on as after a flush.
+    pub fn on_sent(&mut self, res: i32, lent: Lent, env: &mut ShardEnv<'_>) -> Step {
+        let Some(io) = self.io.as_deref_mut() else {
+            return Step::Close(CloseReason::Error);
+        };
+        let sent = usize::try_from(res).unwrap_or(0);
+        let spare = io.out.give_back(lent.buf, lent.start, sent.min(lent.len));
+        env.pool.give_write(spare);
+        if res <= 0 && lent.len > 0 {
+            // EPIPE, ECONNRESET, or nothing taken: the peer is gone.
+            return Step::Close(CloseReason::Error);
+        }
+        self.write_blocked = false;
+        if self.out_empty() {
+            self.flushed(env);
+        }
+        self.drive(env)
+    }
+
+    /// Closing: what is still live on the ring for it.
+    pub fn ring_leftovers(&self) -> RingLeftovers {
+        RingLeftovers {
+            recv: self.ring & (ARMED | CANCELLING) == ARMED,
+            send: self.io.as_ref().and_then(|io| io.out.lent()),
+            pollout: self.ring & POLLOUT_ARMED != 0,
+        }
+    }
+}
