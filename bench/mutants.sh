@@ -10,9 +10,10 @@
 #             test clock, validity bounds, the sans-I/O reader) and every TLS suite
 #   acme      src/acme/*.rs, src/config/acme.rs  ACME: the unit tables and the
 #             pebble suite (tests/it/acme.rs; ~40 s a mutant, skipped without pebble)
-#   h2codec   src/h2/{huffman,frame}.rs  HTTP/2's pure codecs: their unit tables
-#             (round trips, RFC 7541 examples, the cross-check against
-#             loona-hpack's decoder, frame header and settings parsing)
+#   h2codec   src/h2/{huffman,frame,hpack,encode}.rs  HTTP/2's codecs: their
+#             unit tables (round trips, RFC 7541 examples, the cross-check
+#             against loona-hpack's decoder, frame layouts, the encoder's
+#             dynamic table and line cache)
 #
 # Usage: bench/mutants.sh [--iterate] [--in-place] [SET...]   (default: all four sets)
 #   --iterate   re-test only the mutants a previous run of the set missed
@@ -113,6 +114,7 @@ for set in "${sets[@]}"; do
       # `h2::` selects the unit tests of every h2 module (the codecs' own
       # and the connection's frame-level tables, which decode through them).
       run h2codec --file src/h2/huffman.rs --file src/h2/frame.rs \
+        --file src/h2/hpack.rs --file 'src/h2/encode.rs' \
         --cargo-arg=--lib --timeout 30 -- -- h2::
       ;;
   esac
