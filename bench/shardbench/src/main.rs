@@ -212,10 +212,12 @@ fn study(args: RunArgs) -> io::Result<bool> {
         plan.cells.clear();
     }
 
-    let out = args.out.clone();
+    fs::create_dir_all(args.out.join("work"))?;
+    // Absolute, because a peer resolves a relative path against its own
+    // prefix (nginx looked for its certificate under `work/work/`).
+    let out = fs::canonicalize(&args.out)?;
     let work = out.join("work");
     let root = out.join("www");
-    fs::create_dir_all(&work)?;
     docs::write(&root)?;
     let ctx = Ctx {
         client,
