@@ -317,6 +317,68 @@ mod tests {
         assert_eq!(got, loona_hpack::Decoder::new().decode(&block).unwrap());
         assert_eq!(got[0], (b"x-long".to_vec(), vec![b'a'; 200]));
         assert_eq!(got.len(), 3);
+        // What the connection weighs when it trims idle buffers.
+        assert!(fields.capacity() >= 200, "{}", fields.capacity());
+        assert_eq!(Fields::default().capacity(), 0);
+    }
+
+    #[test]
+    fn integers_are_read_as_rfc_7541_writes_them() {
+        // C.1.1 to C.1.3, then the bits above the prefix (a representation's
+        // flags) ignored, the prefix's own maximum, and what is cut short.
+        let cases: &[(&[u8], u8, Option<(usize, usize)>)] = &[
+            (&[0x0a], 5, Some((10, 1))),
+            (&[31, 154, 10], 5, Some((1337, 3))),
+            (&[42], 8, Some((42, 1))),
+            (&[0xea], 5, Some((10, 1))),
+            (&[30], 5, Some((30, 1))),
+            (&[31, 0], 5, Some((31, 2))),
+            (&[0x7f, 0x80, 0x01], 7, Some((255, 3))),
+            (&[31, 154], 5, None),
+            (&[], 5, None),
+            (&[31, 0xff, 0xff, 0xff, 0xff, 0x7f], 5, None),
+        ];
+        for &(b, n, want) in cases {
+            assert_eq!(read_integer(b, n), want, "{b:?} with a {n}-bit prefix");
+        }
+        const VALUES: [usize; 15] = [
+            0,
+            1,
+            14,
+            15,
+            16,
+            30,
+            31,
+            62,
+            63,
+            126,
+            127,
+            128,
+            255,
+            1337,
+            1 << 20,
+        ];
+        for n in [4, 5, 6, 7, 8] {
+            for v in VALUES {
+                let mut b = Vec::new();
+                integer(&mut b, v, n, 0);
+                assert_eq!(read_integer(&b, n), Some((v, b.len())), "{v} in {n} bits");
+            }
+        }
+    }
+
+    #[test]
+    fn a_field_list_at_the_limit_is_kept_one_byte_over_is_not() {
+        // A literal without indexing, new name: "ab: cd" is 2 + 2 + 32 bytes.
+        let block = [0x00, 2, b'a', b'b', 2, b'c', b'd'];
+        let mut fields = Fields::default();
+        decode(&mut loona_hpack::Decoder::new(), &block, 36, &mut fields).unwrap();
+        assert!(!fields.too_large);
+        assert_eq!(fields.iter().count(), 1);
+        decode(&mut loona_hpack::Decoder::new(), &block, 35, &mut fields).unwrap();
+        assert!(fields.too_large);
+        assert_eq!(fields.iter().count(), 0);
+        assert_eq!(fields.size, 36);
     }
 
     #[test]
