@@ -326,7 +326,9 @@ mod tests {
     fn integers_are_read_as_rfc_7541_writes_them() {
         // C.1.1 to C.1.3, then the bits above the prefix (a representation's
         // flags) ignored, the prefix's own maximum, and what is cut short.
-        let cases: &[(&[u8], u8, Option<(usize, usize)>)] = &[
+        // (bytes, prefix bits, what `read_integer` gives)
+        type Case<'a> = (&'a [u8], u8, Option<(usize, usize)>);
+        let cases: &[Case] = &[
             (&[0x0a], 5, Some((10, 1))),
             (&[31, 154, 10], 5, Some((1337, 3))),
             (&[42], 8, Some((42, 1))),
