@@ -459,6 +459,9 @@ fn readyz_is_503_while_the_first_snapshot_builds_then_200() {
             _ => false,
         }
     });
+    // /readyz turns 200 once every shard runs, which can be just before
+    // the server logs "listening" (and the reader thread has it).
+    poll_until(Duration::from_secs(5), || find("listening addr=").is_some());
     let log = lines.lock().unwrap().join("\n");
     let _ = child.kill();
     let _ = child.wait();
