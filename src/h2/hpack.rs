@@ -211,6 +211,26 @@ pub fn connection_specific(name: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// Decoded fields, owned, in order.
+    type Owned = Vec<(Vec<u8>, Vec<u8>)>;
+
+    /// `block` decoded on a fresh decoder: the scratch and its fields.
+    fn decode_fresh(block: &[u8]) -> (Fields, Owned) {
+        let mut fields = Fields::default();
+        decode(
+            &mut loona_hpack::Decoder::new(),
+            block,
+            1 << 20,
+            &mut fields,
+        )
+        .unwrap();
+        let got = fields
+            .iter()
+            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+            .collect();
+        (fields, got)
+    }
+
     #[test]
     fn huffman_strings_decode_as_the_crate_decodes_them() {
         // RFC 7541 C.4.1 to C.4.3 and C.6.1: Huffman-coded requests and a
@@ -270,18 +290,7 @@ mod tests {
         block.push(0x41); // :authority, Huffman value
         block.extend_from_slice(&www);
         block.extend_from_slice(&[0x87, 0x0f, 0x10, 1, b'z']); // index, raw tail
-        let mut fields = Fields::default();
-        decode(
-            &mut loona_hpack::Decoder::new(),
-            &block,
-            1 << 20,
-            &mut fields,
-        )
-        .unwrap();
-        let got: Vec<(Vec<u8>, Vec<u8>)> = fields
-            .iter()
-            .map(|(n, v)| (n.to_vec(), v.to_vec()))
-            .collect();
+        let (_, got) = decode_fresh(&block);
         assert_eq!(got, loona_hpack::Decoder::new().decode(&block).unwrap());
         assert_eq!(got.len(), 6);
         assert_eq!(got[1], (b"foo".to_vec(), b"www.example.com".to_vec()));
@@ -302,18 +311,7 @@ mod tests {
             block.extend_from_slice(&[0x18, 0xc6, 0x31, 0x8c, 0x63]); // "aaaaaaaa"
         }
         block.extend_from_slice(&[0x82, 0xbe]); // :method GET, then the entry
-        let mut fields = Fields::default();
-        decode(
-            &mut loona_hpack::Decoder::new(),
-            &block,
-            1 << 20,
-            &mut fields,
-        )
-        .unwrap();
-        let got: Vec<(Vec<u8>, Vec<u8>)> = fields
-            .iter()
-            .map(|(n, v)| (n.to_vec(), v.to_vec()))
-            .collect();
+        let (fields, got) = decode_fresh(&block);
         assert_eq!(got, loona_hpack::Decoder::new().decode(&block).unwrap());
         assert_eq!(got[0], (b"x-long".to_vec(), vec![b'a'; 200]));
         assert_eq!(got.len(), 3);
