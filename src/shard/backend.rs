@@ -85,7 +85,7 @@ impl Poller {
     pub fn forget(&mut self, token: u64) {
         if let Poller::Uring(r) = self {
             if let Err(e) = r.remove(token) {
-                tracing::warn!(error = %e, "io_uring poll removal failed");
+                tracing::warn!(error = %e, "io_uring poll cancellation failed");
             }
         }
     }

@@ -31,7 +31,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use super::Events;
 
-/// `user_data` of the ring's own operations (poll removals, the
+/// `user_data` of the ring's own operations (poll cancellations, the
 /// self-check's no-op), whose completions are not events. Shard tokens
 /// never take it: a connection's generation stays below `u32::MAX`, and
 /// the listeners' and the wake-up's tokens are at the top of the range.
@@ -166,7 +166,7 @@ impl Ring {
             .map_err(|e| io::Error::new(e.kind(), format!("IORING_REGISTER_PROBE: {e}")))?;
         for (code, name) in [
             (opcode::PollAdd::CODE, "IORING_OP_POLL_ADD"),
-            (opcode::PollRemove::CODE, "IORING_OP_POLL_REMOVE"),
+            (opcode::AsyncCancel::CODE, "IORING_OP_ASYNC_CANCEL"),
             (opcode::Nop::CODE, "IORING_OP_NOP"),
         ] {
             if !probe.is_supported(code) {
@@ -321,8 +321,8 @@ impl Ring {
     /// full. Submitted with the next [`wait`](Self::wait).
     fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
         loop {
-            // SAFETY: the entries pushed here are polls, poll removals,
-            // cancellations, no-ops, receives into the provided buffer
+            // SAFETY: the entries pushed here are polls, cancellations,
+            // no-ops, receives into the provided buffer
             // ring (which lives until the ring is gone, see `Drop`) and
             // sends of bytes in `self.sends`, which stay there, unmoved
             // (a `Vec`'s heap block does not move with the `Vec`), until
@@ -354,8 +354,20 @@ impl Ring {
     /// Stop watching what `token` was added for; its file is let go (a
     /// closed socket then closes) when the next [`wait`](Self::wait)
     /// submits this.
+    ///
+    /// A cancellation, not `IORING_OP_POLL_REMOVE`: a poll whose wake-up is
+    /// still pending (a client connected, or bytes came, since the ring
+    /// last ran its deferred work) refuses a removal with `EALREADY` and
+    /// stays armed, so a listener given up under traffic went on accepting
+    /// until its shard ended. A cancellation marks the poll and the
+    /// pending wake-up ends it.
     pub fn remove(&mut self, token: u64) -> io::Result<()> {
-        self.push(&opcode::PollRemove::new(token).build().user_data(INTERNAL))
+        let cancel = types::CancelBuilder::user_data(token).all();
+        self.push(
+            &opcode::AsyncCancel2::new(cancel)
+                .build()
+                .user_data(INTERNAL),
+        )
     }
 
     /// Watch `fd` once for `interest` (a write that would block waits for
@@ -670,4 +682,43 @@ fn unsupported(what: &str) -> io::Error {
         io::ErrorKind::Unsupported,
         format!("the kernel lacks {what}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    /// A listener's poll removed while a wake-up of it is still pending
+    /// (a client connected since the ring last ran its deferred work, as
+    /// under steady traffic when a shard drains): the socket must close
+    /// with its fd, not stay listening until the ring goes.
+    #[test]
+    fn a_poll_removed_with_its_wakeup_pending_lets_the_socket_close() {
+        let mut ring = match Ring::new(TaskRun::Defer) {
+            Ok(ring) => ring,
+            Err(e) => {
+                eprintln!("SKIP: no io_uring ring here ({e})");
+                return;
+            }
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut events = Events::with_capacity(8);
+        ring.add(listener.as_raw_fd(), 7, libc::EPOLLIN as u32)
+            .unwrap();
+        ring.wait(&mut events, Duration::ZERO).unwrap();
+        // The connection's wake-up claims the poll until the next enter
+        // runs the ring's deferred work; the removal is submitted first.
+        let _client = TcpStream::connect(addr).unwrap();
+        ring.remove(7).unwrap();
+        drop(listener);
+        for _ in 0..3 {
+            ring.wait(&mut events, Duration::from_millis(20)).unwrap();
+        }
+        assert!(
+            TcpStream::connect(addr).is_err(),
+            "{addr} still accepts after its poll was removed and its fd closed"
+        );
+    }
 }
