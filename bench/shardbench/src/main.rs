@@ -84,6 +84,12 @@ struct RunArgs {
     /// Concurrency levels (comma-separated), replacing the matrix's own.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     concurrency: Option<Vec<usize>>,
+    /// Keep only the cells whose label (as the tables print it, e.g.
+    /// `keep-alive 100B c=100 wrk`) contains one of these comma-separated
+    /// pieces: a study of the rows a question names, in a fraction of the
+    /// full matrix's time.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    cells: Option<Vec<String>>,
     /// Measure no peer servers (shardhttpd and the floor only).
     #[arg(long)]
     no_peers: bool,
@@ -189,6 +195,15 @@ fn study(args: RunArgs) -> io::Result<bool> {
     // The TLS matrix is the TLS rows and the cleartext row they compare to.
     let want_tls = args.tls || kind == Kind::Tls || kind == Kind::H2;
     let mut plan = matrix::plan(kind, args.concurrency.as_deref(), cap, want_tls);
+    if let Some(pieces) = &args.cells {
+        plan.keep_only(pieces);
+        if plan.cells.is_empty() {
+            return Err(io::Error::other(format!(
+                "--cells {}: no cell of this matrix matches",
+                pieces.join(",")
+            )));
+        }
+    }
     let ab = servers::installed("ab").is_some();
     let mut notes = plan.notes.clone();
     if !ab {

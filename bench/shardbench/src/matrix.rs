@@ -87,6 +87,16 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
+impl Plan {
+    /// Keep the cells whose label contains one of `pieces` (`--cells`).
+    pub fn keep_only(&mut self, pieces: &[String]) {
+        self.cells.retain(|c| {
+            let label = c.label();
+            pieces.iter().any(|p| label.contains(p.as_str()))
+        });
+    }
+}
+
 /// The cells of `kind`; `levels` replaces its concurrency levels; each level
 /// is capped at `cap` (from RLIMIT_NOFILE), with a note when it is.
 pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan {
@@ -249,6 +259,20 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cells_keeps_the_rows_whose_label_holds_a_piece() {
+        let mut p = plan(Kind::Full, Some(&[100, 10_000]), 100_000, true);
+        let all = p.cells.len();
+        p.keep_only(&["keep-alive 100B c=100 wrk".into(), "pipeline16".into()]);
+        let labels: Vec<String> = p.cells.iter().map(Cell::label).collect();
+        assert!(labels.contains(&"keep-alive 100B c=100 wrk".to_string()));
+        assert!(labels.contains(&"pipeline16 100B c=10000 wrk".to_string()));
+        assert!(!labels.iter().any(|l| l.starts_with("close")), "{labels:?}");
+        assert!(p.cells.len() < all);
+        p.keep_only(&["no such row".into()]);
+        assert!(p.cells.is_empty());
+    }
 
     #[test]
     fn full_matrix_covers_every_classic_row() {
