@@ -43,6 +43,9 @@ pub const DOCS: [Doc; 4] = [
 /// The 100-byte page, the one the floor's response matches.
 pub const SMALL: Doc = DOCS[0];
 
+/// The 100 KiB document, the floor's other body.
+pub const LARGE: Doc = DOCS[DOCS.len() - 1];
+
 /// Write the set under `root` (created).
 pub fn write(root: &Path) -> io::Result<()> {
     fs::create_dir_all(root)?;

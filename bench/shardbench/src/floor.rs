@@ -1,7 +1,10 @@
 //! The floor: a minimal fixed-response responder on one level-triggered
 //! epoll loop. Each readable event is one `recv`; every complete request head
 //! in it (counted by its `\r\n\r\n`) gets the same 100-byte-body response,
-//! all of them in one `send`. No parsing, no files, no timers: what is left
+//! all of them in one `send`. A connection whose requests name the study's
+//! 100 KiB document gets a 100 KiB body instead (sent straight from a static
+//! buffer, as a server sends a cached file), so the 100 KiB keep-alive row
+//! has a floor too. No parsing, no files, no timers: what is left
 //! is the syscall and TCP cost any HTTP/1.1 server pays, which is the
 //! distance every table shows. A request carrying `Connection: close` is
 //! answered with the same header and the connection closed. The listener has
@@ -15,21 +18,32 @@ use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// The body: as long as the study's 100-byte page.
-const BODY: [u8; 100] = [b'.'; 100];
+use crate::docs::{LARGE, SMALL};
+
+/// The bodies: as long as the study's 100-byte page, and as its 100 KiB
+/// document (which a connection gets once its requests name that path).
+const BODY: usize = SMALL.bytes;
+const LARGE_BODY: usize = LARGE.bytes;
 /// Receive buffer: a 16-deep pipelined burst fits many times over.
 const RECV_BYTES: usize = 64 * 1024;
 /// Listen backlog, as the servers get: c=10000 connects in a burst.
 const BACKLOG: libc::c_int = 4096;
 
 /// The request counting both floors share: request ends (`\r\n\r\n`),
-/// carried across reads, and whether a `Connection: close` was seen.
+/// carried across reads, whether a `Connection: close` was seen, and
+/// whether the requests ask for the 100 KiB document.
 #[derive(Debug, Default, Clone)]
 pub struct Scan {
     /// How much of `\r\n\r\n` the last read ended with.
     matched: usize,
     /// "connection: close" seen in the connection's requests.
     pub close: bool,
+    /// The 100 KiB document's path is in the connection's first read: all
+    /// its responses carry that body. (A load generator's connection asks
+    /// for one document; the floor does not serve mixes.)
+    pub large: bool,
+    /// A read was fed (`large` is decided).
+    fed: bool,
 }
 
 impl Scan {
@@ -54,27 +68,56 @@ impl Scan {
                 .windows(17)
                 .any(|w| w.eq_ignore_ascii_case(b"connection: close"));
         }
+        if !self.fed {
+            self.fed = true;
+            let path = LARGE.path.as_bytes();
+            self.large = buf.windows(path.len()).any(|w| w == path);
+        }
         n
     }
+
+    /// Which of [`responses`] this connection's requests get.
+    pub fn kind(&self) -> usize {
+        2 * usize::from(self.large) + usize::from(self.close)
+    }
+}
+
+/// The four responses, indexed by [`Scan::kind`]: keep-alive and close,
+/// with the small body, then with the large one.
+pub fn responses() -> [Vec<u8>; 4] {
+    [
+        response(false, BODY),
+        response(true, BODY),
+        response(false, LARGE_BODY),
+        response(true, LARGE_BODY),
+    ]
+}
+
+/// What a connection still owes the kernel: the rest of one static
+/// response, or of a batch built for several requests.
+#[derive(Debug)]
+enum Out {
+    Static { kind: usize, at: usize },
+    Owned { buf: Vec<u8>, at: usize },
 }
 
 struct Conn {
     fd: OwnedFd,
     scan: Scan,
     /// Response bytes not yet accepted by the kernel.
-    pending: Vec<u8>,
+    pending: Option<Out>,
     /// Registered for EPOLLOUT (waiting to send `pending`), not EPOLLIN.
     out_armed: bool,
 }
 
-pub fn response(close: bool) -> Vec<u8> {
+/// The response to one request: `body` bytes of `.` after the head.
+pub fn response(close: bool, body: usize) -> Vec<u8> {
     let mut r = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n{}\r\n",
-        BODY.len(),
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {body}\r\n{}\r\n",
         if close { "Connection: close\r\n" } else { "" }
     )
     .into_bytes();
-    r.extend_from_slice(&BODY);
+    r.resize(r.len() + body, b'.');
     r
 }
 
@@ -92,8 +135,7 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
     // SAFETY: `ep` is a fresh fd owned from here on.
     let ep = unsafe { OwnedFd::from_raw_fd(ep) };
     ctl(&ep, libc::EPOLL_CTL_ADD, lfd, libc::EPOLLIN as u32)?;
-    let keep = response(false);
-    let close = response(true);
+    let responses = responses();
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut buf = vec![0u8; RECV_BYTES];
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
@@ -117,17 +159,17 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
         for ev in &events[..n as usize] {
             let fd = ev.u64 as RawFd;
             if fd == lfd {
-                accept_all(&ep, lfd, &mut conns, &mut buf, &keep, &close)?;
+                accept_all(&ep, lfd, &mut conns, &mut buf, &responses)?;
                 continue;
             }
             let slot = fd as usize;
             let Some(conn) = conns.get_mut(slot).and_then(Option::as_mut) else {
                 continue;
             };
-            let done = if ev.events & libc::EPOLLOUT as u32 != 0 && !conn.pending.is_empty() {
-                flush(&ep, conn, true)
+            let done = if ev.events & libc::EPOLLOUT as u32 != 0 && conn.pending.is_some() {
+                flush(&ep, conn, &responses, true)
             } else {
-                serve(&ep, conn, &mut buf, &keep, &close, true)
+                serve(&ep, conn, &mut buf, &responses, true)
             };
             if done {
                 // Dropping the OwnedFd closes it (and removes it from epoll).
@@ -179,8 +221,7 @@ fn accept_all(
     lfd: RawFd,
     conns: &mut Vec<Option<Conn>>,
     buf: &mut [u8],
-    keep: &[u8],
-    close: &[u8],
+    responses: &[Vec<u8>; 4],
 ) -> io::Result<()> {
     loop {
         // SAFETY: null address pointers are allowed; the result is checked.
@@ -202,11 +243,11 @@ fn accept_all(
         let mut conn = Conn {
             fd: owned,
             scan: Scan::default(),
-            pending: Vec::new(),
+            pending: None,
             out_armed: false,
         };
         // TCP_DEFER_ACCEPT: the request is usually there already.
-        if serve(ep, &mut conn, buf, keep, close, false) {
+        if serve(ep, &mut conn, buf, responses, false) {
             continue;
         }
         let slot = fd as usize;
@@ -229,8 +270,7 @@ fn serve(
     ep: &OwnedFd,
     conn: &mut Conn,
     buf: &mut [u8],
-    keep: &[u8],
-    close: &[u8],
+    responses: &[Vec<u8>; 4],
     registered: bool,
 ) -> bool {
     // SAFETY: `buf` is writable for its length; the fd is open.
@@ -245,38 +285,50 @@ fn serve(
     if requests == 0 {
         return false;
     }
-    let one = if conn.scan.close { close } else { keep };
-    let mut out = Vec::with_capacity(one.len() * requests);
-    for _ in 0..requests {
-        out.extend_from_slice(one);
-    }
-    conn.pending = out;
-    flush(ep, conn, registered)
+    let kind = conn.scan.kind();
+    conn.pending = Some(if requests == 1 {
+        Out::Static { kind, at: 0 }
+    } else {
+        Out::Owned {
+            buf: responses[kind].repeat(requests),
+            at: 0,
+        }
+    });
+    flush(ep, conn, responses, registered)
 }
 
 /// Send what is pending; wait for EPOLLOUT if the kernel took only part
 /// (switching the registration only if the fd is `registered`).
-fn flush(ep: &OwnedFd, conn: &mut Conn, registered: bool) -> bool {
-    // SAFETY: `pending` is readable for its length; the fd is open.
-    let n = unsafe {
-        libc::send(
-            conn.fd.as_raw_fd(),
-            conn.pending.as_ptr().cast(),
-            conn.pending.len(),
-            libc::MSG_NOSIGNAL,
-        )
-    };
-    if n < 0 {
-        if io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
-            return true;
+fn flush(ep: &OwnedFd, conn: &mut Conn, responses: &[Vec<u8>; 4], registered: bool) -> bool {
+    if let Some(out) = &mut conn.pending {
+        let (bytes, at) = match out {
+            Out::Static { kind, at } => (&responses[*kind][..], at),
+            Out::Owned { buf, at } => (&buf[..], at),
+        };
+        let rest = &bytes[*at..];
+        // SAFETY: `rest` is readable for its length; the fd is open.
+        let n = unsafe {
+            libc::send(
+                conn.fd.as_raw_fd(),
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            if io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+                return true;
+            }
+        } else if n as usize == rest.len() {
+            conn.pending = None;
+        } else {
+            *at += n as usize;
         }
-    } else {
-        conn.pending.drain(..n as usize);
     }
-    if conn.pending.is_empty() && conn.scan.close {
+    if conn.pending.is_none() && conn.scan.close {
         return true;
     }
-    let want_out = !conn.pending.is_empty();
+    let want_out = conn.pending.is_some();
     // Only on a change of interest: the keep-alive path makes no epoll_ctl
     // per request.
     if registered && want_out != conn.out_armed {
@@ -292,14 +344,72 @@ fn flush(ep: &OwnedFd, conn: &mut Conn, registered: bool) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    /// Start a floor (`run`) on a free port and check its bytes: one
+    /// request, a pipelined pair, `Connection: close` closing, and a
+    /// connection asking for the 100 KiB document getting that body.
+    pub fn answers_like_the_floor(run: fn(SocketAddr) -> io::Result<()>) {
+        let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = probe.local_addr().expect("addr");
+        drop(probe);
+        std::thread::spawn(move || run(addr));
+        let connect = || {
+            let s = loop {
+                if let Ok(s) = TcpStream::connect(addr) {
+                    break s;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        };
+        let [keep, close, keep_large, close_large] = responses();
+        let mut s = connect();
+        let mut got = vec![0u8; keep.len()];
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(got, keep);
+        s.write_all(b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let mut two = vec![0u8; 2 * keep.len()];
+        s.read_exact(&mut two).unwrap();
+        assert_eq!(two, keep.repeat(2));
+        s.write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).expect("closed after the response");
+        assert_eq!(rest, close);
+
+        let mut s = connect();
+        let large = b"GET /100k.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+        for _ in 0..3 {
+            s.write_all(large).unwrap();
+            let mut got = vec![0u8; keep_large.len()];
+            s.read_exact(&mut got).unwrap();
+            assert!(got == keep_large, "a 100 KiB response differs");
+        }
+        s.write_all(b"GET /100k.bin HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).expect("closed after the response");
+        assert!(rest == close_large, "the closing 100 KiB response differs");
+    }
+
+    #[test]
+    fn serves_its_bytes() {
+        answers_like_the_floor(run);
+    }
 
     fn conn() -> Conn {
         Conn {
             fd: std::fs::File::open("/dev/null").expect("open").into(),
             scan: Scan::default(),
-            pending: Vec::new(),
+            pending: None,
             out_armed: false,
         }
     }
@@ -320,11 +430,35 @@ mod tests {
     }
 
     #[test]
-    fn the_response_is_exactly_sized() {
-        let r = response(false);
-        let text = String::from_utf8(r).expect("ascii");
-        let (head, body) = text.split_once("\r\n\r\n").expect("head");
-        assert!(head.contains("Content-Length: 100"));
-        assert_eq!(body.len(), 100);
+    fn the_responses_are_exactly_sized() {
+        let all = responses();
+        for (kind, bytes, close) in [
+            (0, 100, false),
+            (1, 100, true),
+            (2, 102_400, false),
+            (3, 102_400, true),
+        ] {
+            let text = String::from_utf8(all[kind].clone()).expect("ascii");
+            let (head, body) = text.split_once("\r\n\r\n").expect("head");
+            let length = format!("Content-Length: {bytes}");
+            assert!(head.lines().any(|l| l == length), "{head}");
+            assert_eq!(head.contains("Connection: close"), close, "{head}");
+            assert_eq!(body.len(), bytes);
+        }
+    }
+
+    #[test]
+    fn a_connection_naming_the_large_document_gets_its_body() {
+        let mut c = conn();
+        c.scan.feed(b"GET /100k.bin HTTP/1.1\r\n\r\n");
+        assert_eq!(c.scan.kind(), 2);
+        c.scan
+            .feed(b"GET /100k.bin HTTP/1.1\r\nConnection: close\r\n\r\n");
+        assert_eq!(c.scan.kind(), 3);
+        // Decided by the first read: no mixes of the two bodies.
+        let mut c = conn();
+        c.scan.feed(b"GET /100.html HTTP/1.1\r\n\r\n");
+        c.scan.feed(b"GET /100k.bin HTTP/1.1\r\n\r\n");
+        assert_eq!(c.scan.kind(), 0);
     }
 }

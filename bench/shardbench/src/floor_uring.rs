@@ -9,10 +9,11 @@
 //! `DEFER_TASKRUN` where the kernel has them (else `COOP_TASKRUN`, else
 //! plain), so completions run only inside that one enter.
 //!
-//! The responses are sent from two static buffers (each the response
-//! repeated [`BATCH`] + 1 times): a connection owes a byte count, and a
-//! send is a slice of the repeated response, so nothing is allocated per
-//! request and a short send resumes at its phase.
+//! The responses are sent from four static buffers (keep-alive and close,
+//! with the 100-byte body repeated [`BATCH`] + 1 times, with the 100 KiB one
+//! twice): a connection owes a byte count, and a send is a slice of the
+//! repeated response, so nothing is allocated per request and a short send
+//! resumes at its phase.
 //!
 //! All of this module's `unsafe` is here: pushing entries that point at
 //! those buffers, and the provided buffer ring shared with the kernel.
@@ -169,10 +170,14 @@ impl Drop for BufRing {
     }
 }
 
-/// The response repeated BATCH + 1 times: a send of up to BATCH responses
-/// can start at any phase of it.
-fn repeated(one: &[u8]) -> Vec<u8> {
-    one.repeat(BATCH + 1)
+/// Responses of kind `kind` ([`Scan::kind`]) one send carries at most: a
+/// 100 KiB one is a send of its own.
+fn batch(kind: usize) -> usize {
+    if kind >= 2 {
+        1
+    } else {
+        BATCH
+    }
 }
 
 /// The ring with the flags this kernel accepts, best first; the choice is
@@ -240,10 +245,12 @@ impl Queue<'_> {
 /// The responder's state besides the ring.
 struct Floor {
     conns: Vec<Conn>,
-    /// `[keep-alive, close]`, each repeated.
-    responses: [Vec<u8>; 2],
-    /// One response's length, keep-alive and close.
-    one: [usize; 2],
+    /// The epoll floor's four responses ([`Scan::kind`]), each repeated
+    /// `batch(kind) + 1` times: a send of up to `batch(kind)` responses can
+    /// start at any phase of it.
+    responses: [Vec<u8>; 4],
+    /// One response's length, by kind.
+    one: [usize; 4],
 }
 
 impl Floor {
@@ -265,20 +272,21 @@ impl Floor {
         }
         let kind = usize::from(c.owed[0] == 0);
         if c.owed[kind] > 0 && !c.done {
-            let one = self.one[kind];
+            let response = 2 * usize::from(c.scan.large) + kind;
+            let one = self.one[response];
             let phase = c.sent[kind] % one;
-            let len = c.owed[kind].min(BATCH * one);
+            let len = c.owed[kind].min(batch(response) * one);
             c.owed[kind] -= len;
             c.in_flight = len;
             c.in_flight_kind = kind;
-            let ptr = self.responses[kind].as_ptr().wrapping_add(phase);
+            let ptr = self.responses[response].as_ptr().wrapping_add(phase);
             let e = opcode::Send::new(types::Fd(fd), ptr, len as u32)
                 .flags(libc::MSG_NOSIGNAL)
                 .build()
                 .user_data(token(Op::Send, fd));
             // SAFETY: the slice [phase, phase + len) lies in a response
-            // buffer (phase < one, len ≤ BATCH × one, the buffer is
-            // (BATCH + 1) × one long) that lives as long as the ring.
+            // buffer (phase < one, len ≤ batch × one, the buffer is
+            // (batch + 1) × one long) that lives as long as the ring.
             return unsafe { q.push(&e) };
         }
         // Done: the peer is gone, or the close response is all sent.
@@ -368,7 +376,7 @@ impl Floor {
                 match res {
                     n if n > 0 => {
                         let kind = usize::from(c.scan.close);
-                        c.owed[kind] += requests * self.one[kind];
+                        c.owed[kind] += requests * self.one[c.scan.kind()];
                         // Out of buffers or ended early: receive again.
                         if !more && !c.cancelling {
                             c.recv_live = true;
@@ -411,13 +419,11 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
     let listener = TcpListener::bind(addr)?;
     floor::listen_like_the_floor(&listener)?;
     let lfd = listener.as_raw_fd();
+    let responses = floor::responses();
     let mut floor = Floor {
         conns: Vec::new(),
-        responses: [
-            repeated(&floor::response(false)),
-            repeated(&floor::response(true)),
-        ],
-        one: [floor::response(false).len(), floor::response(true).len()],
+        one: responses.each_ref().map(Vec::len),
+        responses: std::array::from_fn(|kind| responses[kind].repeat(batch(kind) + 1)),
     };
     let mut ring = ring()?;
     let mut bufs = BufRing::new(&ring.submitter())?;
@@ -464,9 +470,6 @@ fn serve(ring: &mut IoUring, bufs: &mut BufRing, floor: &mut Floor, lfd: RawFd) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
-    use std::net::TcpStream;
-    use std::time::Duration;
 
     #[test]
     fn tokens_round_trip() {
@@ -476,39 +479,14 @@ mod tests {
         assert_eq!(untoken(0).0, None);
     }
 
-    /// The uring floor answers like the epoll floor, byte for byte: one
-    /// request, a pipelined pair, and `Connection: close` closing.
+    /// The uring floor answers like the epoll floor, byte for byte
+    /// ([`floor::tests::answers_like_the_floor`]).
     #[test]
     fn serves_the_epoll_floors_bytes() {
         if let Err(why) = available() {
             eprintln!("\n*** SKIP serves_the_epoll_floors_bytes: no io_uring here ({why}) ***\n");
             return;
         }
-        let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = probe.local_addr().expect("addr");
-        drop(probe);
-        std::thread::spawn(move || run(addr));
-        let mut s = loop {
-            if let Ok(s) = TcpStream::connect(addr) {
-                break s;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let keep = floor::response(false);
-        let mut got = vec![0u8; keep.len()];
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        s.read_exact(&mut got).unwrap();
-        assert_eq!(got, keep);
-        s.write_all(b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n")
-            .unwrap();
-        let mut two = vec![0u8; 2 * keep.len()];
-        s.read_exact(&mut two).unwrap();
-        assert_eq!(two, keep.repeat(2));
-        s.write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut rest = Vec::new();
-        s.read_to_end(&mut rest).expect("closed after the response");
-        assert_eq!(rest, floor::response(true));
+        floor::tests::answers_like_the_floor(run);
     }
 }

@@ -2,10 +2,9 @@
 //! measures. Every cell runs against every server it applies to, servers
 //! interleaved, so drift on a busy machine hits them alike.
 
-use crate::docs::{Doc, DOCS, SMALL};
+use crate::docs::{Doc, DOCS, LARGE, SMALL};
 
 /// The largest document (100 KiB): the TLS bulk row.
-const LARGE: Doc = DOCS[DOCS.len() - 1];
 /// The 4 KiB page: the h2 matrix's middle size.
 const MEDIUM: Doc = DOCS[2];
 use crate::load::{Mode, Tool};
@@ -71,13 +70,19 @@ impl Cell {
         )
     }
 
-    /// The floor answers every request with the same 100-byte page: it is
-    /// measured where that is the work the others do too.
+    /// The floor answers every request with the same 100-byte page, or
+    /// with the same 100 KiB body where the requests name that document:
+    /// it is measured where that is the work the others do too.
     pub fn applies_to(&self, server: &str) -> bool {
-        !crate::servers::is_floor(server)
-            || (self.doc.bytes == SMALL.bytes
-                && self.tool == Tool::Wrk
-                && matches!(self.mode, Mode::KeepAlive | Mode::Close | Mode::Pipeline))
+        if !crate::servers::is_floor(server) {
+            return true;
+        }
+        let modes: &[Mode] = match self.doc.bytes {
+            b if b == SMALL.bytes => &[Mode::KeepAlive, Mode::Close, Mode::Pipeline],
+            b if b == LARGE.bytes => &[Mode::KeepAlive, Mode::Close],
+            _ => &[],
+        };
+        self.tool == Tool::Wrk && modes.contains(&self.mode)
     }
 }
 
@@ -358,10 +363,14 @@ mod tests {
     }
 
     #[test]
-    fn the_floor_serves_only_the_small_page_rows() {
+    fn the_floor_serves_only_the_small_page_and_100_kib_rows() {
         let p = plan(Kind::Quick, None, 100_000, false);
         let floor = p.cells.iter().filter(|c| c.applies_to("floor")).count();
-        assert_eq!(floor, 3 + 1 + 1, "keep-alive curve, close and pipelining");
+        assert_eq!(
+            floor,
+            3 + 1 + 1 + 2,
+            "keep-alive curve, close and pipelining at 100 B; keep-alive and close at 100 KiB"
+        );
         assert!(p.cells.iter().all(|c| c.applies_to("nginx")));
         let p = plan(Kind::Quick, Some(&[10_000]), 100_000, false);
         assert!(p
