@@ -1,6 +1,8 @@
 #!/bin/bash
 # HTTP/2 rounds behind docs/benchmarks.md, "HTTP/2": old and new shardhttpd
-# binaries (./old, ./new) and h2o (h2o.conf: num-threads 1, no access log),
+# binaries (./old, ./new), h2o (h2o.conf: num-threads 1, no access log) and
+# nginx (nginx.conf, written here: one process, access_log off, sendfile
+# on, open_file_cache on, `http2` listeners for h2c and TLS),
 # server on CPU 1, h2load (and wrk) on CPU 0; a root with 100.txt and
 # 100k.bin, cert.pem/key.pem, and for the distinct-path case uris.txt (one
 # URI per line, e.g. 3000 files of 100 B under root/d/, with PORT where the
@@ -11,17 +13,55 @@
 # CASES (an extended regex on the case names, e.g. 'h2c-100$|tls-100$')
 # runs some of them; SERVERS (default "old new h2o") names the servers.
 # Ports: PORT_BASE (default 27080): h2o on +0 (h2c) and +363 (TLS), as in
-# h2o.conf; shardhttpd on +1 and +364, admin +101.
+# h2o.conf; shardhttpd on +1 and +364, admin +101; nginx on +2 (h2c only,
+# as nginx speaks it on a listener of its own) and +365.
 cd "${H2B:-/tmp/h2b}"
 B=${PORT_BASE:-27080}
 TCK=$(getconf CLK_TCK)
 cpu() { awk '{print $14+$15}' /proc/$1/stat; }
+# nginx as shardbench's peer config (bench/shardbench/src/servers.rs), in
+# one process (master_process off), so its CPU is one /proc entry.
+nginx_conf() {
+  mkdir -p nginx
+  cat > nginx.conf <<EOF
+user root;
+daemon off;
+master_process off;
+worker_processes 1;
+worker_rlimit_nofile 20000;
+pid $PWD/nginx.pid;
+error_log $PWD/nginx-error.log warn;
+events { use epoll; worker_connections 10000; }
+http {
+  types { text/plain txt; application/octet-stream bin; }
+  default_type application/octet-stream;
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  tcp_nodelay on;
+  open_file_cache max=1000 inactive=60s;
+  open_file_cache_valid 60s;
+  keepalive_requests 100000000;
+  keepalive_timeout 65s;
+  client_body_temp_path $PWD/nginx/body;
+  proxy_temp_path $PWD/nginx/proxy;
+  fastcgi_temp_path $PWD/nginx/fastcgi;
+  uwsgi_temp_path $PWD/nginx/uwsgi;
+  scgi_temp_path $PWD/nginx/scgi;
+  server { listen 127.0.0.1:$((B+2)) http2 backlog=4096; root $PWD/root; }
+  server { listen 127.0.0.1:$((B+365)) ssl http2 backlog=4096; root $PWD/root;
+    ssl_certificate $PWD/cert.pem; ssl_certificate_key $PWD/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m; }
+}
+EOF
+}
 start() {
   case $1 in
     h2o) taskset -c 1 h2o -c $PWD/h2o.conf > h2o.out 2>&1 & sleep 1; PID=$(cat $PWD/h2o.pid); PLAIN=$B; TLS=$((B+363)) ;;
+    nginx) nginx_conf; taskset -c 1 nginx -p $PWD/nginx -c $PWD/nginx.conf -e $PWD/nginx-error.log > nginx.out 2>&1 & PID=$!; PLAIN=$((B+2)); TLS=$((B+365)) ;;
     *) taskset -c 1 ./$1 --root $PWD/root --listen 127.0.0.1:$((B+1)) --tls-listen 127.0.0.1:$((B+364)) --tls-cert cert.pem --tls-key key.pem --cores 1 --admin 127.0.0.1:$((B+101)) --watch false > $1.out 2>&1 & PID=$!; PLAIN=$((B+1)); TLS=$((B+364)) ;;
   esac
-  for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:$PLAIN/100.txt && break; sleep 0.2; done
+  for i in $(seq 50); do curl -s -o /dev/null --http2-prior-knowledge http://127.0.0.1:$PLAIN/100.txt && break; sleep 0.2; done
 }
 echo "round server case rps us_per_req succeeded"
 for round in $(seq ${ROUNDS:-5}); do
