@@ -414,10 +414,10 @@ impl Output {
     /// after everything queued so far, whatever their size (HTTP/2 DATA
     /// payloads, each behind a frame header in the owned bytes). False,
     /// with nothing queued, when another snapshot is pinned, or when half
-    /// of [`MAX_IOVECS`] pieces are already queued (tiny frames from tiny
+    /// of `MAX_IOVECS` pieces are already queued (tiny frames from tiny
     /// windows, or a socket that takes nothing): the caller copies the
     /// bytes instead, so one `writev` still covers what is queued and the
-    /// owned bytes' [`HIGH_WATER`] bounds the rest.
+    /// owned bytes' `HIGH_WATER` bounds the rest.
     pub fn push_mem(&mut self, snapshot: &Arc<Snapshot>, off: usize, len: usize) -> bool {
         if len == 0 {
             return true;

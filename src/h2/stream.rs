@@ -254,9 +254,9 @@ pub enum Sent {
 
 impl H2 {
     /// Queue DATA frames into `out` under the windows, at most about
-    /// [`ROUND_BYTES`] per call. Payloads of at least [`REF_MIN`] bytes
+    /// `ROUND_BYTES` per call. Payloads of at least `REF_MIN` bytes
     /// from the arena of `current` (the shard's snapshot) go by reference
-    /// (see [`put_front`]). Streams whose large file changed on disk are
+    /// (see `put_front`). Streams whose large file changed on disk are
     /// reset (their bytes could not be one version).
     pub fn send(
         &mut self,
