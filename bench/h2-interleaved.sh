@@ -9,9 +9,12 @@
 # port goes: `for i in $(seq 3000); do echo "http://127.0.0.1:PORT/d/f$i.txt"; done`).
 # Interleaved rounds (ROUNDS, default 5), the order of old and new swapped
 # every other round: h2c and TLS, 100 B and 100 KiB, distinct paths over
-# h2c, and HTTP/1.1 keep-alive over TLS (wrk) for comparison.
+# h2c, and HTTP/1.1 keep-alive over TLS (wrk) for comparison. Each line
+# ends with the client's CPU share of its wall time (near 100: its core
+# saturates).
 # CASES (an extended regex on the case names, e.g. 'h2c-100$|tls-100$')
-# runs some of them; SERVERS (default "old new h2o") names the servers.
+# runs some of them; SERVERS (default "old new h2o"; add nginx) names the
+# servers.
 # Ports: PORT_BASE (default 27080): h2o on +0 (h2c) and +363 (TLS), as in
 # h2o.conf; shardhttpd on +1 and +364, admin +101; nginx on +2 (h2c only,
 # as nginx speaks it on a listener of its own) and +365.
@@ -63,7 +66,7 @@ start() {
   esac
   for i in $(seq 50); do curl -s -o /dev/null --http2-prior-knowledge http://127.0.0.1:$PLAIN/100.txt && break; sleep 0.2; done
 }
-echo "round server case rps us_per_req succeeded"
+echo "round server case rps us_per_req succeeded client_cpu_pct"
 for round in $(seq ${ROUNDS:-5}); do
   order=${SERVERS:-old new h2o}
   [ $((round % 2)) = 0 ] && order=$(echo $order | awk '{t=$1; $1=$2; $2=t; print}')
@@ -80,20 +83,23 @@ for round in $(seq ${ROUNDS:-5}); do
       if [ $1 = h1tls ]; then
         taskset -c 0 wrk -t1 -c100 -d1 $url > /dev/null 2>&1   # warm-up
         a=$(cpu $PID)
-        out=$(taskset -c 0 wrk -t1 -c100 -d$4 $url 2>&1)
+        out=$(/usr/bin/time -f "%U %S %e" -o client.time taskset -c 0 wrk -t1 -c100 -d$4 $url 2>&1)
         b=$(cpu $PID)
         ok=$(echo "$out" | awk '/requests in/{print $1}')
         rps=$(echo "$out" | awk '/^Requests\/sec/{print $2}')
       else
         h2load -n 2000 -c 100 -m 10 $url > /dev/null 2>&1   # warm-up
         a=$(cpu $PID)
-        out=$(taskset -c 0 h2load -t 1 -n $4 -c 100 -m 10 $url 2>&1)
+        out=$(/usr/bin/time -f "%U %S %e" -o client.time taskset -c 0 h2load -t 1 -n $4 -c 100 -m 10 $url 2>&1)
         b=$(cpu $PID)
         ok=$(echo "$out" | awk '/^requests:/{print $8}')
         rps=$(echo "$out" | awk '/^finished in/{print $4}')
       fi
       us=$(awk -v t=$((b-a)) -v n=$ok -v k=$TCK 'BEGIN{printf "%.2f", t/k*1e6/n}')
-      echo "$round $srv $1-$2 $rps $us $ok"
+      # The client's CPU over its wall time: near 100, its core saturates
+      # and requests/s says more about the client than the server.
+      client=$(awk '{printf "%.0f", ($1+$2)/$3*100}' client.time)
+      echo "$round $srv $1-$2 $rps $us $ok $client"
     done
     kill $PID; wait $PID 2>/dev/null; sleep 0.5
   done
