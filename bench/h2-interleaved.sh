@@ -60,7 +60,9 @@ EOF
 }
 start() {
   case $1 in
-    h2o) taskset -c 1 h2o -c $PWD/h2o.conf > h2o.out 2>&1 & sleep 1; PID=$(cat $PWD/h2o.pid); PLAIN=$B; TLS=$((B+363)) ;;
+    h2o) rm -f $PWD/h2o.pid; taskset -c 1 h2o -c $PWD/h2o.conf > h2o.out 2>&1 &
+       for i in $(seq 50); do [ -s $PWD/h2o.pid ] && break; sleep 0.2; done
+       PID=$(cat $PWD/h2o.pid); PLAIN=$B; TLS=$((B+363)) ;;
     nginx) nginx_conf; taskset -c 1 nginx -p $PWD/nginx -c $PWD/nginx.conf -e $PWD/nginx-error.log > nginx.out 2>&1 & PID=$!; PLAIN=$((B+2)); TLS=$((B+365)) ;;
     *) taskset -c 1 ./$1 --root $PWD/root --listen 127.0.0.1:$((B+1)) --tls-listen 127.0.0.1:$((B+364)) --tls-cert cert.pem --tls-key key.pem --cores 1 --admin 127.0.0.1:$((B+101)) --watch false > $1.out 2>&1 & PID=$!; PLAIN=$((B+1)); TLS=$((B+364)) ;;
   esac
