@@ -102,7 +102,7 @@ impl Conn {
             // The first of the pair; the final one is counted.
             h2.goaway(io.out.buf());
         }
-        let sent = h2.send(io.out.buf(), &mut h2c, env.now);
+        let sent = h2.send(&mut io.out, env.snapshot, &mut h2c, env.now);
         env.counters.h2 = h2c;
         self.deadline = if let Some(t) = h2.stalled_since() {
             t + env.cfg.write_timeout

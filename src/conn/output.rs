@@ -410,6 +410,35 @@ impl Output {
         });
     }
 
+    /// Queue `len` bytes of `snapshot`'s arena from `off` by reference,
+    /// after everything queued so far, whatever their size (HTTP/2 DATA
+    /// payloads, each behind a frame header in the owned bytes). False,
+    /// with nothing queued, when another snapshot is pinned, or when half
+    /// of `MAX_IOVECS` pieces are already queued (tiny frames from tiny
+    /// windows, or a socket that takes nothing): the caller copies the
+    /// bytes instead, so one `writev` still covers what is queued and the
+    /// owned bytes' `HIGH_WATER` bounds the rest.
+    pub fn push_mem(&mut self, snapshot: &Arc<Snapshot>, off: usize, len: usize) -> bool {
+        if len == 0 {
+            return true;
+        }
+        if self.chunks.len() >= MAX_IOVECS / 2 {
+            return false;
+        }
+        match &self.pin {
+            Some(pinned) if !Arc::ptr_eq(pinned, snapshot) => return false,
+            Some(_) => {}
+            None => self.pin = Some(Arc::clone(snapshot)),
+        }
+        if self.tail_start() < self.buf.len() {
+            self.chunks.push_back(Chunk::Own {
+                end: self.buf.len(),
+            });
+        }
+        self.chunks.push_back(Chunk::Mem { off, len });
+        true
+    }
+
     /// Start of the owned tail (bytes not yet covered by an `Own` chunk).
     fn tail_start(&self) -> usize {
         self.chunks
@@ -760,6 +789,92 @@ mod tests {
         let n = buf.len() - start;
         let _ = out.give_back(buf, start, n);
         assert_eq!(queued(&out), b"second;");
+    }
+
+    /// The unsent queue's pieces, owned bytes as text, ranges as
+    /// `mem OFF+LEN`.
+    fn shape(out: &Output) -> Vec<String> {
+        let mut all = Vec::new();
+        out.for_each_piece(|p| match p {
+            Piece::Bytes(b) => all.push(String::from_utf8_lossy(b).into_owned()),
+            Piece::Mem { off, len } => all.push(format!("mem {off}+{len}")),
+            other => panic!("unexpected piece {other:?}"),
+        });
+        all
+    }
+
+    #[test]
+    fn referenced_ranges_keep_their_place_between_owned_bytes() {
+        let snap = Arc::new(Snapshot::empty());
+        let mut out = Output::default();
+        out.buf().extend_from_slice(b"head1;");
+        assert!(out.push_mem(&snap, 100, 5000));
+        out.buf().extend_from_slice(b"head2;");
+        assert!(out.push_mem(&snap, 5100, 3000));
+        assert!(out.push_mem(&snap, 8100, 0), "an empty range is nothing");
+        out.buf().extend_from_slice(b"tail;");
+        assert_eq!(
+            shape(&out),
+            ["head1;", "mem 100+5000", "head2;", "mem 5100+3000", "tail;"]
+        );
+        assert!(!out.lendable(), "ranges are not one owned slice");
+        assert!(Arc::ptr_eq(out.pinned().unwrap(), &snap));
+        assert_eq!(out.pending_owned(), 17, "ranges are not owned bytes");
+    }
+
+    #[test]
+    fn a_range_of_another_snapshot_is_refused() {
+        let (a, b) = (Arc::new(Snapshot::empty()), Arc::new(Snapshot::empty()));
+        let mut out = Output::default();
+        assert!(out.push_mem(&b, 0, 0));
+        assert!(out.pinned().is_none(), "an empty range pins nothing");
+        out.buf().extend_from_slice(b"h;");
+        assert!(out.push_mem(&a, 0, 2000));
+        assert!(!out.push_mem(&b, 0, 2000));
+        assert_eq!(shape(&out), ["h;", "mem 0+2000"]);
+        assert!(Arc::ptr_eq(out.pinned().unwrap(), &a));
+    }
+
+    #[test]
+    fn ranges_past_half_the_iovecs_are_refused() {
+        let snap = Arc::new(Snapshot::empty());
+        let mut out = Output::default();
+        let mut taken = 0;
+        loop {
+            out.buf().extend_from_slice(b"h");
+            if !out.push_mem(&snap, taken * 4096, 4096) {
+                break;
+            }
+            taken += 1;
+        }
+        // Each took two pieces: its frame header, then the range.
+        assert_eq!(taken, MAX_IOVECS / 4);
+        assert!(!out.is_backlogged(&snap), "the chunk bound is not reached");
+    }
+
+    #[test]
+    fn ranges_queued_while_lent_follow_what_a_short_send_left() {
+        let snap = Arc::new(Snapshot::empty());
+        // Owned bytes between the lent ones and the range.
+        let (mut out, buf, start) = lent_queue(b"settings;");
+        out.buf().extend_from_slice(b"head;");
+        assert!(out.push_mem(&snap, 0, 4096));
+        let _ = out.give_back(buf, start, 3);
+        assert_eq!(shape(&out), ["tings;head;", "mem 0+4096"]);
+        // The range first after the lent bytes.
+        let (mut out, buf, start) = lent_queue(b"settings;");
+        assert!(out.push_mem(&snap, 0, 4096));
+        out.buf().extend_from_slice(b"tail;");
+        let _ = out.give_back(buf, start, 2);
+        assert_eq!(shape(&out), ["ttings;", "mem 0+4096", "tail;"]);
+        // A full send leaves the range and what followed it.
+        let (mut out, buf, start) = lent_queue(b"settings;");
+        assert!(out.push_mem(&snap, 0, 4096));
+        out.buf().extend_from_slice(b"tail;");
+        let n = buf.len() - start;
+        let _ = out.give_back(buf, start, n);
+        assert_eq!(shape(&out), ["mem 0+4096", "tail;"]);
+        assert!(!out.lendable());
     }
 
     #[test]

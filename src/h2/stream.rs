@@ -254,13 +254,21 @@ pub enum Sent {
 
 impl H2 {
     /// Queue DATA frames into `out` under the windows, at most about
-    /// [`ROUND_BYTES`] per call. Streams whose large file changed on disk
-    /// are reset (their bytes could not be one version).
-    pub fn send(&mut self, out: &mut Vec<u8>, counters: &mut H2Counters, now: Instant) -> Sent {
-        let start = out.len();
+    /// `ROUND_BYTES` per call. Payloads of at least `REF_MIN` bytes
+    /// from the arena of `current` (the shard's snapshot) go by reference
+    /// (see `put_front`). Streams whose large file changed on disk are
+    /// reset (their bytes could not be one version).
+    pub fn send(
+        &mut self,
+        out: &mut Output,
+        current: &Arc<Snapshot>,
+        counters: &mut H2Counters,
+        now: Instant,
+    ) -> Sent {
+        let mut queued = 0;
         let max_frame = self.peer_max_frame.min(frame::DEFAULT_MAX_FRAME as usize);
         let res = loop {
-            if out.len() - start >= ROUND_BYTES {
+            if queued >= ROUND_BYTES {
                 break Sent::More;
             }
             if self.send_window <= 0 {
@@ -277,14 +285,15 @@ impl H2 {
                 .min(max_frame as i64) as usize;
             let last = s.body.len() == 1 && n as u64 == front;
             let flags = if last { frame::FLAG_END_STREAM } else { 0 };
-            let mark = out.len();
-            frame::write_head(out, n, frame::DATA, flags, s.id);
-            if let Err(()) = copy_front(s, n, out) {
-                out.truncate(mark);
+            let mark = out.buf().len();
+            frame::write_head(out.buf(), n, frame::DATA, flags, s.id);
+            if let Err(()) = put_front(s, n, out, current) {
+                out.buf().truncate(mark);
                 let id = s.id;
-                self.reset_stream(out, id, ErrorCode::Internal, counters);
+                self.reset_stream(out.buf(), id, ErrorCode::Internal, counters);
                 continue;
             }
+            queued += frame::HEAD_LEN + n;
             s.send_window -= n as i64;
             self.send_window -= n as i64;
             if last {
@@ -307,6 +316,39 @@ impl H2 {
         }
         res
     }
+}
+
+/// DATA payloads from the arena shorter than this are copied into the
+/// owned buffer after their frame header; longer ones are queued by
+/// reference. A reference costs two queue entries (the owned bytes before
+/// it, then the arena range) and an iovec per write; a copy of up to
+/// ~1 KiB costs less than that bookkeeping.
+pub const REF_MIN: usize = 1024;
+
+/// Queue `n` bytes of the stream's front piece into `out`, after the
+/// frame header just written. Arena bytes go by reference when the stream
+/// is pinned to `current` and `out` pins no other snapshot: after a
+/// reload, a stream still answering from the old snapshot copies, so the
+/// output only ever pins the current one (and never holds the connection
+/// back from new requests, see `Output::is_backlogged`). `Err` when a
+/// large file is no longer the snapshot's version (or cannot be read).
+fn put_front(
+    s: &mut Stream,
+    n: usize,
+    out: &mut Output,
+    current: &Arc<Snapshot>,
+) -> Result<(), ()> {
+    if let (Some(Src::Mem { off, len }), Some(snap)) = (s.body.front_mut(), s.pin.as_ref()) {
+        if n >= REF_MIN && Arc::ptr_eq(snap, current) && out.push_mem(snap, *off, n) {
+            *off += n;
+            *len -= n;
+            if *len == 0 {
+                s.body.pop_front();
+            }
+            return Ok(());
+        }
+    }
+    copy_front(s, n, out.buf())
 }
 
 /// Move `n` bytes of the stream's front piece into `out`. `Err` when a

@@ -1,10 +1,13 @@
 //! The connection core driven with bytes, no socket: a handler that
 //! renders a fixed HTTP/1 answer, and the frames that come out.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::frame::{self, ErrorCode, Head};
 use super::*;
+use crate::cache::Snapshot;
+use crate::conn::output::Piece;
 
 /// Answers every request with `200` and a 5-byte body.
 struct Fixed;
@@ -78,7 +81,8 @@ fn run(h2: &mut H2, input: &[u8], counters: &mut H2Counters) -> (Recv, Vec<(Head
     if recv != Recv::Failed {
         assert_eq!(used, input.len());
     }
-    h2.send(out.buf(), counters, Instant::now());
+    let snapshot = std::sync::Arc::new(crate::cache::Snapshot::empty());
+    h2.send(&mut out, &snapshot, counters, Instant::now());
     (recv, frames(out.buf()))
 }
 
@@ -238,4 +242,170 @@ fn drain_is_a_goaway_pair_around_a_ping() {
     assert_eq!(kinds, [frame::HEADERS, frame::DATA, frame::GOAWAY]);
     assert_eq!(frame::u31(&got[2].1), Some(3));
     assert!(h2.finished());
+}
+
+// DATA by reference: bodies from a real snapshot's arena.
+
+/// A scratch root holding `body.bin`, removed on drop.
+struct Root(std::path::PathBuf);
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A snapshot of a root holding `body` as `/body.bin` (in memory).
+fn snapshot_with(tag: &str, body: &[u8]) -> (Root, Arc<Snapshot>) {
+    let root =
+        Root(std::env::temp_dir().join(format!("shardhttpd-h2-{}-{tag}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&root.0);
+    std::fs::create_dir_all(&root.0).unwrap();
+    std::fs::write(root.0.join("body.bin"), body).unwrap();
+    let opts = crate::cache::BuildOptions {
+        root: root.0.clone(),
+        cache_max_bytes: 1 << 20,
+        sendfile_threshold: 1 << 20,
+        server_line: Vec::new(),
+        dotfile_allow: Default::default(),
+        index_files: Vec::new(),
+        default_type: "application/octet-stream".into(),
+        compress: None,
+        compress_configured: None,
+        fast_start_max_age: 60,
+        headers: Default::default(),
+        status_cache_control: Default::default(),
+        cache_control: Default::default(),
+        error_pages: Vec::new(),
+        spa_fallback: false,
+        open_files: Default::default(),
+        preload_max_files: crate::cache::DEFAULT_PRELOAD_MAX_FILES,
+        compress_max_file_bytes: crate::cache::DEFAULT_COMPRESS_MAX_FILE_BYTES,
+    };
+    let snap = Arc::new(crate::cache::build(&opts, 1).unwrap());
+    (root, snap)
+}
+
+/// Answers every request with `/body.bin` of `snap`, its body queued by
+/// reference as `conn::respond` queues it.
+struct FromSnapshot(Arc<Snapshot>);
+
+impl Handler for FromSnapshot {
+    fn respond(
+        &mut self,
+        _req: &Request<'_>,
+        _fields: &hpack::Fields,
+        resp: &mut Output,
+    ) -> (Status, u64) {
+        let Some(crate::cache::Resource::File(idx)) = self.0.resolve(b"/body.bin") else {
+            panic!("no /body.bin in the snapshot");
+        };
+        let repr = self.0.entry(idx).identity();
+        assert!(matches!(repr.body, crate::cache::Body::Mem { .. }));
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", repr.len);
+        resp.buf().extend_from_slice(head.as_bytes());
+        resp.push_body(&self.0, &repr.body, 0, repr.len, None);
+        (Status::Ok, repr.len)
+    }
+
+    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
+        Fixed.refuse(status, message, resp)
+    }
+}
+
+/// The queue as bytes (ranges read from its pinned snapshot) and how many
+/// of its pieces are ranges.
+fn flatten(out: &Output) -> (Vec<u8>, usize) {
+    let mut all = Vec::new();
+    let mut ranges = 0;
+    out.for_each_piece(|p| match p {
+        Piece::Bytes(b) => all.extend_from_slice(b),
+        Piece::Mem { off, len } => {
+            ranges += 1;
+            all.extend_from_slice(out.pinned().unwrap().mem(off, len));
+        }
+        other => panic!("unexpected piece {other:?}"),
+    });
+    (all, ranges)
+}
+
+/// One GET of `/body.bin` answered from `snap`, its DATA scheduled with
+/// `current` as the shard's snapshot into `out` (after `skip` bytes
+/// already queued); returns the body the frames carry and how many pieces
+/// of the queue are ranges.
+fn fetch_body(
+    snap: &Arc<Snapshot>,
+    current: &Arc<Snapshot>,
+    out: &mut Output,
+    skip: usize,
+) -> (Vec<u8>, usize) {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut c = H2Counters::default();
+    let mut input = open();
+    input.extend(get(1));
+    let mut handler = FromSnapshot(Arc::clone(snap));
+    let (used, recv) = h2.recv(&input, out, &mut handler, &mut c, Instant::now());
+    assert_eq!((used, recv), (input.len(), Recv::More));
+    assert_eq!(h2.send(out, current, &mut c, Instant::now()), Sent::Idle);
+    let (bytes, ranges) = flatten(out);
+    let mut body = Vec::new();
+    for (h, payload) in frames(&bytes[skip..]) {
+        if h.kind == frame::DATA {
+            body.extend_from_slice(&payload);
+        }
+    }
+    assert_eq!(h2.active(), 0, "the body went out whole");
+    (body, ranges)
+}
+
+/// Two full frames, then a tail shorter than `REF_MIN`.
+fn two_frames_and_a_bit() -> Vec<u8> {
+    (0..2 * 16_384 + 500u32)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect()
+}
+
+#[test]
+fn data_from_the_current_snapshot_goes_by_reference() {
+    let body = two_frames_and_a_bit();
+    let (_root, snap) = snapshot_with("by-ref", &body);
+    let mut out = Output::default();
+    let (got, ranges) = fetch_body(&snap, &snap, &mut out, 0);
+    assert!(got == body, "the body, exactly");
+    assert_eq!(ranges, 2, "the full frames by reference, the tail copied");
+    assert!(Arc::ptr_eq(out.pinned().unwrap(), &snap));
+    assert!(out.pending_owned() < 1024, "frame headers, not payloads");
+}
+
+#[test]
+fn data_of_an_older_snapshot_is_copied() {
+    let body = two_frames_and_a_bit();
+    let (_root, snap) = snapshot_with("older", &body);
+    let current = Arc::new(Snapshot::empty());
+    let mut out = Output::default();
+    let (got, ranges) = fetch_body(&snap, &current, &mut out, 0);
+    assert!(got == body);
+    assert_eq!(ranges, 0, "a stream of an older snapshot copies");
+    assert!(out.pinned().is_none());
+}
+
+#[test]
+fn data_is_copied_while_the_output_pins_another_snapshot() {
+    let body = two_frames_and_a_bit();
+    let (_root, snap) = snapshot_with("pinned", &body);
+    let (_other_root, other) = snapshot_with("pinned-other", &body);
+    let mut out = Output::default();
+    // A range of `other` already queued (as after a reload, before `snap`
+    // became current).
+    let Some(crate::cache::Resource::File(idx)) = other.resolve(b"/body.bin") else {
+        panic!("no /body.bin");
+    };
+    let crate::cache::Body::Mem { off } = other.entry(idx).identity().body else {
+        panic!("not in memory");
+    };
+    assert!(out.push_mem(&other, off, 10));
+    let (got, ranges) = fetch_body(&snap, &snap, &mut out, 10);
+    assert_eq!(ranges, 1, "only the range queued before");
+    assert!(Arc::ptr_eq(out.pinned().unwrap(), &other));
+    assert!(got == body);
 }

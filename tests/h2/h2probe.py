@@ -457,6 +457,47 @@ def scenario_drain(args):
                    sha256=w.digests(streams)))
 
 
+def scenario_reload(args):
+    """A download that a reload cuts in two: stream 1 for --path with
+    stream windows of --size bytes, so that much of the body arrives and
+    the rest waits; says `{"ready": ...}`, then waits until stdin closes
+    (the test replaces the file and reloads meanwhile). Then stream 3 for
+    the same path (the new version, on the same connection), every window
+    opened, and both bodies collected."""
+    w = Wire(args, settings=[(S_INITIAL_WINDOW_SIZE, args.size)])
+    w.auto_window = False
+    w.wait_settings()
+    w.send(w.request(1, args.path))
+    w.pump(5, lambda: len(w.data.get(1, b"")) >= args.size)
+    emit({"ready": True, "status": w.status(1), "received": len(w.data.get(1, b""))})
+    sys.stdin.read()
+    w.send(w.request(3, args.path))
+    w.pump(5, lambda: len(w.data.get(3, b"")) >= args.size)
+    early = {"1": len(w.data.get(1, b"")), "3": len(w.data.get(3, b""))}
+    w.auto_window = True
+    w.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - 65535))
+           + settings_frame([(S_INITIAL_WINDOW_SIZE, MAX_WINDOW)]))
+    w.pump(args.wait, lambda: 1 in w.ended and 3 in w.ended)
+    emit(w.summary(before_windows=early, ended=sorted(w.ended),
+                   lengths={str(s): len(w.data.get(s, b"")) for s in (1, 3)},
+                   sha256=w.digests([1, 3])))
+
+
+def scenario_small_windows(args):
+    """--count streams for --path at once, with stream windows of --size
+    bytes and every DATA frame's bytes given back as it comes: the bodies
+    arrive interleaved, in frames of at most --size bytes."""
+    w = Wire(args, settings=[(S_INITIAL_WINDOW_SIZE, args.size)])
+    w.wait_settings()
+    streams = [2 * i + 1 for i in range(args.count)]
+    w.send(b"".join(w.request(s, args.path) for s in streams))
+    w.pump(args.wait, lambda: all(s in w.ended for s in streams))
+    data = [len(f[3]) for f in w.frames if f[0] == DATA]
+    emit(w.summary(ended=sorted(w.ended), data_frames=len(data), largest_data=max(data or [0]),
+                   lengths={str(s): len(w.data.get(s, b"")) for s in streams},
+                   sha256=w.digests(streams)))
+
+
 def scenario_preface(args):
     """What a cleartext listener does with the client preface: the bytes it
     answers with (first 200) and whether it then closes."""
@@ -510,6 +551,8 @@ SCENARIOS = {
     "hold": scenario_hold,
     "idle": scenario_idle,
     "drain": scenario_drain,
+    "reload": scenario_reload,
+    "small-windows": scenario_small_windows,
     "preface": scenario_preface,
 }
 

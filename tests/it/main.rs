@@ -22,6 +22,7 @@ mod flags;
 mod fs_races;
 mod http2;
 mod http2_conformance;
+mod http2_data;
 mod http2_defences;
 mod http2_semantics;
 mod http_semantics;
