@@ -130,16 +130,20 @@ for set in "${sets[@]}"; do
       # selects the unit tests of sys::uring, shard::ring and conn::ring
       # and the uring suite (auto, fallback, closes, back-pressure,
       # ring sends); lifecycle drives keep-alive, pipelining, timeouts and
-      # SIGTERM/SIGINT drains; output_queue the sends that stop part way
+      # a SIGTERM with a response in flight; output_queue the sends that stop part way
       # and resets (its two slowest backlog tests left out: ~20 s); one
       # shutdown test a drain during a rebuild. The drain suite (upgrades,
-      # minutes) is not in it.
+      # minutes) is not in it, nor lifecycle's SIGTERM/SIGINT of idle
+      # connections: on the ring a shard's drain can take past their 3 s
+      # (the listener poll removal the lead is fixing), which fails the
+      # unmutated baseline.
       files=(--file src/sys/uring.rs --file src/shard/backend.rs --file src/shard/ring.rs)
       [ "$set" = uring ] || files=(--file src/conn/ring.rs)
       SHARDHTTPD_TEST_IO=uring run "$set" "${files[@]}" \
         --cargo-arg=--lib --cargo-arg=--test=it -- -- \
         uring:: backend:: lifecycle:: output_queue:: shutdown::repeated \
-        --skip backlog_of_referenced --skip backlog_of_file
+        --skip backlog_of_referenced --skip backlog_of_file \
+        --skip closes_idle_connections_and_exits_0
       ;;
   esac
 done
