@@ -139,7 +139,9 @@ for set in "${sets[@]}"; do
       # unmutated baseline.
       files=(--file src/sys/uring.rs --file src/shard/backend.rs --file src/shard/ring.rs)
       [ "$set" = uring ] || files=(--file src/conn/ring.rs)
-      SHARDHTTPD_TEST_IO=uring run "$set" "${files[@]}" \
+      # --timeout: the tests take ~45 s on 2 busy cores; a mutant that
+      # stalls the loop would otherwise hold the run for the auto 228 s.
+      SHARDHTTPD_TEST_IO=uring run "$set" "${files[@]}" --timeout 100 \
         --cargo-arg=--lib --cargo-arg=--test=it -- -- \
         uring:: backend:: lifecycle:: output_queue:: shutdown::repeated \
         --skip backlog_of_referenced --skip backlog_of_file \
