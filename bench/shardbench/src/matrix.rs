@@ -3,6 +3,7 @@
 //! interleaved, so drift on a busy machine hits them alike.
 
 use crate::docs::{Doc, DOCS, SMALL};
+use clap::ValueEnum;
 
 /// The largest document (100 KiB): the TLS bulk row.
 const LARGE: Doc = DOCS[DOCS.len() - 1];
@@ -244,6 +245,22 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
     }
     cells.extend(h2_cells);
     Plan { cells, notes }
+}
+
+impl ValueEnum for Kind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Kind::Full, Kind::Quick, Kind::Tiny, Kind::Tls, Kind::H2]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            Kind::Full => "full",
+            Kind::Quick => "quick",
+            Kind::Tiny => "tiny",
+            Kind::Tls => "tls",
+            Kind::H2 => "h2",
+        }))
+    }
 }
 
 #[cfg(test)]
