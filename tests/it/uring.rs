@@ -536,6 +536,24 @@ fn nofile() -> u64 {
         .unwrap_or(1024)
 }
 
+/// Run `f` with the server stopped (SIGSTOP), then let it go on
+/// (SIGCONT): what `f` sends is all there at its next loop turn.
+fn while_stopped(server: &Server, f: impl FnOnce()) {
+    let pid = server.pid().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    f();
+    std::thread::sleep(Duration::from_millis(200));
+    signal("-CONT");
+}
+
 /// The provided buffer ring is shared by the shard's connections (1024
 /// buffers): when more receives complete in one turn than it holds, the
 /// rest end with ENOBUFS. Each of those is counted and armed again, and
@@ -574,21 +592,11 @@ fn uring_rearms_receives_that_found_the_buffer_ring_empty() {
         )
     };
     assert_eq!(exhausted(), 0.0, "1 500 one at a time fit the ring");
-    let pid = server.pid().to_string();
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill {sig} {pid}");
-    };
-    signal("-STOP");
-    for c in conns.iter_mut() {
-        c.send(get.as_bytes());
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    signal("-CONT");
+    while_stopped(&server, || {
+        for c in conns.iter_mut() {
+            c.send(get.as_bytes());
+        }
+    });
     for (i, c) in conns.iter_mut().enumerate() {
         let r = c
             .read_response()
@@ -604,5 +612,62 @@ fn uring_rearms_receives_that_found_the_buffer_ring_empty() {
     // And each connection still serves.
     for (i, c) in conns.iter_mut().enumerate().step_by(100) {
         assert_eq!(c.roundtrip(&get).body_str(), "nb", "connection {i}");
+    }
+}
+
+/// A turn can bring more poll completions than one wait takes (1 024
+/// events): the rest stay in the completion queue for the next. PROXY
+/// protocol connections are driven by readiness (a poll each): 1 500 of
+/// them connect, then send their header and request while the shard is
+/// stopped, so the turn after SIGCONT finds 1 500 polls ready.
+#[test]
+fn uring_takes_more_ready_polls_than_one_wait_holds() {
+    const CONNS: usize = 1500;
+    if !uring_or_skip("uring_more_polls") {
+        return;
+    }
+    if nofile() < 2 * CONNS as u64 + 512 {
+        support::loud(&format!(
+            "SKIP uring_more_polls: RLIMIT_NOFILE {} < {}",
+            nofile(),
+            2 * CONNS + 512
+        ));
+        return;
+    }
+    let site = site_with("uring-polls", b"pp");
+    let mut a = args(&site, "uring");
+    a.extend(
+        [
+            "--proxy-protocol",
+            "true",
+            "--trusted-proxies",
+            "127.0.0.1/32",
+        ]
+        .map(String::from),
+    );
+    let server = Server::spawn(&a, 1);
+    let mut conns: Vec<support::Conn> = (0..CONNS).map(|_| server.connect()).collect();
+    let admin = server.admin_addr();
+    assert!(
+        support::poll_until(Duration::from_secs(10), || {
+            sum(&scrape(admin), "shardhttpd_connections_active", &[]) >= CONNS as f64
+        }),
+        "{CONNS} connections accepted\n{}",
+        server.log_text()
+    );
+    let req = format!(
+        "PROXY TCP4 198.51.100.4 127.0.0.1 40000 80\r\n{}",
+        support::get("/a.txt")
+    );
+    while_stopped(&server, || {
+        for c in conns.iter_mut() {
+            c.send(req.as_bytes());
+        }
+    });
+    for (i, c) in conns.iter_mut().enumerate() {
+        let r = c
+            .read_response()
+            .unwrap_or_else(|e| panic!("connection {i}: {e}\n{}", server.log_text()));
+        assert_eq!(r.body_str(), "pp", "connection {i}");
     }
 }
