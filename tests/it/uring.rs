@@ -554,67 +554,6 @@ fn while_stopped(server: &Server, f: impl FnOnce()) {
     signal("-CONT");
 }
 
-/// The provided buffer ring is shared by the shard's connections (1024
-/// buffers): when more receives complete in one turn than it holds, the
-/// rest end with ENOBUFS. Each of those is counted and armed again, and
-/// its connection goes on as if nothing happened: here 1 500 keep-alive
-/// connections send while the shard is stopped (SIGSTOP), so the turn
-/// after SIGCONT finds bytes on all of them at once, and every one gets
-/// its answer.
-#[test]
-fn uring_rearms_receives_that_found_the_buffer_ring_empty() {
-    const CONNS: usize = 1500;
-    if !uring_or_skip("uring_rearms_receives") {
-        return;
-    }
-    if nofile() < 2 * CONNS as u64 + 512 {
-        support::loud(&format!(
-            "SKIP uring_rearms_receives: RLIMIT_NOFILE {} < {}",
-            nofile(),
-            2 * CONNS + 512
-        ));
-        return;
-    }
-    let site = site_with("uring-nobufs", b"nb");
-    let server = Server::spawn(&args(&site, "uring"), 1);
-    let get = support::get("/a.txt");
-    // A first request on each: from its first event on, a connection is
-    // driven by completions, its multishot receive armed.
-    let mut conns: Vec<support::Conn> = (0..CONNS).map(|_| server.connect()).collect();
-    for (i, c) in conns.iter_mut().enumerate() {
-        assert_eq!(c.roundtrip(&get).body_str(), "nb", "connection {i}");
-    }
-    let exhausted = || {
-        sum(
-            &scrape(server.admin_addr()),
-            "shardhttpd_uring_recv_buffers_exhausted_total",
-            &[],
-        )
-    };
-    assert_eq!(exhausted(), 0.0, "1 500 one at a time fit the ring");
-    while_stopped(&server, || {
-        for c in conns.iter_mut() {
-            c.send(get.as_bytes());
-        }
-    });
-    for (i, c) in conns.iter_mut().enumerate() {
-        let r = c
-            .read_response()
-            .unwrap_or_else(|e| panic!("connection {i} after the stop: {e}"));
-        assert_eq!(r.body_str(), "nb", "connection {i}");
-    }
-    // Shards publish their counters every 250 ms.
-    assert!(
-        support::poll_until(Duration::from_secs(3), || exhausted() > 0.0),
-        "{CONNS} receives in one turn and none found the ring empty\n{}",
-        server.log_text()
-    );
-    // And each connection still serves.
-    for (i, c) in conns.iter_mut().enumerate().step_by(100) {
-        assert_eq!(c.roundtrip(&get).body_str(), "nb", "connection {i}");
-    }
-}
-
 /// A turn can bring more poll completions than one wait takes (1 024
 /// events): the rest stay in the completion queue for the next. PROXY
 /// protocol connections are driven by readiness (a poll each): 1 500 of
