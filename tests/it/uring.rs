@@ -523,3 +523,53 @@ fn uring_cuts_a_zero_window_client_with_a_send_in_flight_after_write_timeout() {
     // The server goes on serving.
     assert_eq!(server.get("/a.txt").body.len(), 2000);
 }
+
+/// A client's end of file on a connection driven by completions (its
+/// receive's last completion, `res` 0) closes the connection at once, not
+/// at the keep-alive timeout; so does a reset (`-ECONNRESET`). Neither is
+/// counted as the provided buffer ring running out (nor is anything in
+/// plain service: the counter stays 0).
+#[test]
+fn uring_closes_at_once_on_the_clients_eof_or_reset() {
+    if !uring_or_skip("uring_eof") {
+        return;
+    }
+    let site = site_with("uring-eof", b"eof");
+    let mut a = args(&site, "uring");
+    a.extend(["--keepalive-timeout".into(), "60".into()]);
+    let server = Server::spawn(&a, 1);
+    let admin = server.admin_addr();
+    // Half-closed after an answer: the server sees EOF and closes.
+    for i in 0..5 {
+        let mut c = server.connect();
+        assert_eq!(c.roundtrip(&support::get("/a.txt")).body_str(), "eof");
+        c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+        c.expect_closed(Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("connection {i}, after the client's EOF: {e}"));
+    }
+    // Reset after an answer (SO_LINGER 0: close sends RST).
+    for _ in 0..5 {
+        let mut c = server.connect();
+        assert_eq!(c.roundtrip(&support::get("/a.txt")).body_str(), "eof");
+        socket2::SockRef::from(&c.stream)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(c);
+    }
+    assert!(
+        support::poll_until(Duration::from_secs(3), || {
+            sum(&scrape(admin), "shardhttpd_connections_active", &[]) == 0.0
+        }),
+        "reset connections left open (keep-alive timeout 60 s)\n{}",
+        server.log_text()
+    );
+    assert_eq!(
+        sum(
+            &scrape(admin),
+            "shardhttpd_uring_recv_buffers_exhausted_total",
+            &[]
+        ),
+        0.0,
+        "an EOF or a reset counted as the buffer ring running out"
+    );
+}
