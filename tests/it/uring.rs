@@ -573,3 +573,41 @@ fn uring_closes_at_once_on_the_clients_eof_or_reset() {
         "an EOF or a reset counted as the buffer ring running out"
     );
 }
+
+/// A PROXY protocol connection is driven by readiness (a multishot poll),
+/// not by completions: when the server closes it, the close must reach
+/// the client, which it does only once the poll holding the socket is
+/// removed from the ring.
+#[test]
+fn uring_closes_a_connection_driven_by_readiness() {
+    if !uring_or_skip("uring_closes_readiness") {
+        return;
+    }
+    let site = site_with("uring-proxy-close", b"pc");
+    let mut a = args(&site, "uring");
+    a.extend(
+        [
+            "--proxy-protocol",
+            "true",
+            "--trusted-proxies",
+            "127.0.0.1/32",
+        ]
+        .map(String::from),
+    );
+    let server = Server::spawn(&a, 1);
+    for i in 0..5 {
+        let mut s = TcpStream::connect(server.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        // The header first: the request arrives on a watched socket.
+        s.write_all(b"PROXY TCP4 198.51.100.4 127.0.0.1 40000 80\r\n")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let req = support::request("GET", "/a.txt", &[("Connection", "close")]);
+        s.write_all(req.as_bytes()).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all)
+            .unwrap_or_else(|e| panic!("connection {i}: no close from the server: {e}"));
+        assert!(all.starts_with(b"HTTP/1.1 200 OK"), "connection {i}");
+        assert!(all.ends_with(b"pc"), "connection {i}");
+    }
+}
