@@ -611,3 +611,33 @@ fn uring_closes_a_connection_driven_by_readiness() {
         assert!(all.ends_with(b"pc"), "connection {i}");
     }
 }
+
+/// The provided buffers go back to the kernel: more receives than the
+/// ring has buffers (1 024), one keep-alive request each, are all
+/// answered, and none finds the ring empty.
+#[test]
+fn uring_gives_receive_buffers_back() {
+    if !uring_or_skip("uring_buffers_back") {
+        return;
+    }
+    let site = site_with("uring-buffers-back", b"bb");
+    let mut a = args(&site, "uring");
+    a.extend(["--max-requests-per-connection".into(), "100000".into()]);
+    let server = Server::spawn(&a, 1);
+    let mut c = server.connect();
+    for i in 0..1100 {
+        assert_eq!(
+            c.roundtrip(&support::get("/a.txt")).body_str(),
+            "bb",
+            "request {i}"
+        );
+    }
+    assert_eq!(
+        sum(
+            &scrape(server.admin_addr()),
+            "shardhttpd_uring_recv_buffers_exhausted_total",
+            &[]
+        ),
+        0.0
+    );
+}
