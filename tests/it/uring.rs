@@ -523,3 +523,121 @@ fn uring_cuts_a_zero_window_client_with_a_send_in_flight_after_write_timeout() {
     // The server goes on serving.
     assert_eq!(server.get("/a.txt").body.len(), 2000);
 }
+
+/// A client's end of file on a connection driven by completions (its
+/// receive's last completion, `res` 0) closes the connection at once, not
+/// at the keep-alive timeout; so does a reset (`-ECONNRESET`). Neither is
+/// counted as the provided buffer ring running out (nor is anything in
+/// plain service: the counter stays 0).
+#[test]
+fn uring_closes_at_once_on_the_clients_eof_or_reset() {
+    if !uring_or_skip("uring_eof") {
+        return;
+    }
+    let site = site_with("uring-eof", b"eof");
+    let mut a = args(&site, "uring");
+    a.extend(["--keepalive-timeout".into(), "60".into()]);
+    let server = Server::spawn(&a, 1);
+    let admin = server.admin_addr();
+    // Half-closed after an answer: the server sees EOF and closes.
+    for i in 0..5 {
+        let mut c = server.connect();
+        assert_eq!(c.roundtrip(&support::get("/a.txt")).body_str(), "eof");
+        c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+        c.expect_closed(Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("connection {i}, after the client's EOF: {e}"));
+    }
+    // Reset after an answer (SO_LINGER 0: close sends RST).
+    for _ in 0..5 {
+        let mut c = server.connect();
+        assert_eq!(c.roundtrip(&support::get("/a.txt")).body_str(), "eof");
+        socket2::SockRef::from(&c.stream)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(c);
+    }
+    assert!(
+        support::poll_until(Duration::from_secs(3), || {
+            sum(&scrape(admin), "shardhttpd_connections_active", &[]) == 0.0
+        }),
+        "reset connections left open (keep-alive timeout 60 s)\n{}",
+        server.log_text()
+    );
+    assert_eq!(
+        sum(
+            &scrape(admin),
+            "shardhttpd_uring_recv_buffers_exhausted_total",
+            &[]
+        ),
+        0.0,
+        "an EOF or a reset counted as the buffer ring running out"
+    );
+}
+
+/// A PROXY protocol connection is driven by readiness (a multishot poll),
+/// not by completions: when the server closes it, the close must reach
+/// the client, which it does only once the poll holding the socket is
+/// removed from the ring.
+#[test]
+fn uring_closes_a_connection_driven_by_readiness() {
+    if !uring_or_skip("uring_closes_readiness") {
+        return;
+    }
+    let site = site_with("uring-proxy-close", b"pc");
+    let mut a = args(&site, "uring");
+    a.extend(
+        [
+            "--proxy-protocol",
+            "true",
+            "--trusted-proxies",
+            "127.0.0.1/32",
+        ]
+        .map(String::from),
+    );
+    let server = Server::spawn(&a, 1);
+    for i in 0..5 {
+        let mut s = TcpStream::connect(server.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        // The header first: the request arrives on a watched socket.
+        s.write_all(b"PROXY TCP4 198.51.100.4 127.0.0.1 40000 80\r\n")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let req = support::request("GET", "/a.txt", &[("Connection", "close")]);
+        s.write_all(req.as_bytes()).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all)
+            .unwrap_or_else(|e| panic!("connection {i}: no close from the server: {e}"));
+        assert!(all.starts_with(b"HTTP/1.1 200 OK"), "connection {i}");
+        assert!(all.ends_with(b"pc"), "connection {i}");
+    }
+}
+
+/// The provided buffers go back to the kernel: more receives than the
+/// ring has buffers (1 024), one keep-alive request each, are all
+/// answered, and none finds the ring empty.
+#[test]
+fn uring_gives_receive_buffers_back() {
+    if !uring_or_skip("uring_buffers_back") {
+        return;
+    }
+    let site = site_with("uring-buffers-back", b"bb");
+    let mut a = args(&site, "uring");
+    a.extend(["--max-requests-per-connection".into(), "100000".into()]);
+    let server = Server::spawn(&a, 1);
+    let mut c = server.connect();
+    for i in 0..1100 {
+        assert_eq!(
+            c.roundtrip(&support::get("/a.txt")).body_str(),
+            "bb",
+            "request {i}"
+        );
+    }
+    assert_eq!(
+        sum(
+            &scrape(server.admin_addr()),
+            "shardhttpd_uring_recv_buffers_exhausted_total",
+            &[]
+        ),
+        0.0
+    );
+}

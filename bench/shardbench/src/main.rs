@@ -21,6 +21,7 @@ mod procs;
 mod release;
 mod report;
 mod servers;
+mod syscalls;
 
 use std::fs;
 use std::io;
@@ -29,7 +30,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 use load::{Mode, Spec, Tool};
 use machine::{has_flag, has_tls, machine, split_cpus};
@@ -137,6 +138,13 @@ struct RunArgs {
     /// `shardhttpd` on the server's default backend.
     #[arg(long, value_enum, value_name = "LIST", value_delimiter = ',')]
     io: Option<Vec<servers::Io>>,
+    /// Syscalls per request: after each server's timed cell (round 1),
+    /// the same load again for a traced pass with `strace -c -f` attached
+    /// to the server's processes and threads; summary.csv and the tables
+    /// get the syscalls per request and the most frequent by name. The
+    /// timed figures are not traced. Skipped, saying so, without strace.
+    #[arg(long)]
+    syscalls: bool,
     /// Show the matrix and the time it will take, and exit.
     #[arg(long)]
     dry_run: bool,
@@ -225,6 +233,12 @@ fn study(args: RunArgs) -> io::Result<bool> {
     plan.cells.retain(|c| h2load || c.tool != Tool::H2load);
     if args.sweep_only {
         plan.cells.clear();
+    }
+    let trace = args.syscalls && syscalls::available();
+    if args.syscalls && !trace {
+        let n = "SKIP --syscalls: strace is not installed (apt-get install strace)";
+        eprintln!("{n}");
+        notes.push(n.into());
     }
 
     fs::create_dir_all(args.out.join("work"))?;
@@ -458,7 +472,11 @@ fn study(args: RunArgs) -> io::Result<bool> {
     let expected: f64 = jobs
         .iter()
         .filter(|(_, t, _)| matches!(t, Target::Running(_)))
-        .map(|(c, _, _)| cell_duration(duration, c.concurrency, somaxconn).as_secs_f64() + 0.2)
+        // A traced pass (`--syscalls`, round 1) is the cell again.
+        .map(|(c, _, r)| {
+            let traced = if trace && *r == 1 { 2.0 } else { 1.0 };
+            traced * cell_duration(duration, c.concurrency, somaxconn).as_secs_f64() + 0.2
+        })
         .sum::<f64>()
         + 2.0 * (sweep_shards.len() * rounds) as f64 * (duration.as_secs_f64() + 1.5);
     eprintln!(
@@ -596,6 +614,16 @@ fn study(args: RunArgs) -> io::Result<bool> {
             complete = false;
             break;
         };
+        if trace && *round == 1 {
+            match syscalls::trace(&mut commands, s.pid(), &spec, &label)? {
+                None => complete = false,
+                Some(Ok(c)) => row.syscalls = Some(c),
+                Some(Err(why)) => {
+                    eprintln!("{label}: syscalls not counted: {why}");
+                    row.note = syscalls::noted(&row.note, &why);
+                }
+            }
+        }
         row.section = "matrix".into();
         row.server = s.name.clone();
         row.shards = 1;
@@ -772,22 +800,6 @@ fn hms(secs: f64) -> String {
         format!("{}m{:02}s", s / 60, s % 60)
     } else {
         format!("{s}s")
-    }
-}
-
-impl ValueEnum for Kind {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[Kind::Full, Kind::Quick, Kind::Tiny, Kind::Tls, Kind::H2]
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(match self {
-            Kind::Full => "full",
-            Kind::Quick => "quick",
-            Kind::Tiny => "tiny",
-            Kind::Tls => "tls",
-            Kind::H2 => "h2",
-        }))
     }
 }
 

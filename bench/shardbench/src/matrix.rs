@@ -3,11 +3,11 @@
 //! interleaved, so drift on a busy machine hits them alike.
 
 use crate::docs::{Doc, DOCS, LARGE, SMALL};
+use crate::load::{Mode, Tool};
+use clap::ValueEnum;
 
-/// The largest document (100 KiB): the TLS bulk row.
 /// The 4 KiB page: the h2 matrix's middle size.
 const MEDIUM: Doc = DOCS[2];
-use crate::load::{Mode, Tool};
 
 /// The classic concurrency levels.
 pub const CONCURRENCY: [usize; 5] = [1, 10, 100, 1000, 10_000];
@@ -259,6 +259,22 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
     }
     cells.extend(h2_cells);
     Plan { cells, notes }
+}
+
+impl ValueEnum for Kind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Kind::Full, Kind::Quick, Kind::Tiny, Kind::Tls, Kind::H2]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            Kind::Full => "full",
+            Kind::Quick => "quick",
+            Kind::Tiny => "tiny",
+            Kind::Tls => "tls",
+            Kind::H2 => "h2",
+        }))
+    }
 }
 
 #[cfg(test)]

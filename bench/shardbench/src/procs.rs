@@ -166,7 +166,7 @@ fn stat_of(pid: u32) -> Option<(u32, u64)> {
 }
 
 /// Processes of the tree under `root` (itself included), alive now.
-fn tree(root: u32) -> Vec<u32> {
+pub fn tree(root: u32) -> Vec<u32> {
     let mut parent: BTreeMap<u32, (u32, u64)> = BTreeMap::new();
     if let Ok(dir) = fs::read_dir("/proc") {
         for e in dir.flatten() {

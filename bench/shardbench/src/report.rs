@@ -9,6 +9,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use crate::load::Outcome;
+use crate::syscalls::{self, Syscalls};
 
 /// The CSV columns, in order; `docs/benchmarks.md` documents each.
 pub const COLUMNS: [&str; 25] = [
@@ -65,6 +66,9 @@ pub struct Row {
     /// Which of `--rounds` this is (from 1); 0 for a cell not run
     /// (unsupported).
     pub round: usize,
+    /// `--syscalls`: the traced pass after round 1 (summary.csv and the
+    /// tables; results.csv keeps its columns).
+    pub syscalls: Option<Syscalls>,
 }
 
 impl Row {
@@ -377,7 +381,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Summary> {
 }
 
 /// The `summary.csv` columns: one row per server and cell over its rounds.
-pub const SUMMARY_COLUMNS: [&str; 25] = [
+pub const SUMMARY_COLUMNS: [&str; 27] = [
     "section",
     "server",
     "tool",
@@ -403,6 +407,8 @@ pub const SUMMARY_COLUMNS: [&str; 25] = [
     "limited_by",
     "balance_max_min_median",
     "note",
+    "syscalls_per_req",
+    "syscalls_top",
 ];
 
 /// `summary.csv`, whole.
@@ -464,6 +470,12 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             },
             s.balance.map_or_else(String::new, |b| num(b.median, 2)),
             note,
+            r.syscalls
+                .as_ref()
+                .map_or_else(String::new, |c| syscalls::per_req(c.per_req)),
+            r.syscalls
+                .as_ref()
+                .map_or_else(String::new, Syscalls::top_field),
         ];
         let line: Vec<String> = fields.iter().map(|f| quote(f)).collect();
         out.push_str(&line.join(","));
@@ -544,6 +556,16 @@ pub fn markdown(rows: &[Row]) -> String {
         } else {
             Vec::new()
         };
+        // `--syscalls`: a column per server that has a count.
+        let traced: Vec<&String> = present
+            .iter()
+            .copied()
+            .filter(|s| {
+                cells
+                    .iter()
+                    .any(|c| &&c.row.server == s && c.row.syscalls.is_some())
+            })
+            .collect();
         let _ = writeln!(md, "### {mode}, {size} ({tool})\n");
         let mut head = String::from("| concurrency |");
         let mut rule = String::from("|---:|");
@@ -558,6 +580,10 @@ pub fn markdown(rows: &[Row]) -> String {
                 let _ = write!(head, " {s} ×floor |");
             }
             rule.push_str("---:|");
+        }
+        for s in &traced {
+            let _ = write!(head, " {s} syscalls/req |");
+            rule.push_str("---|");
         }
         let _ = writeln!(md, "{head}\n{rule}");
         let concs: BTreeSet<usize> = cells.iter().map(|c| c.row.concurrency).collect();
@@ -591,6 +617,18 @@ pub fn markdown(rows: &[Row]) -> String {
                         let _ = write!(line, " {:.2} |", a / b);
                     }
                     _ => line.push_str(" |"),
+                }
+            }
+            for s in &traced {
+                let count = cells
+                    .iter()
+                    .find(|x| &&x.row.server == s && x.row.concurrency == c)
+                    .and_then(|x| x.row.syscalls.as_ref());
+                match count {
+                    Some(n) => {
+                        let _ = write!(line, " {} |", n.text());
+                    }
+                    None => line.push_str(" |"),
                 }
             }
             let _ = writeln!(md, "{line}");

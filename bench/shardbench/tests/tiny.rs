@@ -69,7 +69,13 @@ fn tiny_matrix_writes_every_expected_row() {
         let help = Command::new(&bin).arg("--help").output().expect("--help");
         String::from_utf8_lossy(&help.stdout).contains("--io <")
     };
+    // Syscalls per request, where strace is installed to count them.
+    let strace = on_path("strace");
+    if !strace {
+        eprintln!("\n*** SKIP the --syscalls columns: strace not installed ***\n");
+    }
     let run = Command::new(env!("CARGO_BIN_EXE_shardbench"))
+        .args(strace.then_some("--syscalls"))
         .args([
             "--matrix",
             "tiny",
@@ -227,5 +233,32 @@ fn tiny_matrix_writes_every_expected_row() {
             .any(|l| l.starts_with("matrix,floor,wrk,keep-alive,100B,100,10,1,1,,2,")),
         "the floor's cell over 2 rounds: {summary}"
     );
+    if strace {
+        // The epoll floor reads and writes once per keep-alive request, and
+        // waits less than once: about 2 calls, recvfrom and sendto first.
+        let head: Vec<&str> = summary.lines().next().unwrap().split(',').collect();
+        let at = |name: &str| head.iter().position(|h| *h == name).expect(name);
+        let floor: Vec<&str> = summary
+            .lines()
+            .find(|l| l.starts_with("matrix,floor,wrk,"))
+            .expect("floor row")
+            .split(',')
+            .collect();
+        let per_req: f64 = floor[at("syscalls_per_req")]
+            .parse()
+            .unwrap_or_else(|_| panic!("syscalls counted for the floor: {summary}"));
+        assert!((2.0..3.0).contains(&per_req), "{summary}");
+        let top: Vec<(&str, f64)> = floor[at("syscalls_top")]
+            .split(';')
+            .filter_map(|kv| Some((kv.split_once('=')?.0, kv.split_once('=')?.1.parse().ok()?)))
+            .collect();
+        let mut first_two: Vec<&str> = top.iter().take(2).map(|(n, _)| *n).collect();
+        first_two.sort();
+        assert_eq!(first_two, ["recvfrom", "sendto"], "{summary}");
+        for (name, v) in &top[..2] {
+            assert!((0.9..1.2).contains(v), "{name} {v} per request: {summary}");
+        }
+        assert!(md.contains("floor syscalls/req"), "{md}");
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
