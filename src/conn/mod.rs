@@ -545,9 +545,14 @@ impl Conn {
             io.unflushed = 0;
         }
         // Before the first request (a TLS handshake flight) the header
-        // timeout from accept still runs, as nginx's client_header_timeout.
-        if self.reading == Reading::Idle && self.served > 0 && !self.is_h2() {
-            self.deadline = env.now + env.cfg.keepalive_timeout;
+        // timeout from accept still runs, as nginx's client_header_timeout
+        // (again: a flight lent to a ring send waited as a write).
+        if self.reading == Reading::Idle && !self.is_h2() {
+            if self.served > 0 {
+                self.deadline = env.now + env.cfg.keepalive_timeout;
+            } else if let Some(tls) = &self.tls {
+                self.deadline = tls.accepted() + env.cfg.header_timeout;
+            }
         }
         if env.stop == Stop::Draining {
             self.on_drain(env);

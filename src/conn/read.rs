@@ -8,11 +8,12 @@ use super::*;
 impl Conn {
     /// One `read` into the buffer.
     pub(super) fn fill(&mut self, env: &mut ShardEnv<'_>) -> io::Result<Fill> {
-        if self.ring != 0 {
-            // Driven by completions: the bytes were pushed.
+        let lingering = matches!(self.reading, Reading::Lingering(_));
+        if self.ring != 0 && (self.tls.is_none() || lingering) {
+            // Driven by completions: the bytes were pushed (over TLS,
+            // decrypted below).
             return self.fill_pushed();
         }
-        let lingering = matches!(self.reading, Reading::Lingering(_));
         let io = self
             .io
             .as_deref_mut()
@@ -76,8 +77,9 @@ impl Conn {
             .as_deref_mut()
             .expect("connection I/O state taken before use");
         let mut done = None;
+        let pushed = self.ring != 0;
         let res = session.read(
-            &self.stream,
+            (!pushed).then_some(&self.stream),
             &mut io.rbuf[io.rend..],
             &mut done,
             &mut env.pool.cipher,
@@ -93,21 +95,19 @@ impl Conn {
                 }
                 Ok(Fill::Data)
             }
-            TlsRead::Drained => {
+            TlsRead::Drained if !pushed => {
                 self.readable = false;
                 Ok(Fill::Drained)
             }
-            TlsRead::Eof => {
-                // Answer the client's close_notify (or FIN) with ours,
-                // unless answers are still queued: it must follow them,
-                // which `linger` sees to.
-                if io.out.is_empty() {
-                    session.close_notify();
-                    session.flush_alert(&self.stream);
-                }
+            TlsRead::Drained => {
+                // Driven by completions: the receive says whether more comes.
                 self.readable = false;
-                Ok(Fill::Eof)
+                match self.recv_end()? {
+                    Fill::Eof => self.tls_eof(),
+                    other => Ok(other),
+                }
             }
+            TlsRead::Eof => self.tls_eof(),
             TlsRead::PlainHttp => {
                 // Answered in cleartext, bypassing the TLS session; the
                 // socket's buffer is empty, so the one write goes through.
@@ -124,5 +124,19 @@ impl Conn {
                 Ok(Fill::Data)
             }
         }
+    }
+
+    /// The client closed (close_notify or FIN): answer with our
+    /// close_notify, unless answers are still queued: it must follow them,
+    /// which `linger` sees to.
+    fn tls_eof(&mut self) -> io::Result<Fill> {
+        if self.io.as_ref().is_none_or(|io| io.out.is_empty()) {
+            if let Some(session) = self.tls.as_deref_mut() {
+                session.close_notify();
+                session.flush_alert(&self.stream);
+            }
+        }
+        self.readable = false;
+        Ok(Fill::Eof)
     }
 }

@@ -1,5 +1,5 @@
-//! A cleartext connection driven by io_uring completions (`--io uring`):
-//! the shard's multishot receive pushes bytes into the read buffer
+//! A connection driven by io_uring completions (`--io uring`): the
+//! shard's multishot receive pushes bytes into the read buffer
 //! ([`Conn::push`]) instead of `fill` calling `recv`, and the owned output
 //! is lent to a ring send ([`Conn::lend`]) instead of being written. The
 //! connection only keeps flags saying what it wants of the ring; the shard
@@ -9,6 +9,11 @@
 //! files) are still written with syscalls; a write that would block waits
 //! for a one-shot `EPOLLOUT` poll on the ring. Nothing is ever written
 //! while bytes are lent, so the order on the wire is the queue's.
+//!
+//! Over TLS the pushed bytes are ciphertext, queued in the session
+//! ([`TlsConn::push`](super::tls::TlsConn::push)) for `fill` to decrypt,
+//! and what is lent is the session's records: every answer is encrypted
+//! into rustls first, so the whole output goes by ring sends.
 
 use super::*;
 use crate::sys::Lent;
@@ -62,6 +67,9 @@ impl Conn {
     /// then waits for `EPOLLOUT` on the ring.
     pub fn use_completions(&mut self) {
         self.ring = COMPLETIONS;
+        if let Some(tls) = self.tls.as_deref_mut() {
+            tls.use_completions();
+        }
         if self.write_blocked {
             self.ring |= POLLOUT_WANTED;
         }
@@ -85,6 +93,10 @@ impl Conn {
         self.readable = true;
         self.ring |= PUSHED;
         if matches!(self.reading, Reading::Lingering(_)) {
+            return;
+        }
+        if let Some(tls) = self.tls.as_deref_mut() {
+            tls.push(bytes, &mut pool.cipher);
             return;
         }
         let io = self
@@ -148,6 +160,12 @@ impl Conn {
             return Ok(Fill::Data);
         }
         self.readable = false;
+        self.recv_end()
+    }
+
+    /// Nothing pushed is left: how the receive ended (`Drained` while it
+    /// goes on).
+    pub(super) fn recv_end(&self) -> io::Result<Fill> {
         if self.ring & FAILED != 0 {
             return Err(io::ErrorKind::ConnectionReset.into());
         }
@@ -166,6 +184,21 @@ impl Conn {
             .io
             .as_deref_mut()
             .expect("connection I/O state taken before use");
+        if let Some(tls) = self.tls.as_deref_mut() {
+            // Everything is encrypted into rustls, then lent as records.
+            tls.encrypt(&mut io.out)?;
+            if tls.lent().is_none()
+                && self.ring & (SEND_WANTED | SEND_LISTED) == 0
+                && tls.wants_write()
+            {
+                self.ring |= SEND_WANTED;
+            }
+            return Ok(if self.out_empty() {
+                Flush::Done
+            } else {
+                Flush::Blocked
+            });
+        }
         if io.out.lent().is_some() || self.ring & (SEND_WANTED | SEND_LISTED) != 0 {
             return Ok(Flush::Blocked);
         }
@@ -188,8 +221,14 @@ impl Conn {
             return;
         }
         if let Some(io) = self.io.as_deref_mut() {
-            if io.out.lent().is_none() {
-                let _ = io.out.flush(&mut &self.stream);
+            match self.tls.as_deref_mut() {
+                Some(tls) if tls.lent().is_none() => {
+                    let _ = tls.flush(&mut io.out, &self.stream);
+                }
+                None if io.out.lent().is_none() => {
+                    let _ = io.out.flush(&mut &self.stream);
+                }
+                _ => {}
             }
         }
     }
@@ -202,7 +241,9 @@ impl Conn {
             && match self.reading {
                 Reading::Done(_) => false,
                 Reading::Lingering(_) => true,
-                _ => self.buffered() < read_buf,
+                _ => {
+                    self.buffered() < read_buf && self.tls.as_ref().is_none_or(|t| !t.cipher_full())
+                }
             };
         if reading && self.ring & ARMED == 0 {
             self.ring |= ARMED;
@@ -232,6 +273,11 @@ impl Conn {
     /// [`lent_as`]: Self::lent_as
     pub fn lend(&mut self, pool: &mut BufPool) -> Option<Lent> {
         self.ring &= !(SEND_WANTED | SEND_LISTED);
+        if let Some(tls) = self.tls.as_deref_mut() {
+            let buf = tls.lend(|| pool.write.pop().unwrap_or_default())?;
+            let len = buf.len();
+            return Some(Lent { buf, start: 0, len });
+        }
         let io = self.io.as_deref_mut()?;
         if !io.out.lendable() {
             if !io.out.is_empty() {
@@ -249,7 +295,9 @@ impl Conn {
 
     /// The lent bytes are with ring send `id`.
     pub fn lent_as(&mut self, id: u64) {
-        if let Some(io) = self.io.as_deref_mut() {
+        if let Some(tls) = self.tls.as_deref_mut() {
+            tls.lent_as(id);
+        } else if let Some(io) = self.io.as_deref_mut() {
             io.out.set_lent(id);
         }
     }
@@ -262,7 +310,10 @@ impl Conn {
             return Step::Close(CloseReason::Error);
         };
         let sent = usize::try_from(res).unwrap_or(0);
-        let spare = io.out.give_back(lent.buf, lent.start, sent.min(lent.len));
+        let spare = match self.tls.as_deref_mut() {
+            Some(tls) => tls.give_back(lent.buf, sent.min(lent.len)),
+            None => io.out.give_back(lent.buf, lent.start, sent.min(lent.len)),
+        };
         env.pool.give_write(spare);
         if res <= 0 && lent.len > 0 {
             // EPIPE, ECONNRESET, or nothing taken: the peer is gone.
@@ -279,7 +330,10 @@ impl Conn {
     pub fn ring_leftovers(&self) -> RingLeftovers {
         RingLeftovers {
             recv: self.ring & (ARMED | CANCELLING) == ARMED,
-            send: self.io.as_ref().and_then(|io| io.out.lent()),
+            send: match &self.tls {
+                Some(tls) => tls.lent(),
+                None => self.io.as_ref().and_then(|io| io.out.lent()),
+            },
             pollout: self.ring & POLLOUT_ARMED != 0,
         }
     }

@@ -8,6 +8,11 @@
 //! event into our own buffer (rustls would read 4 KiB at a time), fed to
 //! rustls from memory; every queued answer is encrypted (records of up to
 //! 16 KiB) and all records leave in one `writev`.
+//!
+//! Driven by io_uring completions (`conn/ring.rs`), the session makes no
+//! syscall of its own: the ring's receive pushes ciphertext in
+//! ([`TlsConn::push`]), and the records rustls holds are lent to a ring
+//! send ([`TlsConn::lend`]); what a send did not take goes first next time.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -24,6 +29,11 @@ const CIPHER_BUF: usize = 16 * 1024 + 512;
 
 /// Most write rounds (encrypt, then `writev` the records) per flush.
 const MAX_ROUNDS: usize = 8;
+
+/// Most ciphertext lent to one ring send: the largest output buffer the
+/// shard's pool keeps, so a lent buffer is reused, never grown (glibc
+/// would map a larger one and fault its pages in on every send).
+const LEND_MAX: usize = 64 * 1024;
 
 /// The answer to cleartext HTTP on a TLS port, as nginx gives it.
 pub const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
@@ -106,6 +116,13 @@ pub struct TlsConn {
     started: Instant,
     /// The handshake has completed (and was counted).
     established: bool,
+    /// The first bytes pushed were cleartext HTTP (driven by completions).
+    plain_http: bool,
+    /// Ciphertext taken from rustls that a ring send left unsent: it goes
+    /// before anything else (empty, no allocation, otherwise).
+    sendq: Vec<u8>,
+    /// The ring send the session's ciphertext is lent to.
+    lent: Option<u64>,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -143,6 +160,33 @@ impl Sink for Encrypt<'_> {
     }
 }
 
+/// A buffer that takes bytes up to its capacity, never growing.
+struct Room<'a>(&'a mut Vec<u8>);
+
+impl Write for Room<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = buf.len().min(self.0.capacity() - self.0.len());
+        self.0.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let mut n = 0;
+        for b in bufs {
+            let took = self.write(b)?;
+            n += took;
+            if took < b.len() {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 impl TlsConn {
     pub fn new(config: &Arc<ServerConfig>, now: Instant) -> io::Result<TlsConn> {
         let mut conn = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
@@ -156,6 +200,9 @@ impl TlsConn {
             fresh: true,
             started: now,
             established: false,
+            plain_http: false,
+            sendq: Vec::new(),
+            lent: None,
         })
     }
 
@@ -174,10 +221,16 @@ impl TlsConn {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// Encrypted bytes (handshake, alerts, records) wait to be written.
+    /// When the connection was accepted.
+    pub fn accepted(&self) -> Instant {
+        self.started
+    }
+
+    /// Encrypted bytes (handshake, alerts, records) wait to be written, or
+    /// are with a ring send.
     #[inline]
     pub fn wants_write(&self) -> bool {
-        self.conn.wants_write()
+        self.conn.wants_write() || !self.sendq.is_empty() || self.lent.is_some()
     }
 
     /// `(version, cipher)` for the access log, once established.
@@ -204,21 +257,25 @@ impl TlsConn {
         }
     }
 
-    /// Read plaintext into `out`, reading ciphertext into a buffer from
-    /// `pool` if the session holds none. Returns the handshake that just
+    /// Read plaintext into `out`, reading ciphertext from `stream` into a
+    /// buffer from `pool` if the session holds none (no `stream`: driven by
+    /// completions, only what was pushed). Returns the handshake that just
     /// completed (if one did) beside the result; `Err` is a fatal TLS or
     /// socket error (the alert, if any, is queued: flush before closing).
     pub fn read(
         &mut self,
-        stream: &TcpStream,
+        stream: Option<&TcpStream>,
         out: &mut [u8],
         done: &mut Option<(Handshake, f64)>,
         pool: &mut CipherPool,
     ) -> io::Result<TlsRead> {
+        if std::mem::take(&mut self.plain_http) {
+            return Ok(TlsRead::PlainHttp);
+        }
         if self.cbuf.is_empty() {
             self.cbuf = pool.take();
         }
-        let mut socket_drained = false;
+        let mut socket_drained = stream.is_none();
         loop {
             match self.conn.reader().read(out) {
                 Ok(0) if !out.is_empty() => return Ok(TlsRead::Eof),
@@ -244,14 +301,14 @@ impl TlsConn {
                 self.feed(done)?;
                 continue;
             }
-            if socket_drained {
+            let Some(stream) = stream.filter(|_| !socket_drained) else {
                 // Handshake progress only: report it so the caller flushes.
                 return Ok(if self.conn.wants_write() {
                     TlsRead::Data { n: 0, more: false }
                 } else {
                     TlsRead::Drained
                 });
-            }
+            };
             match (&*stream).read(&mut self.cbuf) {
                 Ok(0) => return Ok(TlsRead::Eof),
                 Ok(n) => {
@@ -276,6 +333,123 @@ impl TlsConn {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// From now on driven by completions: rustls holds no more records
+    /// than one ring send takes, so a send's worth is encrypted, copied
+    /// out whole ([`lend`](Self::lend)) and its records freed; holding
+    /// more while a send is in flight makes glibc give the heap's top back
+    /// and fault it in again (dozens of faults per 100 KiB answer).
+    pub fn use_completions(&mut self) {
+        // Headroom for the records' framing and tags.
+        self.conn.set_buffer_limit(Some(LEND_MAX - 1024));
+    }
+
+    /// Ciphertext from the ring's receive (driven by completions), queued
+    /// for [`read`](Self::read). What completions bring after the
+    /// connection stopped reading (its receive being cancelled) grows the
+    /// buffer beyond its size, bounded by what the kernel had received.
+    pub fn push(&mut self, bytes: &[u8], pool: &mut CipherPool) {
+        let Some(&first) = bytes.first() else {
+            return;
+        };
+        if std::mem::take(&mut self.fresh) && first.is_ascii_uppercase() {
+            // See `read`: an HTTP method, not a ClientHello.
+            self.plain_http = true;
+        }
+        if self.cbuf.is_empty() {
+            self.cbuf = pool.take();
+        }
+        if self.cstart == self.cend {
+            self.cstart = 0;
+            self.cend = 0;
+        } else if self.cbuf.len() - self.cend < bytes.len() {
+            self.cbuf.copy_within(self.cstart..self.cend, 0);
+            self.cend -= self.cstart;
+            self.cstart = 0;
+        }
+        let end = self.cend + bytes.len();
+        if end > self.cbuf.len() {
+            let mut grown = std::mem::take(&mut self.cbuf).into_vec();
+            grown.truncate(self.cend);
+            grown.extend_from_slice(bytes);
+            self.cbuf = grown.into_boxed_slice();
+        } else {
+            self.cbuf[self.cend..end].copy_from_slice(bytes);
+        }
+        self.cend = end;
+    }
+
+    /// A buffer's worth of ciphertext waits for rustls: receive no more.
+    pub fn cipher_full(&self) -> bool {
+        self.cend - self.cstart >= CIPHER_BUF
+    }
+
+    /// Driven by completions: the ciphertext to send now (what the last
+    /// send left first, then every record rustls holds), in `spare` if
+    /// nothing was left; `None` when there is none. Mark it lent with
+    /// [`lent_as`](Self::lent_as).
+    pub fn lend(&mut self, spare: impl FnOnce() -> Vec<u8>) -> Option<Vec<u8>> {
+        if self.lent.is_some() || (self.sendq.is_empty() && !self.conn.wants_write()) {
+            return None;
+        }
+        let mut buf = std::mem::take(&mut self.sendq);
+        if buf.is_empty() {
+            buf = spare();
+        }
+        if buf.capacity() < LEND_MAX {
+            buf.reserve_exact(LEND_MAX - buf.len());
+        }
+        // Records past the buffer's room stay in rustls for the next send.
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut Room(&mut buf)) {
+                Ok(1..) => {}
+                _ => break,
+            }
+        }
+        Some(buf)
+    }
+
+    /// The lent ciphertext is with ring send `id`.
+    pub fn lent_as(&mut self, id: u64) {
+        self.lent = Some(id);
+    }
+
+    /// The ring send the ciphertext is lent to.
+    pub fn lent(&self) -> Option<u64> {
+        self.lent
+    }
+
+    /// A ring send of the lent `buf` took `sent` bytes: the rest goes first
+    /// next time. Returns a spare buffer, for the pool.
+    pub fn give_back(&mut self, mut buf: Vec<u8>, sent: usize) -> Vec<u8> {
+        self.lent = None;
+        if sent >= buf.len() {
+            buf.clear();
+            return buf;
+        }
+        buf.drain(..sent);
+        debug_assert!(
+            self.sendq.is_empty(),
+            "ciphertext queued beside a lent send"
+        );
+        self.sendq = buf;
+        Vec::new()
+    }
+
+    /// Write what a ring send left unsent (before switching to syscalls
+    /// for a last flush). `Ok(false)`: the socket is full.
+    fn write_sendq(&mut self, stream: &TcpStream) -> io::Result<bool> {
+        while !self.sendq.is_empty() {
+            match Write::write(&mut &*stream, &self.sendq) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => drop(self.sendq.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        self.sendq = Vec::new();
+        Ok(true)
     }
 
     /// Hand buffered ciphertext to rustls and process it.
@@ -309,6 +483,9 @@ impl TlsConn {
     /// Encrypt what `out` holds and write the records: as many rounds as
     /// the socket takes, up to [`MAX_ROUNDS`].
     pub fn flush(&mut self, out: &mut Output, stream: &TcpStream) -> Result<Flush, WriteError> {
+        if !self.write_sendq(stream)? {
+            return Ok(Flush::Blocked);
+        }
         for _ in 0..MAX_ROUNDS {
             if !out.is_empty() && !self.conn.is_handshaking() {
                 // Blocked here means rustls' buffer is full: write first.
@@ -344,8 +521,23 @@ impl TlsConn {
         }
     }
 
-    /// Best-effort write of whatever is queued (an alert, close_notify).
+    /// Encrypt what `out` holds into rustls's buffer (driven by
+    /// completions: [`lend`](Self::lend) takes the records). Answers wait
+    /// while the handshake runs.
+    pub fn encrypt(&mut self, out: &mut Output) -> Result<(), WriteError> {
+        if !out.is_empty() && !self.conn.is_handshaking() {
+            // Blocked here means rustls' buffer is full: sent first.
+            out.flush(&mut Encrypt(&mut self.conn))?;
+        }
+        Ok(())
+    }
+
+    /// Best-effort write of whatever is queued (an alert, close_notify);
+    /// nothing while a ring send holds earlier records.
     pub fn flush_alert(&mut self, stream: &TcpStream) {
+        if self.lent.is_some() || !matches!(self.write_sendq(stream), Ok(true)) {
+            return;
+        }
         while self.conn.wants_write() {
             if self.conn.write_tls(&mut &*stream).is_err() {
                 break;
@@ -427,7 +619,10 @@ mod tests {
         let mut done = None;
         let mut pool = CipherPool::default();
         loop {
-            match server.read(&sock, &mut out, &mut done, &mut pool).unwrap() {
+            match server
+                .read(Some(&sock), &mut out, &mut done, &mut pool)
+                .unwrap()
+            {
                 TlsRead::Data { n, more } => {
                     got.extend_from_slice(&out[..n]);
                     if !more {
@@ -440,5 +635,113 @@ mod tests {
         }
         assert_eq!(got.len(), sent.len(), "plaintext left behind in rustls");
         assert!(got == sent);
+    }
+
+    /// Driven by completions: ciphertext pushed in pieces (as 4 KiB ring
+    /// buffers bring it) reads back as the plaintext sent, with no socket
+    /// read; the answer's records are lent, a partial send's remainder goes
+    /// first in the next lend, and the client reads the bytes in order.
+    #[test]
+    fn pushed_ciphertext_and_lent_records_round_trip() {
+        let (mut server, _sock, mut client, mut client_sock) = pair();
+        let sent: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        client.writer().write_all(&sent).unwrap();
+        let mut cipher = Vec::new();
+        while client.wants_write() {
+            client.write_tls(&mut cipher).unwrap();
+        }
+        let mut pool = CipherPool::default();
+        for piece in cipher.chunks(4096) {
+            server.push(piece, &mut pool);
+        }
+        let mut got = Vec::new();
+        let mut out = [0u8; 4096];
+        let mut done = None;
+        loop {
+            match server.read(None, &mut out, &mut done, &mut pool).unwrap() {
+                TlsRead::Data { n, more } => {
+                    got.extend_from_slice(&out[..n]);
+                    if !more {
+                        break;
+                    }
+                }
+                TlsRead::Drained => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(
+            got == sent,
+            "{} of {} plaintext bytes",
+            got.len(),
+            sent.len()
+        );
+
+        let answer: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        let mut queue = Output::default();
+        queue.buf().extend_from_slice(&answer);
+        server.encrypt(&mut queue).unwrap();
+        assert!(queue.is_empty() && server.wants_write());
+        let first = server.lend(Vec::new).expect("records to lend");
+        server.lent_as(7);
+        assert_eq!(server.lent(), Some(7));
+        assert!(server.lend(Vec::new).is_none(), "lent twice");
+        // The kernel took 1000 bytes: the rest goes first next time.
+        let mut wire = first[..1000].to_vec();
+        let spare = server.give_back(first, 1000);
+        assert!(spare.is_empty() && server.wants_write());
+        server.close_notify();
+        let second = server.lend(Vec::new).expect("the remainder and the alert");
+        wire.extend_from_slice(&second);
+        server.lent_as(8);
+        let spare = server.give_back(second, usize::MAX);
+        assert!(
+            spare.is_empty() && spare.capacity() > 0,
+            "the buffer comes back whole"
+        );
+        assert!(!server.wants_write());
+
+        // What the handshake left on the socket (session tickets) first.
+        client_sock
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        while client.read_tls(&mut client_sock).is_ok_and(|n| n > 0) {
+            client.process_new_packets().unwrap();
+        }
+        let mut rest = &wire[..];
+        let mut plain = Vec::new();
+        while !rest.is_empty() {
+            client.read_tls(&mut rest).unwrap();
+            let state = client.process_new_packets().unwrap();
+            let mut chunk = vec![0; state.plaintext_bytes_to_read()];
+            client.reader().read_exact(&mut chunk).unwrap();
+            plain.extend_from_slice(&chunk);
+        }
+        assert!(
+            plain == answer,
+            "{} of {} answer bytes",
+            plain.len(),
+            answer.len()
+        );
+        assert!(client.process_new_packets().unwrap().peer_has_closed());
+    }
+
+    /// Cleartext HTTP pushed first on a TLS port reads as such, as it does
+    /// from the socket.
+    #[test]
+    fn pushed_cleartext_http_is_recognised() {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
+        let cfg = ServerConfig::builder_with_provider(Arc::new(crate::tls::provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        let mut server = TlsConn::new(&Arc::new(cfg), Instant::now()).unwrap();
+        let mut pool = CipherPool::default();
+        server.push(b"GET / HTTP/1.1\r\n\r\n", &mut pool);
+        let mut out = [0u8; 64];
+        let got = server.read(None, &mut out, &mut None, &mut pool).unwrap();
+        assert_eq!(got, TlsRead::PlainHttp);
     }
 }

@@ -469,9 +469,8 @@ impl Shard {
                         }
                         _ => None,
                     };
-                    let completions = tls.is_none()
-                        && !self.cfg.proxy_protocol
-                        && self.poller.completions().is_some();
+                    let completions =
+                        !self.cfg.proxy_protocol && self.poller.completions().is_some();
                     let token = self
                         .conns
                         .insert(Conn::new(stream, peer, now, &self.cfg, tls));

@@ -291,7 +291,7 @@ impl Ring {
     /// How cleartext connections are driven, for the start log.
     pub fn mode(&self) -> String {
         match &self.no_completions {
-            None => "cleartext connections by completions".into(),
+            None => "cleartext and TLS connections by completions".into(),
             Some(why) => format!("connections by readiness only ({why})"),
         }
     }

@@ -317,7 +317,7 @@ fn uring_answers_a_pipelined_batch_with_a_ring_send_and_no_write_syscall() {
     let server = Server::spawn(&args(&site, "uring"), 1);
     let line = io_line(&server);
     assert!(
-        line.contains("cleartext connections by completions"),
+        line.contains("cleartext and TLS connections by completions"),
         "the start log says how connections are driven: {line}"
     );
     let shard = support::procfs::shard0(&server);
@@ -338,6 +338,48 @@ fn uring_answers_a_pipelined_batch_with_a_ring_send_and_no_write_syscall() {
         }
         let writes = support::procfs::task_io(server.pid(), shard, "syscw") - before;
         assert_eq!(writes, 0, "round {round}: {writes} write syscalls");
+    }
+}
+
+/// Over TLS too: once the handshake is done, a pipelined batch's
+/// ciphertext is received by the ring, decrypted from memory, and the
+/// answers' records leave in a ring send, so the shard thread makes no
+/// read or write syscall for it (`syscr` counts read, recv and recvmsg).
+#[test]
+fn uring_answers_a_pipelined_batch_over_tls_with_no_read_or_write_syscall() {
+    use support::tls::{Ca, TlsServer, Transport};
+    if !uring_or_skip("uring_tls_ring_send") {
+        return;
+    }
+    let site = site_with("uring-tls-ring-send", b"0123456789");
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let server = TlsServer::start(&site.root, &ca, &leaf, &["--io", "uring", "--cores", "1"]);
+    let shard = support::procfs::shard0(&server.server);
+    let mut c = server.wire(Transport::Tls);
+    assert_eq!(
+        c.roundtrip(&support::get("/a.txt")).body_str(),
+        "0123456789"
+    );
+    let pid = server.server.pid();
+    for round in 0..3 {
+        let reads = support::procfs::task_io(pid, shard, "syscr");
+        let writes = support::procfs::task_io(pid, shard, "syscw");
+        let raw = support::get("/a.txt").repeat(32);
+        c.send(raw.as_bytes());
+        for i in 0..32 {
+            let r = c
+                .read_response_to("GET")
+                .unwrap_or_else(|e| panic!("round {round}, answer {i}: {e}"));
+            assert_eq!(r.body_str(), "0123456789", "round {round}, answer {i}");
+        }
+        let reads = support::procfs::task_io(pid, shard, "syscr") - reads;
+        let writes = support::procfs::task_io(pid, shard, "syscw") - writes;
+        assert_eq!(
+            (reads, writes),
+            (0, 0),
+            "round {round}: read and write syscalls"
+        );
     }
 }
 
@@ -429,6 +471,140 @@ fn uring_stops_receiving_from_a_client_that_does_not_read() {
         assert_eq!(r.status, 200, "answer {i}");
         assert_eq!(r.body.len(), 100, "answer {i}");
     }
+}
+
+/// Back-pressure over TLS: a client that sends requests without reading
+/// the answers stops being received from once its plaintext buffer is
+/// full and a record's worth of ciphertext waits, so the server's memory
+/// does not take what it sends; once it reads, every request is answered.
+#[test]
+fn uring_stops_receiving_from_a_tls_client_that_does_not_read() {
+    use rustls::pki_types::ServerName;
+    use rustls::ClientConnection;
+    use socket2::{Domain, Protocol, Socket, Type};
+    use support::tls::{Ca, TlsServer, Transport};
+    if !uring_or_skip("uring_tls_backpressure") {
+        return;
+    }
+    let site = site_with("uring-tls-backpressure", &[b'b'; 100]);
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let extra = [
+        "--io",
+        "uring",
+        "--cores",
+        "1",
+        "--max-requests-per-connection",
+        "1000000",
+    ];
+    let server = TlsServer::start(&site.root, &ca, &leaf, &extra);
+    let pid = server.server.pid();
+    let mut warm = server.wire(Transport::Tls);
+    assert_eq!(warm.roundtrip(&support::get("/a.txt")).body.len(), 100);
+    let before = rss_bytes(pid);
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    socket.set_send_buffer_size(16 * 1024).unwrap();
+    socket
+        .connect_timeout(&server.tls_addr.into(), Duration::from_secs(5))
+        .unwrap();
+    let mut tcp: TcpStream = socket.into();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut tls = ClientConnection::new(server.client.clone(), name).unwrap();
+    while tls.is_handshaking() {
+        tls.complete_io(&mut tcp).unwrap();
+    }
+    let req = support::get("/a.txt");
+    let chunk = req.repeat(256);
+    // At most 4 MiB of requests, until the socket takes nothing for 1.5 s.
+    let cap = 4 << 20;
+    tcp.set_nonblocking(true).unwrap();
+    let mut queued = 0usize;
+    let mut progress = std::time::Instant::now();
+    while progress.elapsed() < Duration::from_millis(1500) {
+        if !tls.wants_write() {
+            if queued >= cap {
+                break;
+            }
+            tls.writer().write_all(chunk.as_bytes()).unwrap();
+            queued += chunk.len();
+        }
+        match tls.write_tls(&mut tcp) {
+            Ok(_) => progress = std::time::Instant::now(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = rss_bytes(pid).saturating_sub(before);
+    eprintln!(
+        "{} requests ({queued} B) queued over TLS without reading; server RSS +{grown} B",
+        queued / req.len()
+    );
+    assert!(
+        grown < 2 << 20,
+        "the server took what the client sent: RSS +{grown} B for {queued} B of requests"
+    );
+    // Now read (and send what is left): every request is answered, 200.
+    let requests = queued / req.len();
+    let (mut answers, mut plain) = (0usize, Vec::new());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while answers < requests {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{answers} of {requests} answers"
+        );
+        let mut moved = false;
+        if tls.wants_write() {
+            match tls.write_tls(&mut tcp) {
+                Ok(_) => moved = true,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        match tls.read_tls(&mut tcp) {
+            Ok(0) => panic!("closed after {answers} of {requests} answers"),
+            Ok(_) => {
+                moved = true;
+                let state = tls.process_new_packets().unwrap();
+                let mut got = vec![0; state.plaintext_bytes_to_read()];
+                tls.reader().read_exact(&mut got).unwrap();
+                plain.extend_from_slice(&got);
+                answers += status_lines(&mut plain);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("read: {e}"),
+        }
+        if !moved {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    assert_eq!(answers, requests);
+}
+
+/// Status lines at the front of `plain`, each asserted to be a 200; the
+/// bytes before the last, maybe partial, one are dropped.
+fn status_lines(plain: &mut Vec<u8>) -> usize {
+    const LINE: &[u8] = b"HTTP/1.1 ";
+    let mut n = 0;
+    let mut at = 0;
+    while let Some(i) = plain[at..].windows(LINE.len()).position(|w| w == LINE) {
+        let start = at + i;
+        if plain.len() < start + LINE.len() + 3 {
+            plain.drain(..start);
+            return n;
+        }
+        let status = &plain[start + LINE.len()..start + LINE.len() + 3];
+        assert_eq!(status, b"200", "a non-200 answer");
+        n += 1;
+        at = start + LINE.len();
+    }
+    let keep = plain.len().saturating_sub(LINE.len());
+    plain.drain(..keep);
+    n
 }
 
 /// `write_timeout` cuts a client that never reads while its answers are
