@@ -60,12 +60,6 @@ impl Conn {
         if matches!(self.reading, Reading::Done(_) | Reading::Lingering(_)) {
             return false;
         }
-        // DATA is queued a round (`ROUND_BYTES`) at a time, once what was
-        // queued before has left: into a full socket, or while a ring send
-        // holds the records, more would only pile up in the queue (past
-        // half an iovec batch, payloads are copied instead of referenced).
-        let room = self.out_empty();
-        let waiting = !room && self.write_blocked;
         self.prepare_out(env.pool);
         let Some(io) = self.io.as_deref_mut() else {
             return false;
@@ -108,15 +102,7 @@ impl Conn {
             // The first of the pair; the final one is counted.
             h2.goaway(io.out.buf());
         }
-        let sent = if room {
-            h2.send(&mut io.out, env.snapshot, &mut h2c, env.now)
-        } else if waiting {
-            // The write's completion (or EPOLLOUT) drives this again.
-            Sent::Idle
-        } else {
-            // A flush comes first; then the caller calls again.
-            Sent::More
-        };
+        let sent = h2.send(&mut io.out, env.snapshot, &mut h2c, env.now);
         env.counters.h2 = h2c;
         self.deadline = if let Some(t) = h2.stalled_since() {
             t + env.cfg.write_timeout

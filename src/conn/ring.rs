@@ -11,9 +11,10 @@
 //! while bytes are lent, so the order on the wire is the queue's.
 //!
 //! Over TLS the pushed bytes are ciphertext, queued in the session
-//! ([`TlsConn::push`](super::tls::TlsConn::push)) for `fill` to decrypt,
-//! and what is lent is the session's records: every answer is encrypted
-//! into rustls first, so the whole output goes by ring sends.
+//! ([`TlsConn::push`](super::tls::TlsConn::push)) for `fill` to decrypt;
+//! owned answers are encrypted and the session's records lent, while
+//! bodies by reference and files are encrypted and written by syscall,
+//! as on epoll.
 
 use super::*;
 use crate::sys::Lent;
@@ -67,9 +68,6 @@ impl Conn {
     /// then waits for `EPOLLOUT` on the ring.
     pub fn use_completions(&mut self) {
         self.ring = COMPLETIONS;
-        if let Some(tls) = self.tls.as_deref_mut() {
-            tls.use_completions();
-        }
         if self.write_blocked {
             self.ring |= POLLOUT_WANTED;
         }
@@ -185,19 +183,30 @@ impl Conn {
             .as_deref_mut()
             .expect("connection I/O state taken before use");
         if let Some(tls) = self.tls.as_deref_mut() {
-            // Everything is encrypted into rustls, then lent as records.
-            tls.encrypt(&mut io.out)?;
-            if tls.lent().is_none()
-                && self.ring & (SEND_WANTED | SEND_LISTED) == 0
-                && tls.wants_write()
-            {
-                self.ring |= SEND_WANTED;
+            if tls.lent().is_some() || self.ring & (SEND_WANTED | SEND_LISTED) != 0 {
+                return Ok(Flush::Blocked);
             }
-            return Ok(if self.out_empty() {
-                Flush::Done
-            } else {
-                Flush::Blocked
-            });
+            if io.out.is_empty() || io.out.lendable() {
+                // Owned answers (and handshake records): encrypted, then
+                // the records are lent at the end of the turn.
+                tls.encrypt(&mut io.out)?;
+                if tls.wants_write() {
+                    self.ring |= SEND_WANTED;
+                    return Ok(Flush::Blocked);
+                }
+                return Ok(if io.out.is_empty() {
+                    Flush::Done
+                } else {
+                    Flush::Blocked
+                });
+            }
+            // Bodies by reference and files: encrypted and written as on
+            // epoll, a round of records per `writev`.
+            let flushed = tls.flush(&mut io.out, &self.stream);
+            if let Ok(Flush::Blocked) = flushed {
+                self.ring |= POLLOUT_WANTED;
+            }
+            return flushed;
         }
         if io.out.lent().is_some() || self.ring & (SEND_WANTED | SEND_LISTED) != 0 {
             return Ok(Flush::Blocked);

@@ -335,16 +335,6 @@ impl TlsConn {
         }
     }
 
-    /// From now on driven by completions: rustls holds no more records
-    /// than one ring send takes, so a send's worth is encrypted, copied
-    /// out whole ([`lend`](Self::lend)) and its records freed; holding
-    /// more while a send is in flight makes glibc give the heap's top back
-    /// and fault it in again (dozens of faults per 100 KiB answer).
-    pub fn use_completions(&mut self) {
-        // Headroom for the records' framing and tags.
-        self.conn.set_buffer_limit(Some(LEND_MAX - 1024));
-    }
-
     /// Ciphertext from the ring's receive (driven by completions), queued
     /// for [`read`](Self::read). What completions bring after the
     /// connection stopped reading (its receive being cancelled) grows the
@@ -386,7 +376,8 @@ impl TlsConn {
     }
 
     /// Driven by completions: the ciphertext to send now (what the last
-    /// send left first, then every record rustls holds), in `spare` if
+    /// send left first, then the records rustls holds, up to
+    /// [`LEND_MAX`] in all), in `spare` if
     /// nothing was left; `None` when there is none. Mark it lent with
     /// [`lent_as`](Self::lent_as).
     pub fn lend(&mut self, spare: impl FnOnce() -> Vec<u8>) -> Option<Vec<u8>> {
