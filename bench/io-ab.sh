@@ -10,7 +10,8 @@
 # CPU is user+sys ticks of the server from /proc/PID/stat around each wrk
 # run, divided by the requests wrk reports (PERFORMANCE.md, "Measuring").
 # Workloads: keep-alive c=100, Connection: close c=100, pipelined x16 c=100
-# (wrk counts each pipelined response as a request).
+# (wrk counts each pipelined response as a request), TLS keep-alive c=100
+# (a self-signed P-256 certificate made here); LOADS="keepalive tls" picks.
 set -euo pipefail
 ROUNDS=3
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then ROUNDS=$1; shift; fi
@@ -19,6 +20,8 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/www"
 head -c 100 /dev/zero | tr '\0' 'x' > "$WORK/www/a.txt"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+  -subj /CN=localhost -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
 cat > "$WORK/pipe.lua" <<'LUA'
 init = function(args)
   local r = {}
@@ -32,21 +35,26 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # run NAME BIN IO WORKLOAD -> prints "NAME WORKLOAD us_per_req rps"
 run() {
-  local name=$1 bin=$2 io=$3 load=$4 port
+  local name=$1 bin=$2 io=$3 load=$4 port url tls=()
   port=$((20000 + RANDOM % 20000))
+  url="http://127.0.0.1:$port/a.txt"
+  if [ "$load" = tls ]; then
+    tls=(--tls-listen "127.0.0.1:$((port + 1))" --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem")
+    url="https://127.0.0.1:$((port + 1))/a.txt"
+  fi
   taskset -c 1 "$bin" --root "$WORK/www" --listen "127.0.0.1:$port" --admin 127.0.0.1:0 \
-    --cores 1 ${io:+--io "$io"} --compress false --metrics false 2>"$WORK/log" &
+    --cores 1 ${io:+--io "$io"} --compress false --metrics false "${tls[@]}" 2>"$WORK/log" &
   local pid=$!
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/a.txt" >/dev/null 2>&1 && break; sleep 0.05; done
+  for _ in $(seq 100); do curl -sfk "$url" >/dev/null 2>&1 && break; sleep 0.05; done
   local args=(-t1 -c100 -d"${DUR}s")
   case $load in
     close) args+=(-H 'Connection: close') ;;
     pipelined) args+=(-s "$WORK/pipe.lua") ;;
   esac
-  taskset -c 0 wrk -t1 -c100 -d1s "http://127.0.0.1:$port/a.txt" >/dev/null 2>&1 || true
+  taskset -c 0 wrk -t1 -c100 -d1s "$url" >/dev/null 2>&1 || true
   local t0 t1 out reqs
   t0=$(ticks $pid)
-  out=$(taskset -c 0 wrk "${args[@]}" "http://127.0.0.1:$port/a.txt" 2>&1)
+  out=$(taskset -c 0 wrk "${args[@]}" "$url" 2>&1)
   t1=$(ticks $pid)
   kill $pid; wait $pid 2>/dev/null || true
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
@@ -55,7 +63,7 @@ run() {
 }
 
 for round in $(seq "$ROUNDS"); do
-  for load in keepalive close pipelined; do
+  for load in ${LOADS:-keepalive close pipelined tls}; do
     for spec in "$@"; do
       name=${spec%%=*}; rest=${spec#*=}; bin=${rest%:*}; io=${rest##*:}
       run "$name" "$bin" "$io" "$load"
