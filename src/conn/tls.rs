@@ -30,11 +30,6 @@ const CIPHER_BUF: usize = 16 * 1024 + 512;
 /// Most write rounds (encrypt, then `writev` the records) per flush.
 const MAX_ROUNDS: usize = 8;
 
-/// Most ciphertext lent to one ring send: the largest output buffer the
-/// shard's pool keeps, so a lent buffer is reused, never grown (glibc
-/// would map a larger one and fault its pages in on every send).
-const LEND_MAX: usize = 64 * 1024;
-
 /// The answer to cleartext HTTP on a TLS port, as nginx gives it.
 pub const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
 Content-Type: text/plain\r\n\
@@ -376,8 +371,9 @@ impl TlsConn {
     }
 
     /// Driven by completions: the ciphertext to send now (what the last
-    /// send left first, then the records rustls holds, up to
-    /// [`LEND_MAX`] in all), in `spare` if
+    /// send left first, then the records rustls holds, as many as the
+    /// buffer's capacity takes: at least a whole record, at most the
+    /// largest output buffer the shard's pool keeps), in `spare` if
     /// nothing was left; `None` when there is none. Mark it lent with
     /// [`lent_as`](Self::lent_as).
     pub fn lend(&mut self, spare: impl FnOnce() -> Vec<u8>) -> Option<Vec<u8>> {
@@ -388,8 +384,8 @@ impl TlsConn {
         if buf.is_empty() {
             buf = spare();
         }
-        if buf.capacity() < LEND_MAX {
-            buf.reserve_exact(LEND_MAX - buf.len());
+        if buf.capacity() < CIPHER_BUF {
+            buf.reserve_exact(CIPHER_BUF - buf.len());
         }
         // Records past the buffer's room stay in rustls for the next send.
         while self.conn.wants_write() {
@@ -673,6 +669,7 @@ mod tests {
         server.encrypt(&mut queue).unwrap();
         assert!(queue.is_empty() && server.wants_write());
         let first = server.lend(Vec::new).expect("records to lend");
+        assert!(first.len() <= CIPHER_BUF, "a lend takes the buffer's room");
         server.lent_as(7);
         assert_eq!(server.lent(), Some(7));
         assert!(server.lend(Vec::new).is_none(), "lent twice");
@@ -681,14 +678,18 @@ mod tests {
         let spare = server.give_back(first, 1000);
         assert!(spare.is_empty() && server.wants_write());
         server.close_notify();
-        let second = server.lend(Vec::new).expect("the remainder and the alert");
-        wire.extend_from_slice(&second);
-        server.lent_as(8);
-        let spare = server.give_back(second, usize::MAX);
-        assert!(
-            spare.is_empty() && spare.capacity() > 0,
-            "the buffer comes back whole"
-        );
+        let mut id = 8;
+        while let Some(next) = server.lend(Vec::new) {
+            wire.extend_from_slice(&next);
+            server.lent_as(id);
+            id += 1;
+            let spare = server.give_back(next, usize::MAX);
+            assert!(
+                spare.is_empty() && spare.capacity() > 0,
+                "the buffer comes back"
+            );
+        }
+        assert!(id > 9, "40 000 bytes took more than two lends");
         assert!(!server.wants_write());
 
         // What the handshake left on the socket (session tickets) first.
