@@ -542,17 +542,44 @@ mod tests {
     use rustls::{ClientConfig, ClientConnection, RootCertStore};
     use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
-    /// A server session and a client session over loopback, handshaken.
-    fn pair() -> (TlsConn, TcpStream, ClientConnection, TcpStream) {
+    /// A server config for a fresh self-signed `localhost`, and its
+    /// certificate.
+    fn server_config() -> (ServerConfig, rcgen::CertifiedKey) {
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let provider = Arc::new(crate::tls::provider());
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
-        let server_cfg = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        let cfg = ServerConfig::builder_with_provider(Arc::new(crate::tls::provider()))
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(vec![cert.cert.der().clone()], key)
             .unwrap();
+        (cfg, cert)
+    }
+
+    /// Plaintext read until the session says nothing more is there
+    /// (from `sock`, or only what was pushed).
+    fn read_all(server: &mut TlsConn, sock: Option<&TcpStream>, pool: &mut CipherPool) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut out = [0u8; 4096];
+        let mut done = None;
+        loop {
+            match server.read(sock, &mut out, &mut done, pool).unwrap() {
+                TlsRead::Data { n, more } => {
+                    got.extend_from_slice(&out[..n]);
+                    if !more {
+                        return got;
+                    }
+                }
+                TlsRead::Drained => return got,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// A server session and a client session over loopback, handshaken.
+    fn pair() -> (TlsConn, TcpStream, ClientConnection, TcpStream) {
+        let (server_cfg, cert) = server_config();
+        let provider = Arc::new(crate::tls::provider());
         let mut roots = RootCertStore::empty();
         roots.add(cert.cert.der().clone()).unwrap();
         let client_cfg = ClientConfig::builder_with_provider(provider)
@@ -601,25 +628,7 @@ mod tests {
             assert!(Instant::now() < deadline, "the record never arrived");
             std::thread::sleep(Duration::from_millis(5));
         }
-        let mut got = Vec::new();
-        let mut out = [0u8; 4096];
-        let mut done = None;
-        let mut pool = CipherPool::default();
-        loop {
-            match server
-                .read(Some(&sock), &mut out, &mut done, &mut pool)
-                .unwrap()
-            {
-                TlsRead::Data { n, more } => {
-                    got.extend_from_slice(&out[..n]);
-                    if !more {
-                        break;
-                    }
-                }
-                TlsRead::Drained => break,
-                other => panic!("unexpected {other:?}"),
-            }
-        }
+        let got = read_all(&mut server, Some(&sock), &mut CipherPool::default());
         assert_eq!(got.len(), sent.len(), "plaintext left behind in rustls");
         assert!(got == sent);
     }
@@ -641,21 +650,7 @@ mod tests {
         for piece in cipher.chunks(4096) {
             server.push(piece, &mut pool);
         }
-        let mut got = Vec::new();
-        let mut out = [0u8; 4096];
-        let mut done = None;
-        loop {
-            match server.read(None, &mut out, &mut done, &mut pool).unwrap() {
-                TlsRead::Data { n, more } => {
-                    got.extend_from_slice(&out[..n]);
-                    if !more {
-                        break;
-                    }
-                }
-                TlsRead::Drained => break,
-                other => panic!("unexpected {other:?}"),
-            }
-        }
+        let got = read_all(&mut server, None, &mut pool);
         assert!(
             got == sent,
             "{} of {} plaintext bytes",
@@ -721,14 +716,7 @@ mod tests {
     /// from the socket.
     #[test]
     fn pushed_cleartext_http_is_recognised() {
-        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
-        let cfg = ServerConfig::builder_with_provider(Arc::new(crate::tls::provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.cert.der().clone()], key)
-            .unwrap();
+        let (cfg, _) = server_config();
         let mut server = TlsConn::new(&Arc::new(cfg), Instant::now()).unwrap();
         let mut pool = CipherPool::default();
         server.push(b"GET / HTTP/1.1\r\n\r\n", &mut pool);
