@@ -678,14 +678,25 @@ fn study(args: RunArgs) -> io::Result<bool> {
                     complete = false;
                     break 'sweep;
                 };
-                // Shards publish their counters every 250 ms.
-                procs::sleep(Duration::from_millis(400));
-                let after = per_core_requests(admin)?;
-                row.per_core = (0..n)
-                    .map(|i| {
-                        after.get(i).copied().unwrap_or(0) - before.get(i).copied().unwrap_or(0)
-                    })
-                    .collect();
+                // Shards publish their counters every 250 ms, later when
+                // the machine is loaded: wait until they account for every
+                // request the client counted (they also answered what was
+                // in flight when it stopped), for at most 5 s.
+                let settle = std::time::Instant::now() + Duration::from_secs(5);
+                loop {
+                    procs::sleep(Duration::from_millis(300));
+                    let after = per_core_requests(admin)?;
+                    row.per_core = (0..n)
+                        .map(|i| {
+                            let was = before.get(i).copied().unwrap_or(0);
+                            after.get(i).copied().unwrap_or(0).saturating_sub(was)
+                        })
+                        .collect();
+                    let served: u64 = row.per_core.iter().sum();
+                    if served >= row.outcome.requests || std::time::Instant::now() >= settle {
+                        break;
+                    }
+                }
                 row.section = "sweep".into();
                 row.server = "shardhttpd".into();
                 row.shards = n;
