@@ -21,6 +21,7 @@ mod procs;
 mod release;
 mod report;
 mod servers;
+mod sweep;
 mod syscalls;
 
 use std::fs;
@@ -35,7 +36,7 @@ use clap::{Parser, Subcommand};
 use load::{Mode, Spec, Tool};
 use machine::{has_flag, has_tls, machine, split_cpus};
 use matrix::{Cell, Kind};
-use measure::{cell_duration, measure, per_core_requests, Ctx, LONG_CELL};
+use measure::{cell_duration, measure, Ctx, LONG_CELL};
 use report::{Csv, Row, UNSUPPORTED};
 use servers::{Server, Setup};
 
@@ -653,60 +654,18 @@ fn study(args: RunArgs) -> io::Result<bool> {
                     complete = false;
                     break 'sweep;
                 }
-                let name = format!("shardhttpd-{n}-{steer}");
-                let (mut s, admin) =
-                    servers::start_shardhttpd(&bin, &setup, n, steer, &name, None, None)?;
-                commands.push(format!("# {name}\n{}", s.command));
-                let spec = Spec {
-                    tool: Tool::Wrk,
-                    mode: Mode::KeepAlive,
-                    port: s.port,
-                    path: docs::SMALL.path,
-                    concurrency: args.sweep_concurrency.min(cap),
-                    streams: 1,
-                    duration: ctx.duration,
-                    client_cpus: &ctx.client,
-                    last_modified: None,
-                    work: &ctx.work,
-                    requests: None,
-                };
-                // Let the readiness checks' requests be published first.
-                procs::sleep(Duration::from_millis(400));
-                let before = per_core_requests(admin)?;
                 let label = round_label(format!("sweep shards={n} steer={steer}"), round, rounds);
-                let Some(mut row) = measure(&ctx, &mut commands, s.pid(), n, &spec, &label)? else {
+                let cell = sweep::Cell {
+                    shards: n,
+                    steer,
+                    concurrency: args.sweep_concurrency.min(cap),
+                    round,
+                    label: &label,
+                };
+                let Some(row) = sweep::run(&ctx, &mut commands, &bin, &setup, &cell)? else {
                     complete = false;
                     break 'sweep;
                 };
-                // Shards publish their counters every 250 ms, later when
-                // the machine is loaded: wait until they account for every
-                // request the client counted (they also answered what was
-                // in flight when it stopped), for at most 5 s.
-                let settle = std::time::Instant::now() + Duration::from_secs(5);
-                loop {
-                    procs::sleep(Duration::from_millis(300));
-                    let after = per_core_requests(admin)?;
-                    row.per_core = (0..n)
-                        .map(|i| {
-                            let was = before.get(i).copied().unwrap_or(0);
-                            after.get(i).copied().unwrap_or(0).saturating_sub(was)
-                        })
-                        .collect();
-                    let served: u64 = row.per_core.iter().sum();
-                    if served >= row.outcome.requests || std::time::Instant::now() >= settle {
-                        break;
-                    }
-                }
-                row.section = "sweep".into();
-                row.server = "shardhttpd".into();
-                row.shards = n;
-                row.steer = steer.into();
-                row.round = round;
-                row.size = docs::SMALL.label.into();
-                row.size_bytes = docs::SMALL.bytes;
-                if !s.alive() {
-                    row.note = "the server exited during the cell".into();
-                }
                 done += 1;
                 progress(done, &label, &row);
                 csv.append(&row)?;
