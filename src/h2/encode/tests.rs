@@ -425,3 +425,162 @@ fn a_field_is_found_by_the_walk_among_many_of_its_name() {
     assert_eq!(block, [0x0f, DYNAMIC_BASE as u8 - 15, 1, b'c']);
     assert_eq!(decoded(&mut dec, &block), fields(&[("x-own", "c")]));
 }
+
+/// The statuses the static table holds (RFC 7541 Appendix A, indexes 8
+/// to 14) are one byte each; the others are literals.
+#[test]
+fn static_table_statuses_are_one_byte_each() {
+    let mut enc = Encoder::default();
+    for (code, index) in [
+        (200u16, 8u8),
+        (204, 9),
+        (206, 10),
+        (304, 11),
+        (400, 12),
+        (404, 13),
+        (500, 14),
+    ] {
+        let mut block = Vec::new();
+        enc.status(code, &mut block);
+        assert_eq!(block, [0x80 | index], "{code}");
+    }
+    let mut block = Vec::new();
+    enc.status(301, &mut block);
+    assert!(block.len() > 1, "{block:x?}");
+}
+
+/// One change of the peer's table size is announced once; a drop and a
+/// rise in one SETTINGS frame are two updates, unless the table is
+/// already within the lower bound (then only the final one is needed).
+#[test]
+fn each_table_size_change_is_announced_once() {
+    let mut enc = Encoder::default();
+    let mut block = Vec::new();
+    enc.peer_table_size(1000);
+    enc.begin(&mut block);
+    // 1000 as a 5-bit-prefix integer: 31, then 969 in two 7-bit groups.
+    assert_eq!(block, [0x3f, 0xc9, 0x07], "one update");
+    block.clear();
+    enc.begin(&mut block);
+    assert!(block.is_empty(), "announced already: {block:x?}");
+    enc.peer_table_size(1000);
+    enc.peer_table_size(2000);
+    enc.begin(&mut block);
+    assert_eq!(block, [0x3f, 0xb1, 0x0f], "only the final 2000");
+    block.clear();
+    enc.peer_table_size(500);
+    enc.peer_table_size(2000);
+    enc.begin(&mut block);
+    assert_eq!(
+        block,
+        [0x3f, 0xd5, 0x03, 0x3f, 0xb1, 0x0f],
+        "500 (below 2000), then 2000"
+    );
+}
+
+/// Entries fill the table to the byte: a field that makes it exactly
+/// full evicts nothing, and the table's size counts every entry.
+#[test]
+fn a_table_filled_to_the_byte_keeps_every_entry() {
+    let mut enc = Encoder::default();
+    enc.peer_table_size(100);
+    let mut block = Vec::new();
+    enc.begin(&mut block);
+    // Each entry is 3 + 15 + 32 = 50 bytes.
+    enc.field(b"x-a", &[b'a'; 15], Indexing::Incremental, &mut block);
+    enc.field(b"x-b", &[b'b'; 15], Indexing::Incremental, &mut block);
+    assert_eq!(enc.table_size(), 100);
+    // Both are still there: x-a, the older, is index 63.
+    let mut again = Vec::new();
+    enc.field(b"x-a", &[b'a'; 15], Indexing::Incremental, &mut again);
+    assert_eq!(again, [0x80 | 63]);
+    // One byte more than fits evicts the oldest.
+    enc.field(b"x-c", &[b'c'; 16], Indexing::Incremental, &mut again);
+    assert_eq!(enc.table_size(), 51);
+}
+
+/// A new value for a name only the dynamic table holds names that entry
+/// by its index, wherever it stands in the table.
+#[test]
+fn a_new_value_names_its_dynamic_entry_by_index() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let mut block = Vec::new();
+    enc.begin(&mut block);
+    enc.field(b"x-a", b"1", Indexing::Incremental, &mut block);
+    enc.field(b"x-b", b"1", Indexing::Incremental, &mut block);
+    let mut third = Vec::new();
+    enc.field(b"x-a", b"2", Indexing::Incremental, &mut third);
+    // Literal with incremental indexing naming index 63 (x-a, behind
+    // x-b): 63 fills the 6-bit prefix, so a zero byte follows.
+    assert_eq!(third, [0x7f, 0x00, 0x01, b'2']);
+    block.extend_from_slice(&third);
+    assert_eq!(
+        decoded(&mut dec, &block),
+        fields(&[("x-a", "1"), ("x-b", "1"), ("x-a", "2")])
+    );
+}
+
+/// A one-byte line is a line, not the blank line that ends the head.
+#[test]
+fn a_one_byte_line_does_not_end_the_head() {
+    let mut enc = Encoder::default();
+    let head = b"HTTP/1.1 200 OK\r\nB\nC: 1\r\n\r\n";
+    let mut block = Vec::new();
+    assert_eq!(enc.head(head, &mut block), Some((200, head.len())));
+    let mut dec = loona_hpack::Decoder::new();
+    assert_eq!(
+        decoded(&mut dec, &block),
+        fields(&[(":status", "200"), ("c", "1")])
+    );
+}
+
+/// The 66th entry is index 127, which no longer fits the one-byte form:
+/// it is sent as 127 in the 7-bit prefix and a zero byte.
+#[test]
+fn the_entry_at_index_127_takes_two_bytes() {
+    let mut enc = Encoder::default();
+    let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+    for i in 0..66 {
+        head.extend_from_slice(format!("X: {i:02}\r\n").as_bytes());
+    }
+    head.extend_from_slice(b"\r\n");
+    let mut block = Vec::new();
+    enc.head(&head, &mut block);
+    let mut again = Vec::new();
+    enc.head(b"HTTP/1.1 200 OK\r\nX: 00\r\n\r\n", &mut again);
+    assert_eq!(again, [0x88, 0xff, 0x00]);
+    let mut dec = loona_hpack::Decoder::new();
+    decoded(&mut dec, &block);
+    assert_eq!(
+        decoded(&mut dec, &again),
+        fields(&[(":status", "200"), ("x", "00")])
+    );
+}
+
+/// A line whose bucket names an entry of its name, with the entry's value
+/// two bytes after the name but not after `: `, is not that entry.
+#[test]
+fn a_line_matches_its_entry_only_after_colon_space() {
+    let mut enc = Encoder::default();
+    let mut dec = loona_hpack::Decoder::new();
+    let mut block = Vec::new();
+    enc.head(b"HTTP/1.1 200 OK\r\nx-a: 1\r\n\r\n", &mut block);
+    decoded(&mut dec, &block);
+    let bucket = line_bucket(b"x-a: 1");
+    // `X-a:c1` (any case of the name, any c): one lands in the bucket.
+    let line = ["x-a", "X-a", "x-A", "X-A"]
+        .iter()
+        .flat_map(|n| (b'!'..=b'~').map(move |c| format!("{n}:{}1", c as char)))
+        .find(|l| line_bucket(l.as_bytes()) == bucket)
+        .expect("a line in the same bucket");
+    let value = line[4..].to_string();
+    let mut block = Vec::new();
+    let head = format!("HTTP/1.1 200 OK\r\n{line}\r\n\r\n");
+    enc.head(head.as_bytes(), &mut block);
+    assert_eq!(
+        decoded(&mut dec, &block),
+        fields(&[(":status", "200"), ("x-a", &value)]),
+        "{line}"
+    );
+}
