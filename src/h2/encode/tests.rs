@@ -584,3 +584,46 @@ fn a_line_matches_its_entry_only_after_colon_space() {
         "{line}"
     );
 }
+
+/// A field whose name the static table holds names it by that index
+/// (RFC 7541 Appendix A: the first entry with the name).
+#[test]
+fn static_table_names_are_sent_by_index() {
+    for (name, index) in [
+        (":status", 8usize),
+        ("accept-ranges", 18),
+        ("access-control-allow-origin", 20),
+        ("age", 21),
+        ("allow", 22),
+        ("cache-control", 24),
+        ("content-disposition", 25),
+        ("content-encoding", 26),
+        ("content-language", 27),
+        ("content-length", 28),
+        ("content-location", 29),
+        ("content-range", 30),
+        ("content-type", 31),
+        ("date", 33),
+        ("etag", 34),
+        ("expires", 36),
+        ("last-modified", 44),
+        ("link", 45),
+        ("location", 46),
+        ("retry-after", 53),
+        ("server", 54),
+        ("set-cookie", 55),
+        ("strict-transport-security", 56),
+        ("vary", 59),
+        ("via", 60),
+        ("www-authenticate", 61),
+    ] {
+        let mut enc = Encoder::default();
+        let mut block = Vec::new();
+        enc.field(name.as_bytes(), b"v", Indexing::Without, &mut block);
+        // A literal without indexing: the name's index in a 4-bit prefix.
+        let mut want = Vec::new();
+        integer(&mut want, index, 4, 0x00);
+        want.extend_from_slice(&[1, b'v']);
+        assert_eq!(block, want, "{name}");
+    }
+}
