@@ -629,3 +629,18 @@ fn static_table_names_are_sent_by_index() {
         assert_eq!(block, want, "{name}");
     }
 }
+
+/// Whitespace around a value is not part of it (RFC 9110 §5.5), at
+/// either end.
+#[test]
+fn values_are_sent_without_surrounding_whitespace() {
+    let mut enc = Encoder::default();
+    let head = b"HTTP/1.1 200 OK\r\nA: x \t\r\nB:\ty\r\nC:  z\r\n\r\n";
+    let mut block = Vec::new();
+    enc.head(head, &mut block);
+    let mut dec = loona_hpack::Decoder::new();
+    assert_eq!(
+        decoded(&mut dec, &block),
+        fields(&[(":status", "200"), ("a", "x"), ("b", "y"), ("c", "z")])
+    );
+}
