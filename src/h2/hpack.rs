@@ -337,6 +337,8 @@ mod tests {
             (&[31, 154], 5, None),
             (&[], 5, None),
             (&[31, 0xff, 0xff, 0xff, 0xff, 0x7f], 5, None),
+            // Four continuation bytes (28 bits) are read; a fifth is not.
+            (&[31, 0xff, 0xff, 0xff, 0x0f], 5, Some((33_554_462, 5))),
         ];
         for &(b, n, want) in cases {
             assert_eq!(read_integer(b, n), want, "{b:?} with a {n}-bit prefix");
@@ -379,6 +381,54 @@ mod tests {
         assert!(fields.too_large);
         assert_eq!(fields.iter().count(), 0);
         assert_eq!(fields.size, 36);
+        // "abc: de" is 3 + 2 + 32 bytes (the lengths add, whatever they are).
+        let block = [0x00, 3, b'a', b'b', b'c', 2, b'd', b'e'];
+        decode(&mut loona_hpack::Decoder::new(), &block, 37, &mut fields).unwrap();
+        assert!(!fields.too_large);
+        assert_eq!(fields.size, 37);
+        decode(&mut loona_hpack::Decoder::new(), &block, 36, &mut fields).unwrap();
+        assert!(fields.too_large);
+    }
+
+    /// Every representation is walked by its own prefix, and each
+    /// Huffman-coded string comes out raw, its length prefix rewritten;
+    /// the rest is copied as it was.
+    #[test]
+    fn unhuffman_writes_every_huffman_string_raw_and_copies_the_rest() {
+        // "www.example.com", Huffman-coded (RFC 7541 C.4.1), and raw.
+        let www = [
+            0x8c, 0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff,
+        ];
+        let mut raw_www = vec![15];
+        raw_www.extend_from_slice(b"www.example.com");
+        let mut block = Vec::new();
+        let mut want = Vec::new();
+        let mut both = |b: &[u8], w: &[u8]| {
+            block.extend_from_slice(b);
+            want.extend_from_slice(w);
+        };
+        // A table size update (5-bit prefix, 4096), then an index.
+        both(&[0x3f, 0xe1, 0x1f, 0x82], &[0x3f, 0xe1, 0x1f, 0x82]);
+        // Incremental indexing, indexed name (6-bit prefix): Huffman value.
+        both(&[0x41], &[0x41]);
+        both(&www, &raw_www);
+        // Incremental indexing, new name: raw name, Huffman value.
+        both(&[0x40, 3, b'f', b'o', b'o'], &[0x40, 3, b'f', b'o', b'o']);
+        both(&www, &raw_www);
+        // Without indexing, indexed name (4-bit prefix): Huffman value.
+        both(&[0x04], &[0x04]);
+        both(&www, &raw_www);
+        // Never indexed, new name: Huffman name, raw value.
+        both(&[0x10], &[0x10]);
+        both(&www, &raw_www);
+        both(&[2, b'/', b'x'], &[2, b'/', b'x']);
+        // An index past the 7-bit prefix, last.
+        both(&[0xff, 0x01], &[0xff, 0x01]);
+        let mut out = Vec::new();
+        assert_eq!(unhuffman(&block, &mut out), Ok(true));
+        assert_eq!(out, want);
+        // Nothing Huffman-coded: the block is used as it is.
+        assert_eq!(unhuffman(&want, &mut out), Ok(false));
     }
 
     #[test]
