@@ -412,6 +412,9 @@ mod tests {
         // Incremental indexing, indexed name (6-bit prefix): Huffman value.
         both(&[0x41], &[0x41]);
         both(&www, &raw_www);
+        // The same naming content-type (31: past a 4-bit prefix).
+        both(&[0x5f], &[0x5f]);
+        both(&www, &raw_www);
         // Incremental indexing, new name: raw name, Huffman value.
         both(&[0x40, 3, b'f', b'o', b'o'], &[0x40, 3, b'f', b'o', b'o']);
         both(&www, &raw_www);
