@@ -517,8 +517,8 @@ fn uring_stops_receiving_from_a_tls_client_that_does_not_read() {
     }
     let req = support::get("/a.txt");
     let chunk = req.repeat(256);
-    // At most 4 MiB of requests, until the socket takes nothing for 1.5 s.
-    let cap = 4 << 20;
+    // At most 8 MiB of requests, until the socket takes nothing for 1.5 s.
+    let cap = 8 << 20;
     tcp.set_nonblocking(true).unwrap();
     let mut queued = 0usize;
     let mut progress = std::time::Instant::now();
@@ -544,9 +544,19 @@ fn uring_stops_receiving_from_a_tls_client_that_does_not_read() {
         "{} requests ({queued} B) queued over TLS without reading; server RSS +{grown} B",
         queued / req.len()
     );
+    // The client's socket blocked before the cap (here after 0.7 to 1.2
+    // MB): the server stopped receiving. One that kept receiving took all
+    // of it (4 MiB then, its RSS +6.8 MB). RSS, seen from 0.9 to 3.2 MB
+    // here, also counts the answers queued and the session's buffers
+    // (rustls's and ours), which vary with timing: it only has to stay
+    // bounded.
     assert!(
-        grown < 2 << 20,
-        "the server took what the client sent: RSS +{grown} B for {queued} B of requests"
+        queued < cap,
+        "the server took what the client sent: {queued} B of requests, RSS +{grown} B"
+    );
+    assert!(
+        grown < 8 << 20,
+        "the server's memory grew by {grown} B for {queued} B of requests"
     );
     // Now read (and send what is left): every request is answered, 200.
     let requests = queued / req.len();

@@ -905,10 +905,18 @@ impl Conn {
         self.stream.write_all(bytes)
     }
 
-    /// Reads more bytes into the buffer; Ok(0) on EOF or reset.
+    /// Reads more bytes into the buffer; Ok(0) on EOF or reset. A read a
+    /// signal interrupted (EINTR: a socket read with a timeout is not
+    /// restarted) is made again, as any client's read loop does.
     fn fill(&mut self) -> Result<usize, ReadError> {
         let mut chunk = [0u8; 64 * 1024];
-        match self.stream.read(&mut chunk) {
+        let read = loop {
+            match self.stream.read(&mut chunk) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        match read {
             Ok(n) => {
                 self.buf.extend_from_slice(&chunk[..n]);
                 Ok(n)
