@@ -95,13 +95,12 @@ impl Conn {
                 }
                 Ok(Fill::Data)
             }
-            TlsRead::Drained if !pushed => {
-                self.readable = false;
-                Ok(Fill::Drained)
-            }
             TlsRead::Drained => {
-                // Driven by completions: the receive says whether more comes.
                 self.readable = false;
+                if !pushed {
+                    return Ok(Fill::Drained);
+                }
+                // Driven by completions: the receive says whether more comes.
                 match self.recv_end()? {
                     Fill::Eof => self.tls_eof(),
                     other => Ok(other),
