@@ -544,14 +544,24 @@ impl Conn {
             }
             io.unflushed = 0;
         }
-        // Before the first request (a TLS handshake flight) the header
-        // timeout from accept still runs, as nginx's client_header_timeout
-        // (again: a flight lent to a ring send waited as a write).
-        if self.reading == Reading::Idle && !self.is_h2() {
-            if self.served > 0 {
-                self.deadline = env.now + env.cfg.keepalive_timeout;
-            } else if let Some(tls) = &self.tls {
-                self.deadline = tls.accepted() + env.cfg.header_timeout;
+        // The wait for output is over: the timeout of what is read next
+        // applies again. A head under way keeps its header timeout, and
+        // before the first request (a TLS handshake flight) so does the
+        // timeout from accept, as nginx's client_header_timeout (a flight
+        // lent to a ring send, or a partial head that came in behind it,
+        // waited as a write meanwhile).
+        if !self.is_h2() {
+            match self.reading {
+                Reading::Idle if self.served > 0 => {
+                    self.deadline = env.now + env.cfg.keepalive_timeout;
+                }
+                Reading::Idle => {
+                    if let Some(tls) = &self.tls {
+                        self.deadline = tls.accepted() + env.cfg.header_timeout;
+                    }
+                }
+                Reading::Head => self.deadline = self.io().head_at + env.cfg.header_timeout,
+                _ => {}
             }
         }
         if env.stop == Stop::Draining {

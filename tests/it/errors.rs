@@ -363,6 +363,33 @@ fn slow_head_times_out_with_408() {
     assert_closed(&mut c, "after 408");
 }
 
+/// A partial head that comes in while a response waits for a slow reader
+/// keeps its header timeout: the wait for the write (60 s here) is over
+/// once the reader catches up, and a slow head must not borrow it (nor may
+/// a head behind a TLS flight still in a ring send, where CI first saw it).
+#[test]
+fn slow_head_behind_a_blocked_response_times_out_with_408() {
+    let site = Site::new("408-behind");
+    let body = vec![b'x'; 8 << 20];
+    site.write("big.bin", &body);
+    let server = Server::start(&site.root, &["--header-timeout", "1"]);
+    let mut c = server.connect();
+    c.set_read_timeout(Duration::from_secs(6));
+    let start = Instant::now();
+    c.send(format!("{}GET /index.html HTTP/1.1\r\nHost: x\r\n", get("/big.bin")).as_bytes());
+    // Not read for a while: the 8 MiB fills the socket buffers, and the
+    // partial head was read meanwhile.
+    std::thread::sleep(Duration::from_millis(300));
+    let big = c.read_response().expect("the 8 MiB response");
+    assert_eq!(big.status, 200, "{big:?}");
+    assert_eq!(big.body.len(), body.len());
+    let r = c.read_response().expect("408 response");
+    let took = start.elapsed();
+    assert_eq!(r.status, 408, "{r:?}");
+    assert!(took < Duration::from_secs(3), "408 after {took:?}");
+    assert_closed(&mut c, "after 408");
+}
+
 #[test]
 fn silent_connection_is_closed_after_header_timeout() {
     let (_site, server) = start("408-silent", &["--header-timeout", "1"]);
