@@ -180,8 +180,9 @@ pub struct Settings {
     /// hash) or `cpu` (the shard on the CPU that handled its SYN).
     #[arg(long, value_name = "hash|cpu")]
     pub steer: Option<String>,
-    /// The shards' event source: `uring` (io_uring: multishot polls on one
-    /// ring per shard, submitted and reaped by one `io_uring_enter` per
+    /// The shards' event source: `uring` (io_uring, one ring per shard:
+    /// multishot accept polls, multishot receives into a shared buffer
+    /// ring and sends, submitted and reaped by one `io_uring_enter` per
     /// loop turn), `epoll`, or `auto`: io_uring when a ring sets up with
     /// what the loop needs and passes a self-check, else epoll (as under a
     /// container's seccomp profile, where `io_uring_setup` fails with

@@ -1,7 +1,10 @@
 //! The shard's event source behind one small interface (`--io`): the
 //! edge-triggered epoll loop, or an io_uring ring whose multishot polls
-//! stand where epoll's registrations stand. The loop, the connections and
-//! their sans-I/O protocol code do not know which drives them.
+//! stand where epoll's registrations stand (listeners, and `EPOLLOUT` of a
+//! connection whose file body waits for room). Connections on the ring are
+//! driven by its receive and send completions (`shard/ring.rs`,
+//! `conn/ring.rs`); their sans-I/O protocol code does not know which
+//! drives them.
 
 use std::io;
 use std::os::fd::AsRawFd;
