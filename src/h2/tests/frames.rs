@@ -1,0 +1,410 @@
+//! The frame handlers' checks, one row each: what a frame after some setup
+//! ends in (a connection error, a stream reset, or nothing wrong), as
+//! RFC 9113 §4–6 and the defences want it. h2spec runs the same checks end
+//! to end; these judge the handlers in milliseconds.
+
+use std::time::Instant;
+
+use super::*;
+
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// GOAWAY with this code, and nothing more is read.
+    Goaway(u32),
+    /// RST_STREAM of this stream with this code.
+    Rst(u32, u32),
+    Fine,
+}
+use Outcome::*;
+
+const PROTOCOL: u32 = ErrorCode::Protocol as u32;
+const FLOW: u32 = ErrorCode::FlowControl as u32;
+const CLOSED: u32 = ErrorCode::StreamClosed as u32;
+const SIZE: u32 = ErrorCode::FrameSize as u32;
+const CALM: u32 = ErrorCode::EnhanceYourCalm as u32;
+const COMPRESSION: u32 = ErrorCode::Compression as u32;
+
+/// Stream 1 open: a request whose body would follow (its answer is out).
+fn open_1() -> Vec<u8> {
+    frame_bytes(frame::HEADERS, frame::FLAG_END_HEADERS, 1, GET_ROOT)
+}
+
+/// Stream 1 closed: a GET, answered.
+fn closed_1() -> Vec<u8> {
+    get(1)
+}
+
+fn settings(params: &[(u16, u32)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    frame::write_settings(&mut b, params);
+    b
+}
+
+fn window_update(stream: u32, increment: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    frame::write_window_update(&mut b, stream, increment);
+    b
+}
+
+/// What `input` ends in on a connection that already took `setup`.
+fn after(setup: &[u8], input: &[u8]) -> Outcome {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut c = H2Counters::default();
+    let mut first = open();
+    first.extend_from_slice(setup);
+    let (recv, _) = run(&mut h2, &first, &mut c);
+    assert_eq!(recv, Recv::More, "the setup went through");
+    let (recv, got) = run(&mut h2, input, &mut c);
+    let outcome = outcome(&got);
+    assert_eq!(
+        recv == Recv::Failed,
+        matches!(outcome, Goaway(_)),
+        "{outcome:?}"
+    );
+    outcome
+}
+
+fn outcome(got: &[(Head, Vec<u8>)]) -> Outcome {
+    let code = |p: &[u8], at: usize| u32::from_be_bytes(p[at..at + 4].try_into().unwrap());
+    if let Some((_, p)) = got.iter().find(|(h, _)| h.kind == frame::GOAWAY) {
+        return Goaway(code(p, 4));
+    }
+    if let Some((h, p)) = got.iter().find(|(h, _)| h.kind == frame::RST_STREAM) {
+        return Rst(h.stream, code(p, 0));
+    }
+    Fine
+}
+
+#[test]
+fn data_frames() {
+    let padded = |pad: u8, len: usize| {
+        let mut p = vec![pad];
+        p.extend(vec![b'x'; len]);
+        frame_bytes(frame::DATA, frame::FLAG_PADDED, 1, &p)
+    };
+    let end = |stream| frame_bytes(frame::DATA, frame::FLAG_END_STREAM, stream, b"x");
+    assert_eq!(
+        after(b"", &frame_bytes(frame::DATA, 0, 0, b"x")),
+        Goaway(PROTOCOL)
+    );
+    assert_eq!(after(&open_1(), &padded(3, 3)), Fine, "padding that fits");
+    assert_eq!(
+        after(&open_1(), &padded(4, 3)),
+        Goaway(PROTOCOL),
+        "padding past the end"
+    );
+    assert_eq!(after(b"", &end(1)), Goaway(PROTOCOL), "idle stream");
+    assert_eq!(after(&closed_1(), &end(1)), Goaway(CLOSED));
+    assert_eq!(after(&open_1(), &end(1)), Fine);
+    // Half-closed (remote) while its answer waits for window: DATA after
+    // END_STREAM is a stream error.
+    let mut waiting = settings(&[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
+    waiting.extend(open_1());
+    let mut twice = end(1);
+    twice.extend(end(1));
+    assert_eq!(after(&waiting, &twice), Rst(1, CLOSED), "after END_STREAM");
+}
+
+#[test]
+fn data_against_content_length() {
+    // `content-length: 3` (literal, new name), then DATA.
+    let mut block = GET_ROOT.to_vec();
+    block.extend_from_slice(&[0x0f, 0x0d, 0x01, b'3']);
+    let opened = frame_bytes(frame::HEADERS, frame::FLAG_END_HEADERS, 1, &block);
+    let data = |flags, body: &[u8]| frame_bytes(frame::DATA, flags, 1, body);
+    assert_eq!(after(&opened, &data(frame::FLAG_END_STREAM, b"abc")), Fine);
+    assert_eq!(
+        after(&opened, &data(0, b"abc")),
+        Fine,
+        "all of it, end to come"
+    );
+    assert_eq!(
+        after(&opened, &data(frame::FLAG_END_STREAM, b"ab")),
+        Rst(1, PROTOCOL),
+        "short"
+    );
+    assert_eq!(after(&opened, &data(0, b"abcd")), Rst(1, PROTOCOL), "long");
+    let mut trailers = data(0, b"abc");
+    trailers.extend(frame_bytes(
+        frame::HEADERS,
+        frame::FLAG_END_HEADERS | frame::FLAG_END_STREAM,
+        1,
+        &[0x40, 0x01, b'x', 0x01, b'y'],
+    ));
+    assert_eq!(
+        after(&opened, &trailers),
+        Fine,
+        "trailers after the whole body"
+    );
+    let mut early = data(0, b"ab");
+    early.extend_from_slice(&trailers[frame::HEAD_LEN + 3..]);
+    assert_eq!(
+        after(&opened, &early),
+        Rst(1, PROTOCOL),
+        "trailers before it"
+    );
+}
+
+#[test]
+fn headers_frames() {
+    let headers = |flags, stream, block: &[u8]| frame_bytes(frame::HEADERS, flags, stream, block);
+    let eh = frame::FLAG_END_HEADERS | frame::FLAG_END_STREAM;
+    assert_eq!(after(b"", &headers(eh, 0, GET_ROOT)), Goaway(PROTOCOL));
+    assert_eq!(
+        after(b"", &headers(eh, 2, GET_ROOT)),
+        Goaway(PROTOCOL),
+        "even id"
+    );
+    assert_eq!(
+        after(b"", &headers(eh, 1, &[0x80])),
+        Goaway(COMPRESSION),
+        "index 0"
+    );
+    assert_eq!(
+        after(&closed_1(), &headers(eh, 1, GET_ROOT)),
+        Goaway(CLOSED)
+    );
+    // Padded: the pad length byte and padding around the block.
+    let mut p = vec![2];
+    p.extend_from_slice(GET_ROOT);
+    p.extend_from_slice(&[0, 0]);
+    assert_eq!(after(b"", &headers(eh | frame::FLAG_PADDED, 1, &p)), Fine);
+    p[0] = 6;
+    assert_eq!(
+        after(b"", &headers(eh | frame::FLAG_PADDED, 1, &p)),
+        Goaway(PROTOCOL)
+    );
+    // A priority block: 5 bytes before the fragment.
+    let mut q = vec![0, 0, 0, 3, 15];
+    q.extend_from_slice(GET_ROOT);
+    assert_eq!(after(b"", &headers(eh | frame::FLAG_PRIORITY, 1, &q)), Fine);
+    assert_eq!(
+        after(b"", &headers(eh | frame::FLAG_PRIORITY, 1, &[0, 0, 0, 3])),
+        Goaway(SIZE),
+        "priority block cut short"
+    );
+    q[3] = 1;
+    assert_eq!(
+        after(b"", &headers(eh | frame::FLAG_PRIORITY, 1, &q)),
+        Rst(1, PROTOCOL),
+        "depends on itself"
+    );
+    // Trailers on an open stream must end it and carry no pseudo-header.
+    assert_eq!(
+        after(
+            &open_1(),
+            &headers(frame::FLAG_END_HEADERS, 1, &[0x40, 0x01, b'x', 0x01, b'y'])
+        ),
+        Rst(1, PROTOCOL)
+    );
+    assert_eq!(
+        after(&open_1(), &headers(eh, 1, GET_ROOT)),
+        Rst(1, PROTOCOL)
+    );
+    assert_eq!(
+        after(&open_1(), &headers(eh, 1, &[0x40, 0x01, b'x', 0x01, b'y'])),
+        Fine
+    );
+}
+
+#[test]
+fn continuation_frames() {
+    let cont = |flags, stream, block: &[u8]| frame_bytes(frame::CONTINUATION, flags, stream, block);
+    let start = frame_bytes(frame::HEADERS, frame::FLAG_END_STREAM, 1, &GET_ROOT[..1]);
+    assert_eq!(
+        after(b"", &cont(frame::FLAG_END_HEADERS, 1, GET_ROOT)),
+        Goaway(PROTOCOL),
+        "none pending"
+    );
+    let mut ok = start.clone();
+    ok.extend(cont(frame::FLAG_END_HEADERS, 1, &GET_ROOT[1..]));
+    assert_eq!(after(b"", &ok), Fine);
+    let mut other = start.clone();
+    other.extend(cont(frame::FLAG_END_HEADERS, 3, &GET_ROOT[1..]));
+    assert_eq!(after(b"", &other), Goaway(PROTOCOL), "another stream's");
+    let mut ping = start.clone();
+    ping.extend(frame_bytes(frame::PING, 0, 0, &[0; 8]));
+    assert_eq!(after(b"", &ping), Goaway(PROTOCOL), "a frame between");
+    // At most MAX_CONTINUATIONS frames.
+    let spread = |n: u32| {
+        let mut b = start.clone();
+        for _ in 1..n {
+            b.extend(cont(0, 1, b""));
+        }
+        b.extend(cont(frame::FLAG_END_HEADERS, 1, &GET_ROOT[1..]));
+        b
+    };
+    assert_eq!(after(b"", &spread(MAX_CONTINUATIONS)), Fine);
+    assert_eq!(after(b"", &spread(MAX_CONTINUATIONS + 1)), Goaway(CALM));
+}
+
+#[test]
+fn a_header_block_is_capped_at_twice_the_larger_limit() {
+    // cfg(): max_header_list 8 KiB, so the cap is 2 × 16 KiB. Indexed
+    // `:method: GET` fields fill it (the list is then too large: 431).
+    let cap = 2 * MAX_FRAME_IN;
+    let block = |len: usize| {
+        let mut b = Vec::new();
+        let mut kind = frame::HEADERS;
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(MAX_FRAME_IN);
+            left -= n;
+            let mut flags = 0;
+            if left == 0 {
+                flags |= frame::FLAG_END_HEADERS;
+            }
+            if kind == frame::HEADERS {
+                flags |= frame::FLAG_END_STREAM;
+            }
+            b.extend(frame_bytes(kind, flags, 1, &vec![0x82; n]));
+            kind = frame::CONTINUATION;
+        }
+        b
+    };
+    assert_eq!(after(b"", &block(cap)), Fine, "to the byte: answered (431)");
+    assert_eq!(after(b"", &block(cap + 1)), Goaway(CALM));
+}
+
+#[test]
+fn control_frames() {
+    let ping = |stream, payload: &[u8]| frame_bytes(frame::PING, 0, stream, payload);
+    assert_eq!(after(b"", &ping(0, &[7; 8])), Fine);
+    assert_eq!(after(b"", &ping(1, &[7; 8])), Goaway(PROTOCOL));
+    assert_eq!(after(b"", &ping(0, &[7; 7])), Goaway(SIZE));
+    let goaway = |stream, payload: &[u8]| frame_bytes(frame::GOAWAY, 0, stream, payload);
+    assert_eq!(after(b"", &goaway(0, &[0; 8])), Fine);
+    assert_eq!(after(b"", &goaway(1, &[0; 8])), Goaway(PROTOCOL));
+    assert_eq!(after(b"", &goaway(0, &[0; 7])), Goaway(SIZE));
+    assert_eq!(
+        after(b"", &frame_bytes(frame::PUSH_PROMISE, 0, 1, &[0; 4])),
+        Goaway(PROTOCOL)
+    );
+    let update = |stream, payload: &[u8]| frame_bytes(frame::PRIORITY_UPDATE, 0, stream, payload);
+    assert_eq!(after(&open_1(), &update(0, b"\0\0\0\x01u=0")), Fine);
+    assert_eq!(after(b"", &update(1, b"\0\0\0\x01u=0")), Goaway(PROTOCOL));
+    assert_eq!(after(b"", &update(0, b"\0\0\0")), Goaway(SIZE));
+    assert_eq!(
+        after(b"", &frame_bytes(0x20, 0, 0, b"unknown")),
+        Fine,
+        "ignored"
+    );
+}
+
+#[test]
+fn priority_and_rst_frames() {
+    let priority = |stream, payload: &[u8]| frame_bytes(frame::PRIORITY, 0, stream, payload);
+    assert_eq!(after(b"", &priority(1, &[0, 0, 0, 3, 15])), Fine);
+    assert_eq!(
+        after(b"", &priority(0, &[0, 0, 0, 3, 15])),
+        Goaway(PROTOCOL)
+    );
+    assert_eq!(after(b"", &priority(1, &[0, 0, 0, 3])), Rst(1, SIZE));
+    assert_eq!(
+        after(b"", &priority(1, &[0, 0, 0, 1, 15])),
+        Rst(1, PROTOCOL),
+        "on itself"
+    );
+    let rst = |stream, payload: &[u8]| frame_bytes(frame::RST_STREAM, 0, stream, payload);
+    assert_eq!(after(&open_1(), &rst(1, &[0, 0, 0, 8])), Fine);
+    assert_eq!(after(&closed_1(), &rst(1, &[0, 0, 0, 8])), Fine);
+    assert_eq!(after(b"", &rst(0, &[0, 0, 0, 8])), Goaway(PROTOCOL));
+    assert_eq!(after(b"", &rst(1, &[0, 0, 0, 8])), Goaway(PROTOCOL), "idle");
+    assert_eq!(after(&open_1(), &rst(1, &[0, 0, 8])), Goaway(SIZE));
+}
+
+#[test]
+fn settings_frames() {
+    use frame::SETTINGS_MAX_FRAME_SIZE as FRAME;
+    use frame::{SETTINGS_ENABLE_PUSH as PUSH, SETTINGS_INITIAL_WINDOW_SIZE as WINDOW};
+    assert_eq!(after(b"", &settings(&[(PUSH, 1)])), Fine);
+    assert_eq!(after(b"", &settings(&[(PUSH, 2)])), Goaway(PROTOCOL));
+    assert_eq!(
+        after(b"", &settings(&[(WINDOW, frame::MAX_WINDOW as u32)])),
+        Fine
+    );
+    assert_eq!(
+        after(b"", &settings(&[(WINDOW, frame::MAX_WINDOW as u32 + 1)])),
+        Goaway(FLOW)
+    );
+    assert_eq!(after(b"", &settings(&[(FRAME, 16_384)])), Fine);
+    assert_eq!(after(b"", &settings(&[(FRAME, (1 << 24) - 1)])), Fine);
+    assert_eq!(after(b"", &settings(&[(FRAME, 16_383)])), Goaway(PROTOCOL));
+    assert_eq!(after(b"", &settings(&[(FRAME, 1 << 24)])), Goaway(PROTOCOL));
+    assert_eq!(
+        after(b"", &frame_bytes(frame::SETTINGS, 0, 1, b"")),
+        Goaway(PROTOCOL)
+    );
+    assert_eq!(
+        after(b"", &frame_bytes(frame::SETTINGS, 0, 0, &[0; 5])),
+        Goaway(SIZE)
+    );
+    assert_eq!(
+        after(b"", &frame_bytes(frame::SETTINGS, frame::FLAG_ACK, 0, b"")),
+        Fine
+    );
+    assert_eq!(
+        after(
+            b"",
+            &frame_bytes(frame::SETTINGS, frame::FLAG_ACK, 0, &[0; 6])
+        ),
+        Goaway(SIZE)
+    );
+    // A window change applies to open streams: past 2^31 - 1 on one is
+    // a connection error (§6.9.2).
+    // (Stream 1's window is 5 bytes short of 65 535: its answer went out.)
+    let mut grow = window_update(1, (frame::MAX_WINDOW - 65_530 - 10) as u32);
+    grow.extend(settings(&[(WINDOW, 65_535 + 10)]));
+    assert_eq!(after(&open_1(), &grow), Fine, "to the maximum");
+    let mut over = window_update(1, (frame::MAX_WINDOW - 65_530 - 10) as u32);
+    over.extend(settings(&[(WINDOW, 65_535 + 11)]));
+    assert_eq!(after(&open_1(), &over), Goaway(FLOW));
+}
+
+#[test]
+fn window_update_frames() {
+    let max = frame::MAX_WINDOW as u32;
+    assert_eq!(after(b"", &window_update(0, 1)), Fine);
+    assert_eq!(after(b"", &window_update(0, 0)), Goaway(PROTOCOL));
+    assert_eq!(
+        after(b"", &window_update(0, max - 65_535)),
+        Fine,
+        "to the maximum"
+    );
+    assert_eq!(after(b"", &window_update(0, max - 65_534)), Goaway(FLOW));
+    assert_eq!(
+        after(b"", &frame_bytes(frame::WINDOW_UPDATE, 0, 0, &[0, 0, 1])),
+        Goaway(SIZE)
+    );
+    assert_eq!(after(b"", &window_update(1, 1)), Goaway(PROTOCOL), "idle");
+    assert_eq!(after(&closed_1(), &window_update(1, 1)), Fine);
+    assert_eq!(after(&open_1(), &window_update(1, 0)), Rst(1, PROTOCOL));
+    assert_eq!(
+        after(&open_1(), &window_update(1, max - 65_535 + 5)),
+        Fine,
+        "its 5 bytes sent"
+    );
+    assert_eq!(
+        after(&open_1(), &window_update(1, max - 65_535 + 6)),
+        Rst(1, FLOW)
+    );
+}
+
+#[test]
+fn frame_sizes_and_the_preface() {
+    assert_eq!(
+        after(b"", &frame_bytes(0x20, 0, 0, &vec![0; MAX_FRAME_IN])),
+        Fine
+    );
+    let mut big = Vec::new();
+    frame::write_head(&mut big, MAX_FRAME_IN + 1, 0x20, 0, 0);
+    assert_eq!(after(b"", &big), Goaway(SIZE), "the head alone says it");
+    // The preface may come in pieces.
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut c = H2Counters::default();
+    let mut out = Output::default();
+    let (used, recv) = h2.recv(&PREFACE[..10], &mut out, &mut Fixed, &mut c, Instant::now());
+    assert_eq!((used, recv), (0, Recv::More));
+    let (used, recv) = h2.recv(PREFACE, &mut out, &mut Fixed, &mut c, Instant::now());
+    assert_eq!((used, recv), (PREFACE.len(), Recv::More));
+}
