@@ -413,4 +413,5 @@ fn data_is_copied_while_the_output_pins_another_snapshot() {
 // The tables below pin what cargo-mutants found unjudged (bench/mutants.sh
 // h2conn): connection state, frame handlers, the DATA scheduler.
 mod frames;
+mod schedule;
 mod state;

@@ -1,0 +1,241 @@
+//! The DATA scheduler: RFC 9218 urgency, one non-incremental stream at a
+//! time in stream order, incremental ones round-robin by frame; frame
+//! sizes, windows and the per-call budget.
+
+use std::time::Instant;
+
+use super::*;
+
+/// Answers every request with `self.0` owned body bytes.
+struct Sized(usize);
+
+impl Handler for Sized {
+    fn respond(
+        &mut self,
+        _req: &Request<'_>,
+        _fields: &hpack::Fields,
+        resp: &mut Output,
+    ) -> (Status, u64) {
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", self.0);
+        resp.buf().extend_from_slice(head.as_bytes());
+        resp.buf().extend((0..self.0).map(|i| (i % 251) as u8));
+        (Status::Ok, self.0 as u64)
+    }
+
+    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
+        Fixed.refuse(status, message, resp)
+    }
+}
+
+/// `GET /` on `stream` with a `priority` field of `value` (none if empty).
+fn get_with_priority(stream: u32, value: &str) -> Vec<u8> {
+    let mut block = GET_ROOT.to_vec();
+    if !value.is_empty() {
+        block.extend_from_slice(&[0x00, 8]);
+        block.extend_from_slice(b"priority");
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    frame_bytes(
+        frame::HEADERS,
+        frame::FLAG_END_HEADERS | frame::FLAG_END_STREAM,
+        stream,
+        &block,
+    )
+}
+
+/// (stream, payload length, END_STREAM) of each DATA frame in `got`.
+fn data_frames(got: &[(Head, Vec<u8>)]) -> Vec<(u32, usize, bool)> {
+    got.iter()
+        .filter(|(h, _)| h.kind == frame::DATA)
+        .map(|(h, p)| (h.stream, p.len(), h.has(frame::FLAG_END_STREAM)))
+        .collect()
+}
+
+/// Takes `input` (after the preface and `settings`), answering each
+/// request with `body` bytes, then schedules once.
+fn schedule(
+    h2: &mut H2,
+    settings: &[(u16, u32)],
+    input: &[u8],
+    body: usize,
+) -> (Sent, Vec<(Head, Vec<u8>)>) {
+    let mut all = PREFACE.to_vec();
+    frame::write_settings(&mut all, settings);
+    all.extend_from_slice(input);
+    let mut c = H2Counters::default();
+    let mut out = Output::default();
+    let (used, recv) = h2.recv(&all, &mut out, &mut Sized(body), &mut c, Instant::now());
+    assert_eq!((used, recv), (all.len(), Recv::More));
+    let snapshot = Arc::new(Snapshot::empty());
+    let sent = h2.send(&mut out, &snapshot, &mut c, Instant::now());
+    (sent, frames(out.buf()))
+}
+
+/// The order in which two 20 000-byte answers of streams 1 and 3 leave,
+/// given their `priority` fields.
+fn order(p1: &str, p3: &str) -> Vec<(u32, usize, bool)> {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut input = get_with_priority(1, p1);
+    input.extend(get_with_priority(3, p3));
+    // The connection window takes both bodies.
+    frame::write_window_update(&mut input, 0, 100_000);
+    let (sent, got) = schedule(&mut h2, &[], &input, 20_000);
+    assert_eq!(sent, Sent::Idle);
+    data_frames(&got)
+}
+
+const FIRST: usize = 16_384;
+const REST: usize = 20_000 - 16_384;
+
+#[test]
+fn lower_urgency_goes_first() {
+    assert_eq!(
+        order("u=5", "u=1"),
+        [
+            (3, FIRST, false),
+            (3, REST, true),
+            (1, FIRST, false),
+            (1, REST, true)
+        ]
+    );
+    assert_eq!(
+        order("u=2", ""),
+        [
+            (1, FIRST, false),
+            (1, REST, true),
+            (3, FIRST, false),
+            (3, REST, true)
+        ],
+        "the default is 3"
+    );
+    assert_eq!(
+        order("u=4", ""),
+        [
+            (3, FIRST, false),
+            (3, REST, true),
+            (1, FIRST, false),
+            (1, REST, true)
+        ],
+    );
+}
+
+#[test]
+fn non_incremental_streams_go_one_at_a_time_in_stream_order() {
+    assert_eq!(
+        order("", ""),
+        [
+            (1, FIRST, false),
+            (1, REST, true),
+            (3, FIRST, false),
+            (3, REST, true)
+        ]
+    );
+    assert_eq!(
+        order("i", ""),
+        [
+            (3, FIRST, false),
+            (3, REST, true),
+            (1, FIRST, false),
+            (1, REST, true)
+        ],
+        "before incremental ones of the same urgency"
+    );
+}
+
+#[test]
+fn incremental_streams_take_turns_by_frame() {
+    assert_eq!(
+        order("i", "i"),
+        [
+            (1, FIRST, false),
+            (3, FIRST, false),
+            (1, REST, true),
+            (3, REST, true)
+        ]
+    );
+}
+
+#[test]
+fn frames_stay_within_16k_even_when_the_peer_allows_more() {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut input = get(1);
+    frame::write_window_update(&mut input, 0, 100_000);
+    let (_, got) = schedule(
+        &mut h2,
+        &[(frame::SETTINGS_MAX_FRAME_SIZE, 40_000)],
+        &input,
+        20_000,
+    );
+    assert_eq!(data_frames(&got), [(1, FIRST, false), (1, REST, true)]);
+}
+
+#[test]
+fn a_stream_without_window_waits_while_others_send() {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut input = get_with_priority(1, "u=0");
+    input.extend(get(3));
+    // Stream 3 gets window; stream 1 (more urgent) has none.
+    frame::write_window_update(&mut input, 3, 100);
+    let (sent, got) = schedule(
+        &mut h2,
+        &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 0)],
+        &input,
+        100,
+    );
+    assert_eq!(sent, Sent::Idle);
+    assert_eq!(data_frames(&got), [(3, 100, true)]);
+    assert!(h2.stalled_since().is_some(), "stream 1 waits on its window");
+}
+
+#[test]
+fn one_call_queues_about_128_kib_then_asks_for_more() {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut input = get(1);
+    frame::write_window_update(&mut input, 0, 1 << 20);
+    let body = 300_000;
+    let (sent, got) = schedule(
+        &mut h2,
+        &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20)],
+        &input,
+        body,
+    );
+    assert_eq!(sent, Sent::More);
+    let first: usize = data_frames(&got).iter().map(|f| f.1).sum();
+    // Whole frames until the budget is reached or passed.
+    assert_eq!(first, 8 * FIRST, "{first}");
+    let mut out = Output::default();
+    let mut c = H2Counters::default();
+    let snapshot = Arc::new(Snapshot::empty());
+    assert_eq!(
+        h2.send(&mut out, &snapshot, &mut c, Instant::now()),
+        Sent::More
+    );
+    assert_eq!(
+        h2.send(&mut out, &snapshot, &mut c, Instant::now()),
+        Sent::Idle
+    );
+    let rest: Vec<_> = data_frames(&frames(out.buf()));
+    assert_eq!(first + rest.iter().map(|f| f.1).sum::<usize>(), body);
+    assert_eq!(
+        rest.iter().filter(|f| f.2).count(),
+        1,
+        "one END_STREAM, last"
+    );
+    assert!(rest.last().unwrap().2);
+    assert_eq!(h2.active(), 0);
+}
+
+#[test]
+fn a_closed_connection_window_stops_every_stream() {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut input = get(1);
+    input.extend(get(3));
+    // 40 000 per stream allowed, 65 535 for the connection.
+    let (sent, got) = schedule(&mut h2, &[], &input, 40_000);
+    assert_eq!(sent, Sent::Idle);
+    let data = data_frames(&got);
+    assert_eq!(data.iter().map(|f| f.1).sum::<usize>(), 65_535);
+    assert_eq!(data.last().unwrap(), &(3, 65_535 - 40_000 - FIRST, false));
+    assert!(h2.stalled_since().is_some());
+}
