@@ -196,9 +196,10 @@ pub(super) fn parse_priority(value: &[u8]) -> (u8, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{build, is_lower_token, parse_priority, Malformed};
+    use super::{build, is_lower_token, parse_priority, trim, Malformed};
     use crate::h2::hpack::Fields;
     use crate::h2::H2Config;
+    use crate::http::request::Version;
 
     fn list(fields: &[(&[u8], &[u8])]) -> Fields {
         let mut list = Fields::default();
@@ -214,12 +215,7 @@ mod tests {
 
     #[test]
     fn nul_cr_and_lf_make_a_request_malformed_wherever_they_are() {
-        let cfg = H2Config {
-            max_concurrent: 100,
-            max_header_list: 1 << 16,
-            max_uri: 8192,
-            max_body: 1 << 20,
-        };
+        let cfg = cfg();
         let good: [(&[u8], &[u8]); 4] = [
             (b":method", b"GET"),
             (b":scheme", b"https"),
@@ -239,6 +235,223 @@ mod tests {
             fields.push((bad, b"x"));
             assert!(matches!(build(&list(&fields), &cfg), Err(Malformed)));
         }
+    }
+
+    fn cfg() -> H2Config {
+        H2Config {
+            max_concurrent: 100,
+            max_header_list: 1 << 16,
+            max_uri: 8192,
+            max_body: 1 << 20,
+        }
+    }
+
+    /// `GET /a` over https, then `rest`.
+    fn with(rest: &[(&'static [u8], &'static [u8])]) -> Fields {
+        let mut all: Vec<(&[u8], &[u8])> = vec![
+            (b":method", b"GET"),
+            (b":scheme", b"https"),
+            (b":path", b"/a"),
+        ];
+        all.extend_from_slice(rest);
+        list(&all)
+    }
+
+    #[test]
+    fn pseudo_headers_come_first_each_once_and_the_required_ones_present() {
+        let malformed: &[(&str, Vec<(&[u8], &[u8])>)] = &[
+            ("no :method", vec![(b":scheme", b"https"), (b":path", b"/")]),
+            ("no :scheme", vec![(b":method", b"GET"), (b":path", b"/")]),
+            (
+                "no :path",
+                vec![(b":method", b"GET"), (b":scheme", b"https")],
+            ),
+            (
+                "empty :path",
+                vec![
+                    (b":method", b"GET"),
+                    (b":scheme", b"https"),
+                    (b":path", b""),
+                ],
+            ),
+            (
+                "two :method",
+                vec![
+                    (b":method", b"GET"),
+                    (b":method", b"GET"),
+                    (b":scheme", b"https"),
+                    (b":path", b"/"),
+                ],
+            ),
+            (
+                "two :scheme",
+                vec![
+                    (b":method", b"GET"),
+                    (b":scheme", b"https"),
+                    (b":scheme", b"https"),
+                    (b":path", b"/"),
+                ],
+            ),
+            (
+                "two :path",
+                vec![
+                    (b":method", b"GET"),
+                    (b":scheme", b"https"),
+                    (b":path", b"/"),
+                    (b":path", b"/"),
+                ],
+            ),
+            (
+                "unknown pseudo-header",
+                vec![
+                    (b":method", b"GET"),
+                    (b":scheme", b"https"),
+                    (b":path", b"/"),
+                    (b":status", b"200"),
+                ],
+            ),
+            (
+                "pseudo-header after a field",
+                vec![
+                    (b":method", b"GET"),
+                    (b":scheme", b"https"),
+                    (b"accept", b"*/*"),
+                    (b":path", b"/"),
+                ],
+            ),
+            (
+                "empty method",
+                vec![(b":method", b""), (b":scheme", b"https"), (b":path", b"/")],
+            ),
+            (
+                "space in method",
+                vec![
+                    (b":method", b"G T"),
+                    (b":scheme", b"https"),
+                    (b":path", b"/"),
+                ],
+            ),
+            (
+                "method not UTF-8",
+                vec![
+                    (b":method", b"G\xffT"),
+                    (b":scheme", b"https"),
+                    (b":path", b"/"),
+                ],
+            ),
+        ];
+        for (what, fields) in malformed {
+            assert!(
+                matches!(build(&list(fields), &cfg()), Err(Malformed)),
+                "{what}"
+            );
+        }
+        let fields = with(&[]);
+        let built = build(&fields, &cfg()).ok().unwrap();
+        assert_eq!(built.req.method_name, "GET");
+        assert_eq!(built.req.target, b"/a");
+        assert_eq!(built.req.version, Version::Http2);
+    }
+
+    #[test]
+    fn field_names_are_lower_case_tokens_and_not_connection_specific() {
+        for (name, value) in [
+            (&b"Accept"[..], &b"*/*"[..]),
+            (b"", b"x"),
+            (b"x y", b"x"),
+            (b"connection", b"close"),
+            (b"keep-alive", b"1"),
+            (b"proxy-connection", b"x"),
+            (b"transfer-encoding", b"chunked"),
+            (b"upgrade", b"h2c"),
+            (b"te", b"gzip"),
+        ] {
+            let fields = [
+                (&b":method"[..], &b"GET"[..]),
+                (b":scheme", b"https"),
+                (b":path", b"/"),
+                (name, value),
+            ];
+            assert!(
+                matches!(build(&list(&fields), &cfg()), Err(Malformed)),
+                "{name:?}: {value:?}"
+            );
+        }
+        assert!(build(&with(&[(b"te", b"trailers")]), &cfg()).is_ok());
+    }
+
+    #[test]
+    fn content_length_is_digits_and_agrees_with_itself() {
+        let cl = |values: &[&'static [u8]]| {
+            let fields: Vec<_> = values
+                .iter()
+                .map(|v| (&b"content-length"[..], *v))
+                .collect();
+            build(&with(&fields), &cfg()).map(|b| b.content_length)
+        };
+        assert!(matches!(cl(&[]), Ok(None)));
+        assert!(matches!(cl(&[b"10"]), Ok(Some(10))));
+        assert!(matches!(cl(&[b" 10\t"]), Ok(Some(10))), "trimmed");
+        assert!(matches!(cl(&[b"10", b"10"]), Ok(Some(10))));
+        for bad in [
+            &[&b""[..]][..],
+            &[b"1a"],
+            &[b"+1"],
+            &[b"-1"],
+            &[b"10", b"11"],
+            &[b"99999999999999999999"],
+        ] {
+            assert!(matches!(cl(bad), Err(Malformed)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn fields_fill_their_slots_trimmed_the_first_value_winning() {
+        let fields = with(&[
+            (b"if-match", b"\"a\""),
+            (b"if-none-match", b" \"b\" "),
+            (b"if-modified-since", b"ims"),
+            (b"if-unmodified-since", b"ius"),
+            (b"if-range", b"\"r\""),
+            (b"range", b"bytes=0-1"),
+            (b"range", b"bytes=5-9"),
+            (b"accept-encoding", b"\tbr"),
+            (b"referer", b"ref"),
+            (b"user-agent", b"ua"),
+            (b"priority", b"u=1, i"),
+            (b"host", b"h.example"),
+        ]);
+        let b = build(&fields, &cfg()).ok().unwrap();
+        let r = &b.req;
+        assert_eq!(r.if_match, Some(&b"\"a\""[..]));
+        assert_eq!(r.if_none_match, Some(&b"\"b\""[..]));
+        assert_eq!(r.if_modified_since, Some(&b"ims"[..]));
+        assert_eq!(r.if_unmodified_since, Some(&b"ius"[..]));
+        assert_eq!(r.if_range, Some(&b"\"r\""[..]));
+        assert_eq!(r.range, Some(&b"bytes=0-1"[..]));
+        assert_eq!(r.accept_encoding, Some(&b"br"[..]));
+        assert_eq!(r.referer, Some(&b"ref"[..]));
+        assert_eq!(r.user_agent, Some(&b"ua"[..]));
+        assert_eq!(r.host, Some(&b"h.example"[..]), "host when no :authority");
+        assert_eq!((b.urgency, b.incremental), (1, true));
+        let fields = list(&[
+            (b":method", b"GET"),
+            (b":scheme", b"https"),
+            (b":authority", b"a.example"),
+            (b":path", b"/"),
+            (b"host", b"h.example"),
+        ]);
+        let b = build(&fields, &cfg()).ok().unwrap();
+        assert_eq!(b.req.host, Some(&b"a.example"[..]), ":authority wins");
+        assert_eq!((b.urgency, b.incremental), (3, false));
+    }
+
+    #[test]
+    fn trim_takes_spaces_and_tabs_from_both_ends() {
+        assert_eq!(trim(b" \t a b\t "), b"a b");
+        assert_eq!(trim(b"ab"), b"ab");
+        assert_eq!(trim(b" \t "), b"");
+        assert_eq!(trim(b""), b"");
     }
 
     #[test]
