@@ -246,9 +246,12 @@ mod tests {
         }
     }
 
+    /// A field's name and value.
+    type Field = (&'static [u8], &'static [u8]);
+
     /// `GET /a` over https, then `rest`.
-    fn with(rest: &[(&'static [u8], &'static [u8])]) -> Fields {
-        let mut all: Vec<(&[u8], &[u8])> = vec![
+    fn with(rest: &[Field]) -> Fields {
+        let mut all: Vec<Field> = vec![
             (b":method", b"GET"),
             (b":scheme", b"https"),
             (b":path", b"/a"),
@@ -259,7 +262,7 @@ mod tests {
 
     #[test]
     fn pseudo_headers_come_first_each_once_and_the_required_ones_present() {
-        let malformed: &[(&str, Vec<(&[u8], &[u8])>)] = &[
+        let malformed: &[(&str, Vec<Field>)] = &[
             ("no :method", vec![(b":scheme", b"https"), (b":path", b"/")]),
             ("no :scheme", vec![(b":method", b"GET"), (b":path", b"/")]),
             (
