@@ -286,8 +286,9 @@ fn snapshot_with(tag: &str, body: &[u8]) -> (Root, Arc<Snapshot>) {
     (root, snap)
 }
 
-/// Answers every request with `/body.bin` of `snap`, its body queued by
-/// reference as `conn::respond` queues it.
+/// Answers every request with `/body.bin` of `snap`, its body queued as
+/// `conn::respond` queues it (by reference from the arena, or as a large
+/// file's piece).
 struct FromSnapshot(Arc<Snapshot>);
 
 impl Handler for FromSnapshot {
@@ -301,7 +302,6 @@ impl Handler for FromSnapshot {
             panic!("no /body.bin in the snapshot");
         };
         let repr = self.0.entry(idx).identity();
-        assert!(matches!(repr.body, crate::cache::Body::Mem { .. }));
         let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", repr.len);
         resp.buf().extend_from_slice(head.as_bytes());
         resp.push_body(&self.0, &repr.body, 0, repr.len, None);
@@ -347,6 +347,10 @@ fn fetch_body(
     let (used, recv) = h2.recv(&input, out, &mut handler, &mut c, Instant::now());
     assert_eq!((used, recv), (input.len(), Recv::More));
     assert_eq!(h2.send(out, current, &mut c, Instant::now()), Sent::Idle);
+    assert!(matches!(
+        snap.entry(snap_index(snap)).identity().body,
+        crate::cache::Body::Mem { .. }
+    ));
     let (bytes, ranges) = flatten(out);
     let mut body = Vec::new();
     for (h, payload) in frames(&bytes[skip..]) {
@@ -356,6 +360,13 @@ fn fetch_body(
     }
     assert_eq!(h2.active(), 0, "the body went out whole");
     (body, ranges)
+}
+
+fn snap_index(snap: &Snapshot) -> u32 {
+    let Some(crate::cache::Resource::File(idx)) = snap.resolve(b"/body.bin") else {
+        panic!("no /body.bin in the snapshot");
+    };
+    idx
 }
 
 /// Two full frames, then a tail shorter than `REF_MIN`.
@@ -408,6 +419,81 @@ fn data_is_copied_while_the_output_pins_another_snapshot() {
     assert_eq!(ranges, 1, "only the range queued before");
     assert!(Arc::ptr_eq(out.pinned().unwrap(), &other));
     assert!(got == body);
+}
+
+// Large files: DATA by the verified copy from the fd the response
+// started on.
+
+/// A snapshot holding `body` as a large file (past the 1 MiB threshold).
+fn large_file(tag: &str) -> (Root, Arc<Snapshot>, Vec<u8>) {
+    let body: Vec<u8> = (0..(1u32 << 20) + 3000).map(|i| (i % 253) as u8).collect();
+    let (root, snap) = snapshot_with(tag, &body);
+    assert!(matches!(
+        snap.entry(snap_index(&snap)).identity().body,
+        crate::cache::Body::File(_)
+    ));
+    (root, snap, body)
+}
+
+/// Streams 1's request for the large file; its window is `window`.
+fn request_large(h2: &mut H2, snap: &Arc<Snapshot>, window: u32, out: &mut Output) {
+    let mut input = PREFACE.to_vec();
+    frame::write_settings(&mut input, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, window)]);
+    frame::write_window_update(&mut input, 0, (frame::MAX_WINDOW - 65_535) as u32);
+    input.extend(get(1));
+    let mut c = H2Counters::default();
+    let mut handler = FromSnapshot(Arc::clone(snap));
+    let (used, recv) = h2.recv(&input, out, &mut handler, &mut c, Instant::now());
+    assert_eq!((used, recv), (input.len(), Recv::More));
+}
+
+#[test]
+fn a_large_file_goes_out_whole_by_the_verified_copy() {
+    let (_root, snap, body) = large_file("large");
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut out = Output::default();
+    request_large(&mut h2, &snap, frame::MAX_WINDOW as u32, &mut out);
+    let mut c = H2Counters::default();
+    while h2.send(&mut out, &snap, &mut c, Instant::now()) == Sent::More {}
+    let (bytes, ranges) = flatten(&out);
+    assert_eq!(ranges, 0, "copied, not by reference");
+    let got: Vec<u8> = frames(&bytes)
+        .into_iter()
+        .filter(|(h, _)| h.kind == frame::DATA)
+        .flat_map(|(_, p)| p)
+        .collect();
+    assert!(got == body, "the file, exactly");
+    assert_eq!(h2.active(), 0);
+}
+
+#[test]
+fn a_large_file_changed_mid_stream_resets_the_stream() {
+    let (root, snap, body) = large_file("large-changed");
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut out = Output::default();
+    // A window of one frame: the rest waits.
+    request_large(&mut h2, &snap, 16_384, &mut out);
+    let mut c = H2Counters::default();
+    assert_eq!(h2.send(&mut out, &snap, &mut c, Instant::now()), Sent::Idle);
+    // Rewritten in place (same length, another mtime): the fd the
+    // response started on now reads other bytes.
+    let path = root.0.join("body.bin");
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"changed", 20_000).unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+        .unwrap();
+    let mut more = Vec::new();
+    frame::write_window_update(&mut more, 1, 100_000);
+    let mut out = Output::default();
+    let (_, recv) = h2.recv(&more, &mut out, &mut Fixed, &mut c, Instant::now());
+    assert_eq!(recv, Recv::More);
+    h2.send(&mut out, &snap, &mut c, Instant::now());
+    let got = frames(out.buf());
+    assert_eq!(got.len(), 1, "no DATA of another version: {got:?}");
+    assert_eq!((got[0].0.kind, got[0].0.stream), (frame::RST_STREAM, 1));
+    assert_eq!(got[0].1, (ErrorCode::Internal as u32).to_be_bytes());
+    assert_eq!(h2.active(), 0);
+    drop(body);
 }
 
 // The tables below pin what cargo-mutants found unjudged (bench/mutants.sh
