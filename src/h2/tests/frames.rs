@@ -48,12 +48,19 @@ fn window_update(stream: u32, increment: u32) -> Vec<u8> {
 
 /// What `input` ends in on a connection that already took `setup`.
 fn after(setup: &[u8], input: &[u8]) -> Outcome {
+    after_counted(setup, input).0
+}
+
+/// [`after`], with the counters of `input` (each error counted once, by
+/// its code).
+fn after_counted(setup: &[u8], input: &[u8]) -> (Outcome, H2Counters) {
     let mut h2 = H2::new(cfg(), Instant::now());
     let mut c = H2Counters::default();
     let mut first = open();
     first.extend_from_slice(setup);
     let (recv, _) = run(&mut h2, &first, &mut c);
     assert_eq!(recv, Recv::More, "the setup went through");
+    let mut c = H2Counters::default();
     let (recv, got) = run(&mut h2, input, &mut c);
     let outcome = outcome(&got);
     assert_eq!(
@@ -61,7 +68,19 @@ fn after(setup: &[u8], input: &[u8]) -> Outcome {
         matches!(outcome, Goaway(_)),
         "{outcome:?}"
     );
-    outcome
+    let mut goaways = [0; 12];
+    let mut resets = [0; 12];
+    for (h, p) in &got {
+        let code = |at: usize| u32::from_be_bytes(p[at..at + 4].try_into().unwrap()) as usize;
+        match h.kind {
+            frame::GOAWAY => goaways[code(4)] += 1,
+            frame::RST_STREAM => resets[code(0)] += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(c.goaways_sent, goaways, "GOAWAYs counted by code");
+    assert_eq!(c.resets_sent, resets, "resets counted by code");
+    (outcome, c)
 }
 
 fn outcome(got: &[(Head, Vec<u8>)]) -> Outcome {
@@ -117,6 +136,11 @@ fn data_against_content_length() {
         after(&opened, &data(0, b"abc")),
         Fine,
         "all of it, end to come"
+    );
+    assert_eq!(
+        after(&opened, &data(0, b"ab")),
+        Fine,
+        "part of it, more to come"
     );
     assert_eq!(
         after(&opened, &data(frame::FLAG_END_STREAM, b"ab")),
@@ -235,7 +259,9 @@ fn continuation_frames() {
         b
     };
     assert_eq!(after(b"", &spread(MAX_CONTINUATIONS)), Fine);
-    assert_eq!(after(b"", &spread(MAX_CONTINUATIONS + 1)), Goaway(CALM));
+    let (outcome, c) = after_counted(b"", &spread(MAX_CONTINUATIONS + 1));
+    assert_eq!(outcome, Goaway(CALM));
+    assert_eq!(c.defences[Defence::Continuation as usize], 1);
 }
 
 #[test]
@@ -263,13 +289,29 @@ fn a_header_block_is_capped_at_twice_the_larger_limit() {
         b
     };
     assert_eq!(after(b"", &block(cap)), Fine, "to the byte: answered (431)");
-    assert_eq!(after(b"", &block(cap + 1)), Goaway(CALM));
+    let (outcome, c) = after_counted(b"", &block(cap + 1));
+    assert_eq!(outcome, Goaway(CALM));
+    assert_eq!(c.defences[Defence::Continuation as usize], 1);
 }
 
 #[test]
 fn control_frames() {
     let ping = |stream, payload: &[u8]| frame_bytes(frame::PING, 0, stream, payload);
     assert_eq!(after(b"", &ping(0, &[7; 8])), Fine);
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut c = H2Counters::default();
+    let mut input = open();
+    input.extend(ping(0, b"12345678"));
+    let (_, got) = run(&mut h2, &input, &mut c);
+    let last = got.last().unwrap();
+    assert_eq!(
+        (last.0.kind, last.0.flags, last.1.as_slice()),
+        (frame::PING, frame::FLAG_ACK, &b"12345678"[..])
+    );
+    // A PING ACK is never answered.
+    let ack = frame_bytes(frame::PING, frame::FLAG_ACK, 0, b"12345678");
+    let (_, got) = run(&mut h2, &ack, &mut c);
+    assert!(got.is_empty(), "{got:?}");
     assert_eq!(after(b"", &ping(1, &[7; 8])), Goaway(PROTOCOL));
     assert_eq!(after(b"", &ping(0, &[7; 7])), Goaway(SIZE));
     let goaway = |stream, payload: &[u8]| frame_bytes(frame::GOAWAY, 0, stream, payload);
@@ -407,4 +449,90 @@ fn frame_sizes_and_the_preface() {
     assert_eq!((used, recv), (0, Recv::More));
     let (used, recv) = h2.recv(PREFACE, &mut out, &mut Fixed, &mut c, Instant::now());
     assert_eq!((used, recv), (PREFACE.len(), Recv::More));
+}
+
+#[test]
+fn control_frames_past_their_budget_end_in_enhance_your_calm() {
+    // One instant throughout: the bucket refills with time (200 a second).
+    let flood = |n: usize, frame: &[u8]| {
+        let t = Instant::now();
+        let mut h2 = H2::new(cfg(), t);
+        let mut c = H2Counters::default();
+        let mut input = open();
+        input.extend(open_1());
+        input.extend(frame.repeat(n));
+        let mut out = Output::default();
+        let (_, recv) = h2.recv(&input, &mut out, &mut Fixed, &mut c, t);
+        (
+            recv,
+            outcome(&frames(out.buf())),
+            c.defences[Defence::ControlFlood as usize],
+        )
+    };
+    // The client's first SETTINGS (in `open`) took a token.
+    let budget = CONTROL_BURST as usize - 1;
+    let ping = frame_bytes(frame::PING, 0, 0, &[0; 8]);
+    let priority = frame_bytes(frame::PRIORITY, 0, 1, &[0, 0, 0, 3, 15]);
+    let empty_data = frame_bytes(frame::DATA, 0, 1, b"");
+    let update = frame_bytes(frame::PRIORITY_UPDATE, 0, 0, b"\0\0\0\x01u=1");
+    let no_settings = settings(&[]);
+    for (what, frame) in [
+        ("PING", &ping),
+        ("PRIORITY", &priority),
+        ("empty DATA", &empty_data),
+        ("PRIORITY_UPDATE", &update),
+        ("SETTINGS", &no_settings),
+    ] {
+        assert_eq!(
+            flood(budget, frame),
+            (Recv::More, Fine, 0),
+            "{what}: the budget"
+        );
+        assert_eq!(
+            flood(budget + 1, frame),
+            (Recv::Failed, Goaway(CALM), 1),
+            "{what}: one past it"
+        );
+    }
+    // Empty DATA that ends the stream is no flood.
+    let end = frame_bytes(frame::DATA, frame::FLAG_END_STREAM, 1, b"");
+    assert_eq!(after(&open_1(), &end), Fine);
+}
+
+#[test]
+fn streams_past_a_goaway_are_ignored_and_remembered_a_while() {
+    // After our final GOAWAY (last stream 1), new streams are not taken;
+    // the 32 latest are remembered, so frames still in flight for them
+    // are ignored rather than treated as a closed stream's.
+    let run_after_goaway = |n: u32, probe: u32| {
+        let mut h2 = H2::new(cfg(), Instant::now());
+        let mut c = H2Counters::default();
+        let mut input = open();
+        input.extend(closed_1());
+        run(&mut h2, &input, &mut c);
+        let mut out = Vec::new();
+        assert!(h2.goaway_now(&mut out));
+        let mut c = H2Counters::default();
+        let mut input = Vec::new();
+        for i in 0..n {
+            input.extend(get(3 + 2 * i));
+        }
+        let (recv, got) = run(&mut h2, &input, &mut c);
+        assert_eq!(recv, Recv::More);
+        assert!(got.is_empty(), "nothing answered: {got:?}");
+        assert_eq!(c.refused_after_goaway, u64::from(n));
+        let data = frame_bytes(frame::DATA, frame::FLAG_END_STREAM, probe, b"x");
+        outcome(&run(&mut h2, &data, &mut c).1)
+    };
+    assert_eq!(
+        run_after_goaway(32, 3),
+        Fine,
+        "the oldest of 32 is remembered"
+    );
+    assert_eq!(
+        run_after_goaway(33, 3),
+        Goaway(CLOSED),
+        "the 33rd pushed it out"
+    );
+    assert_eq!(run_after_goaway(33, 5), Fine);
 }

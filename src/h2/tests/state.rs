@@ -97,6 +97,36 @@ fn window_updates_go_out_once_half_the_window_is_consumed() {
     );
     let (_, got) = run(&mut h2, &data(1, 16_384), &mut c);
     assert_eq!(window_updates(&got), []);
+    // The credit given back is really back: a megabyte more goes through.
+    for _ in 0..64 {
+        let (recv, _) = run(&mut h2, &data(1, 16_384), &mut c);
+        assert_eq!(recv, Recv::More);
+    }
+}
+
+#[test]
+fn only_the_ack_of_our_drain_ping_sends_the_final_goaway() {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut c = H2Counters::default();
+    let mut input = open();
+    input.extend(get(1));
+    run(&mut h2, &input, &mut c);
+    let ack = |payload: &[u8]| frame_bytes(frame::PING, frame::FLAG_ACK, 0, payload);
+    // Our payload echoed before any drain began: nothing.
+    let (_, got) = run(&mut h2, &ack(DRAIN_PING), &mut c);
+    assert!(got.is_empty(), "{got:?}");
+    let mut out = Vec::new();
+    assert!(h2.goaway(&mut out));
+    // Another payload's ACK: still nothing.
+    let (_, got) = run(&mut h2, &ack(b"whatever"), &mut c);
+    assert!(got.is_empty(), "{got:?}");
+    let (_, got) = run(&mut h2, &ack(DRAIN_PING), &mut c);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0.kind, frame::GOAWAY);
+    assert_eq!(c.goaways_sent[ErrorCode::NoError as usize], 1);
+    // A second ACK sends no second GOAWAY.
+    let (_, got) = run(&mut h2, &ack(DRAIN_PING), &mut c);
+    assert!(got.is_empty(), "{got:?}");
 }
 
 #[test]
