@@ -536,3 +536,69 @@ fn streams_past_a_goaway_are_ignored_and_remembered_a_while() {
     );
     assert_eq!(run_after_goaway(33, 5), Fine);
 }
+
+/// A request with `fields` after `:method GET`, `:scheme https` and
+/// `:path`, HPACK-encoded by loona-hpack; `end` sets END_STREAM.
+fn request(stream: u32, path: &[u8], fields: &[(&[u8], &[u8])], end: bool) -> Vec<u8> {
+    let mut list: Vec<(&[u8], &[u8])> = vec![
+        (b":method", b"GET"),
+        (b":scheme", b"https"),
+        (b":path", path),
+    ];
+    list.extend_from_slice(fields);
+    let block = loona_hpack::Encoder::new().encode(list);
+    let flags = frame::FLAG_END_HEADERS | if end { frame::FLAG_END_STREAM } else { 0 };
+    frame_bytes(frame::HEADERS, flags, stream, &block)
+}
+
+/// The `:status` of the first HEADERS in `got`.
+fn status(got: &[(Head, Vec<u8>)]) -> Vec<u8> {
+    let (_, block) = got.iter().find(|(h, _)| h.kind == frame::HEADERS).unwrap();
+    let fields = loona_hpack::Decoder::new().decode(block).unwrap();
+    fields[0].1.clone()
+}
+
+/// The frames answering `input` (after the preface).
+fn answer(input: &[u8]) -> Vec<(Head, Vec<u8>)> {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut c = H2Counters::default();
+    let mut all = open();
+    all.extend_from_slice(input);
+    let (recv, got) = run(&mut h2, &all, &mut c);
+    assert_eq!(recv, Recv::More);
+    got
+}
+
+#[test]
+fn limits_on_the_target_and_the_body_answer_414_and_413() {
+    // cfg(): max_uri 4096, max_body 1 MiB.
+    let path = |len: usize| {
+        let mut p = b"/".to_vec();
+        p.resize(len, b'a');
+        p
+    };
+    assert_eq!(status(&answer(&request(1, &path(4096), &[], true))), b"200");
+    assert_eq!(status(&answer(&request(1, &path(4097), &[], true))), b"414");
+    let cl = |n: &'static [u8]| request(1, b"/", &[(b"content-length", n)], false);
+    assert_eq!(status(&answer(&cl(b"1048576"))), b"200");
+    assert_eq!(status(&answer(&cl(b"1048577"))), b"413");
+}
+
+#[test]
+fn a_header_list_past_its_limit_is_answered_431_and_counted() {
+    let big = vec![b'v'; 9000];
+    let (outcome, c) = after_counted(b"", &request(1, b"/", &[(b"x-big", &big)], true));
+    assert_eq!(outcome, Fine);
+    assert_eq!(c.defences[Defence::HeaderList as usize], 1);
+    assert_eq!(
+        status(&answer(&request(1, b"/", &[(b"x-big", &big)], true))),
+        b"431"
+    );
+}
+
+#[test]
+fn end_stream_with_a_content_length_is_malformed_unless_zero() {
+    let req = |n: &'static [u8]| request(1, b"/", &[(b"content-length", n)], true);
+    assert_eq!(after(b"", &req(b"0")), Fine);
+    assert_eq!(after(b"", &req(b"3")), Rst(1, PROTOCOL));
+}

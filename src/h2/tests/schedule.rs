@@ -239,3 +239,35 @@ fn a_closed_connection_window_stops_every_stream() {
     assert_eq!(data.last().unwrap(), &(3, 65_535 - 40_000 - FIRST, false));
     assert!(h2.stalled_since().is_some());
 }
+
+#[test]
+fn an_empty_body_ends_the_stream_on_its_headers() {
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let (_, got) = schedule(&mut h2, &[], &get(1), 0);
+    let kinds: Vec<(u8, u8)> = got.iter().skip(1).map(|(h, _)| (h.kind, h.flags)).collect();
+    assert_eq!(
+        kinds,
+        [(
+            frame::HEADERS,
+            frame::FLAG_END_HEADERS | frame::FLAG_END_STREAM
+        )]
+    );
+    assert_eq!(h2.active(), 0);
+}
+
+#[test]
+fn small_answers_sent_at_once_spend_the_connection_window() {
+    // 14 answers of 5 000 bytes against a connection window of 65 535:
+    // 13 go out whole, the 14th gets the 535 bytes left and waits.
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut input = Vec::new();
+    for i in 0..14 {
+        input.extend(get(1 + 2 * i));
+    }
+    let (sent, got) = schedule(&mut h2, &[], &input, 5_000);
+    assert_eq!(sent, Sent::Idle);
+    let data = data_frames(&got);
+    assert_eq!(data.iter().map(|f| f.1).sum::<usize>(), 65_535);
+    assert_eq!(data.last().unwrap(), &(27, 535, false));
+    assert_eq!(h2.active(), 1);
+}
