@@ -602,3 +602,12 @@ fn end_stream_with_a_content_length_is_malformed_unless_zero() {
     assert_eq!(after(b"", &req(b"0")), Fine);
     assert_eq!(after(b"", &req(b"3")), Rst(1, PROTOCOL));
 }
+
+#[test]
+fn a_header_table_size_setting_bounds_our_encoder_from_the_next_block() {
+    let mut input = settings(&[(frame::SETTINGS_HEADER_TABLE_SIZE, 0)]);
+    input.extend(get(1));
+    let got = answer(&input);
+    let (_, block) = got.iter().find(|(h, _)| h.kind == frame::HEADERS).unwrap();
+    assert_eq!(block[0], 0x20, "a size update to 0 first: {block:02x?}");
+}
