@@ -474,6 +474,7 @@ mod tests {
             (b"i=?1,u=7", (7, true)),
             (b"u=9", (3, false)),
             (b"u=1, i=?0", (1, false)),
+            (b"i, i=?0", (3, false)),
         ];
         for &(value, want) in cases {
             assert_eq!(parse_priority(value), want, "{value:?}");

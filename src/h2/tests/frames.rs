@@ -611,3 +611,36 @@ fn a_header_table_size_setting_bounds_our_encoder_from_the_next_block() {
     let (_, block) = got.iter().find(|(h, _)| h.kind == frame::HEADERS).unwrap();
     assert_eq!(block[0], 0x20, "a size update to 0 first: {block:02x?}");
 }
+
+#[test]
+fn streams_we_reset_are_remembered_32_deep() {
+    // cfg(): 4 streams at once. Streams 1–7 stay open (no END_STREAM);
+    // the next `n` are refused, and DATA in flight for one we refused is
+    // ignored while it is remembered.
+    let refused = |n: u32, probe: u32| {
+        let mut input = Vec::new();
+        for i in 0..4 + n {
+            input.extend(open_stream(1 + 2 * i));
+        }
+        let (outcome, c) = after_counted(&input, &end_data(probe));
+        assert_eq!(
+            c.defences[Defence::Concurrency as usize],
+            0,
+            "counted in the setup"
+        );
+        outcome
+    };
+    assert_eq!(refused(32, 9), Fine, "the first refused, 32 ago");
+    assert_eq!(refused(33, 9), Goaway(CLOSED), "pushed out by the 33rd");
+    assert_eq!(refused(33, 11), Fine);
+}
+
+/// A request on `stream` whose body would follow.
+fn open_stream(stream: u32) -> Vec<u8> {
+    frame_bytes(frame::HEADERS, frame::FLAG_END_HEADERS, stream, GET_ROOT)
+}
+
+/// One byte of DATA that ends `stream`.
+fn end_data(stream: u32) -> Vec<u8> {
+    frame_bytes(frame::DATA, frame::FLAG_END_STREAM, stream, b"x")
+}

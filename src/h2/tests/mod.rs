@@ -421,6 +421,89 @@ fn data_is_copied_while_the_output_pins_another_snapshot() {
     assert!(got == body);
 }
 
+/// Answers with a head, 2 000 bytes of `/body.bin` by reference, then
+/// `tail`: the pieces a multipart answer interleaves.
+struct Interleaved(Arc<Snapshot>);
+
+impl Handler for Interleaved {
+    fn respond(
+        &mut self,
+        _req: &Request<'_>,
+        _fields: &hpack::Fields,
+        resp: &mut Output,
+    ) -> (Status, u64) {
+        let crate::cache::Body::Mem { off } = self.0.entry(snap_index(&self.0)).identity().body
+        else {
+            panic!("not in memory");
+        };
+        resp.buf()
+            .extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 2004\r\n\r\n");
+        assert!(resp.push_mem(&self.0, off, 2000));
+        resp.buf().extend_from_slice(b"tail");
+        (Status::Ok, 2004)
+    }
+
+    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
+        Fixed.refuse(status, message, resp)
+    }
+}
+
+#[test]
+fn owned_bytes_after_a_range_are_sent_too() {
+    let body = two_frames_and_a_bit();
+    let (_root, snap) = snapshot_with("interleaved", &body);
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut c = H2Counters::default();
+    let mut input = open();
+    input.extend(get(1));
+    let mut out = Output::default();
+    let mut handler = Interleaved(Arc::clone(&snap));
+    h2.recv(&input, &mut out, &mut handler, &mut c, Instant::now());
+    h2.send(&mut out, &snap, &mut c, Instant::now());
+    let (bytes, _) = flatten(&out);
+    let got: Vec<u8> = frames(&bytes)
+        .into_iter()
+        .filter(|(h, _)| h.kind == frame::DATA)
+        .flat_map(|(_, p)| p)
+        .collect();
+    let mut want = body[..2000].to_vec();
+    want.extend_from_slice(b"tail");
+    assert!(got == want, "{} bytes", got.len());
+}
+
+#[test]
+fn a_stream_lets_go_of_its_body_once_sent() {
+    // Still receiving (no END_STREAM), so the stream outlives its answer;
+    // the snapshot its body came from is not held by it.
+    let body = two_frames_and_a_bit();
+    let (_root, snap) = snapshot_with("let-go", &body);
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let mut c = H2Counters::default();
+    let mut input = open();
+    input.extend(frame_bytes(
+        frame::HEADERS,
+        frame::FLAG_END_HEADERS,
+        1,
+        GET_ROOT,
+    ));
+    let mut out = Output::default();
+    h2.recv(
+        &input,
+        &mut out,
+        &mut FromSnapshot(Arc::clone(&snap)),
+        &mut c,
+        Instant::now(),
+    );
+    let current = Arc::new(Snapshot::empty());
+    assert_eq!(
+        h2.send(&mut out, &current, &mut c, Instant::now()),
+        Sent::Idle
+    );
+    assert_eq!(h2.active(), 1);
+    drop(out);
+    assert_eq!(Arc::strong_count(&snap), 1, "only the test holds it");
+}
+
 // Large files: DATA by the verified copy from the fd the response
 // started on.
 

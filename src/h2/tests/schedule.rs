@@ -121,6 +121,19 @@ fn lower_urgency_goes_first() {
 }
 
 #[test]
+fn a_less_urgent_stream_waits_even_when_the_urgent_one_is_incremental() {
+    assert_eq!(
+        order("u=1, i", "u=5"),
+        [
+            (1, FIRST, false),
+            (1, REST, true),
+            (3, FIRST, false),
+            (3, REST, true)
+        ]
+    );
+}
+
+#[test]
 fn non_incremental_streams_go_one_at_a_time_in_stream_order() {
     assert_eq!(
         order("", ""),
@@ -270,4 +283,16 @@ fn small_answers_sent_at_once_spend_the_connection_window() {
     assert_eq!(data.iter().map(|f| f.1).sum::<usize>(), 65_535);
     assert_eq!(data.last().unwrap(), &(27, 535, false));
     assert_eq!(h2.active(), 1);
+}
+
+#[test]
+fn a_stream_still_receiving_sends_its_body_once() {
+    // No END_STREAM from the client: the stream stays after its answer.
+    let mut h2 = H2::new(cfg(), Instant::now());
+    let input = frame_bytes(frame::HEADERS, frame::FLAG_END_HEADERS, 1, GET_ROOT);
+    let (sent, got) = schedule(&mut h2, &[], &input, 20_000);
+    assert_eq!(sent, Sent::Idle);
+    assert_eq!(data_frames(&got), [(1, FIRST, false), (1, REST, true)]);
+    assert_eq!(h2.active(), 1);
+    assert!(h2.stalled_since().is_none(), "nothing left to send");
 }

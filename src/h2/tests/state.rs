@@ -99,8 +99,12 @@ fn window_updates_go_out_once_half_the_window_is_consumed() {
     assert_eq!(window_updates(&got), []);
     // The credit given back is really back: a megabyte more goes through.
     for _ in 0..64 {
-        let (recv, _) = run(&mut h2, &data(1, 16_384), &mut c);
+        let (recv, got) = run(&mut h2, &data(1, 16_384), &mut c);
         assert_eq!(recv, Recv::More);
+        assert!(
+            got.iter().all(|(h, _)| h.kind == frame::WINDOW_UPDATE),
+            "{got:?}"
+        );
     }
 }
 
