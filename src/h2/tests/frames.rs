@@ -115,6 +115,10 @@ fn data_frames() {
     assert_eq!(after(b"", &end(1)), Goaway(PROTOCOL), "idle stream");
     assert_eq!(after(&closed_1(), &end(1)), Goaway(CLOSED));
     assert_eq!(after(&open_1(), &end(1)), Fine);
+    // Empty DATA is checked as any other.
+    let empty = |stream| frame_bytes(frame::DATA, 0, stream, b"");
+    assert_eq!(after(b"", &empty(1)), Goaway(PROTOCOL), "idle stream");
+    assert_eq!(after(&closed_1(), &empty(1)), Goaway(CLOSED));
     // Half-closed (remote) while its answer waits for window: DATA after
     // END_STREAM is a stream error.
     let mut waiting = settings(&[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
