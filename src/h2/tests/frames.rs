@@ -24,11 +24,6 @@ const SIZE: u32 = ErrorCode::FrameSize as u32;
 const CALM: u32 = ErrorCode::EnhanceYourCalm as u32;
 const COMPRESSION: u32 = ErrorCode::Compression as u32;
 
-/// Stream 1 open: a request whose body would follow (its answer is out).
-fn open_1() -> Vec<u8> {
-    frame_bytes(frame::HEADERS, frame::FLAG_END_HEADERS, 1, GET_ROOT)
-}
-
 /// Stream 1 closed: a GET, answered.
 fn closed_1() -> Vec<u8> {
     get(1)
@@ -106,15 +101,19 @@ fn data_frames() {
         after(b"", &frame_bytes(frame::DATA, 0, 0, b"x")),
         Goaway(PROTOCOL)
     );
-    assert_eq!(after(&open_1(), &padded(3, 3)), Fine, "padding that fits");
     assert_eq!(
-        after(&open_1(), &padded(4, 3)),
+        after(&open_stream(1), &padded(3, 3)),
+        Fine,
+        "padding that fits"
+    );
+    assert_eq!(
+        after(&open_stream(1), &padded(4, 3)),
         Goaway(PROTOCOL),
         "padding past the end"
     );
     assert_eq!(after(b"", &end(1)), Goaway(PROTOCOL), "idle stream");
     assert_eq!(after(&closed_1(), &end(1)), Goaway(CLOSED));
-    assert_eq!(after(&open_1(), &end(1)), Fine);
+    assert_eq!(after(&open_stream(1), &end(1)), Fine);
     // Empty DATA is checked as any other.
     let empty = |stream| frame_bytes(frame::DATA, 0, stream, b"");
     assert_eq!(after(b"", &empty(1)), Goaway(PROTOCOL), "idle stream");
@@ -122,7 +121,7 @@ fn data_frames() {
     // Half-closed (remote) while its answer waits for window: DATA after
     // END_STREAM is a stream error.
     let mut waiting = settings(&[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
-    waiting.extend(open_1());
+    waiting.extend(open_stream(1));
     let mut twice = end(1);
     twice.extend(end(1));
     assert_eq!(after(&waiting, &twice), Rst(1, CLOSED), "after END_STREAM");
@@ -220,17 +219,20 @@ fn headers_frames() {
     // Trailers on an open stream must end it and carry no pseudo-header.
     assert_eq!(
         after(
-            &open_1(),
+            &open_stream(1),
             &headers(frame::FLAG_END_HEADERS, 1, &[0x40, 0x01, b'x', 0x01, b'y'])
         ),
         Rst(1, PROTOCOL)
     );
     assert_eq!(
-        after(&open_1(), &headers(eh, 1, GET_ROOT)),
+        after(&open_stream(1), &headers(eh, 1, GET_ROOT)),
         Rst(1, PROTOCOL)
     );
     assert_eq!(
-        after(&open_1(), &headers(eh, 1, &[0x40, 0x01, b'x', 0x01, b'y'])),
+        after(
+            &open_stream(1),
+            &headers(eh, 1, &[0x40, 0x01, b'x', 0x01, b'y'])
+        ),
         Fine
     );
 }
@@ -327,7 +329,7 @@ fn control_frames() {
         Goaway(PROTOCOL)
     );
     let update = |stream, payload: &[u8]| frame_bytes(frame::PRIORITY_UPDATE, 0, stream, payload);
-    assert_eq!(after(&open_1(), &update(0, b"\0\0\0\x01u=0")), Fine);
+    assert_eq!(after(&open_stream(1), &update(0, b"\0\0\0\x01u=0")), Fine);
     assert_eq!(after(b"", &update(1, b"\0\0\0\x01u=0")), Goaway(PROTOCOL));
     assert_eq!(after(b"", &update(0, b"\0\0\0")), Goaway(SIZE));
     assert_eq!(
@@ -352,11 +354,11 @@ fn priority_and_rst_frames() {
         "on itself"
     );
     let rst = |stream, payload: &[u8]| frame_bytes(frame::RST_STREAM, 0, stream, payload);
-    assert_eq!(after(&open_1(), &rst(1, &[0, 0, 0, 8])), Fine);
+    assert_eq!(after(&open_stream(1), &rst(1, &[0, 0, 0, 8])), Fine);
     assert_eq!(after(&closed_1(), &rst(1, &[0, 0, 0, 8])), Fine);
     assert_eq!(after(b"", &rst(0, &[0, 0, 0, 8])), Goaway(PROTOCOL));
     assert_eq!(after(b"", &rst(1, &[0, 0, 0, 8])), Goaway(PROTOCOL), "idle");
-    assert_eq!(after(&open_1(), &rst(1, &[0, 0, 8])), Goaway(SIZE));
+    assert_eq!(after(&open_stream(1), &rst(1, &[0, 0, 8])), Goaway(SIZE));
 }
 
 #[test]
@@ -401,10 +403,10 @@ fn settings_frames() {
     // (Stream 1's window is 5 bytes short of 65 535: its answer went out.)
     let mut grow = window_update(1, (frame::MAX_WINDOW - 65_530 - 10) as u32);
     grow.extend(settings(&[(WINDOW, 65_535 + 10)]));
-    assert_eq!(after(&open_1(), &grow), Fine, "to the maximum");
+    assert_eq!(after(&open_stream(1), &grow), Fine, "to the maximum");
     let mut over = window_update(1, (frame::MAX_WINDOW - 65_530 - 10) as u32);
     over.extend(settings(&[(WINDOW, 65_535 + 11)]));
-    assert_eq!(after(&open_1(), &over), Goaway(FLOW));
+    assert_eq!(after(&open_stream(1), &over), Goaway(FLOW));
 }
 
 #[test]
@@ -424,14 +426,17 @@ fn window_update_frames() {
     );
     assert_eq!(after(b"", &window_update(1, 1)), Goaway(PROTOCOL), "idle");
     assert_eq!(after(&closed_1(), &window_update(1, 1)), Fine);
-    assert_eq!(after(&open_1(), &window_update(1, 0)), Rst(1, PROTOCOL));
     assert_eq!(
-        after(&open_1(), &window_update(1, max - 65_535 + 5)),
+        after(&open_stream(1), &window_update(1, 0)),
+        Rst(1, PROTOCOL)
+    );
+    assert_eq!(
+        after(&open_stream(1), &window_update(1, max - 65_535 + 5)),
         Fine,
         "its 5 bytes sent"
     );
     assert_eq!(
-        after(&open_1(), &window_update(1, max - 65_535 + 6)),
+        after(&open_stream(1), &window_update(1, max - 65_535 + 6)),
         Rst(1, FLOW)
     );
 }
@@ -463,7 +468,7 @@ fn control_frames_past_their_budget_end_in_enhance_your_calm() {
         let mut h2 = H2::new(cfg(), t);
         let mut c = H2Counters::default();
         let mut input = open();
-        input.extend(open_1());
+        input.extend(open_stream(1));
         input.extend(frame.repeat(n));
         let mut out = Output::default();
         let (_, recv) = h2.recv(&input, &mut out, &mut Fixed, &mut c, t);
@@ -500,7 +505,7 @@ fn control_frames_past_their_budget_end_in_enhance_your_calm() {
     }
     // Empty DATA that ends the stream is no flood.
     let end = frame_bytes(frame::DATA, frame::FLAG_END_STREAM, 1, b"");
-    assert_eq!(after(&open_1(), &end), Fine);
+    assert_eq!(after(&open_stream(1), &end), Fine);
 }
 
 #[test]
@@ -637,11 +642,6 @@ fn streams_we_reset_are_remembered_32_deep() {
     assert_eq!(refused(32, 9), Fine, "the first refused, 32 ago");
     assert_eq!(refused(33, 9), Goaway(CLOSED), "pushed out by the 33rd");
     assert_eq!(refused(33, 11), Fine);
-}
-
-/// A request on `stream` whose body would follow.
-fn open_stream(stream: u32) -> Vec<u8> {
-    frame_bytes(frame::HEADERS, frame::FLAG_END_HEADERS, stream, GET_ROOT)
 }
 
 /// One byte of DATA that ends `stream`.

@@ -60,6 +60,20 @@ fn get(stream: u32) -> Vec<u8> {
     )
 }
 
+/// A request on `stream` whose body would follow (no END_STREAM): the
+/// stream stays open after its answer.
+fn open_stream(stream: u32) -> Vec<u8> {
+    frame_bytes(frame::HEADERS, frame::FLAG_END_HEADERS, stream, GET_ROOT)
+}
+
+/// The payloads of the DATA frames in `got`, in order.
+fn data_payload(got: Vec<(Head, Vec<u8>)>) -> Vec<u8> {
+    got.into_iter()
+        .filter(|(h, _)| h.kind == frame::DATA)
+        .flat_map(|(_, p)| p)
+        .collect()
+}
+
 /// Every frame in `out`, as (head, payload).
 fn frames(out: &[u8]) -> Vec<(Head, Vec<u8>)> {
     let mut at = 0;
@@ -173,12 +187,7 @@ fn streams_past_the_limit_are_refused() {
     let mut input = open();
     // Requests without END_STREAM stay open (half-closed local).
     for id in [1u32, 3, 5, 7, 9] {
-        input.extend(frame_bytes(
-            frame::HEADERS,
-            frame::FLAG_END_HEADERS,
-            id,
-            GET_ROOT,
-        ));
+        input.extend(open_stream(id));
     }
     let (_, got) = run(&mut h2, &input, &mut c);
     let rst: Vec<u32> = got
@@ -352,12 +361,7 @@ fn fetch_body(
         crate::cache::Body::Mem { .. }
     ));
     let (bytes, ranges) = flatten(out);
-    let mut body = Vec::new();
-    for (h, payload) in frames(&bytes[skip..]) {
-        if h.kind == frame::DATA {
-            body.extend_from_slice(&payload);
-        }
-    }
+    let body = data_payload(frames(&bytes[skip..]));
     assert_eq!(h2.active(), 0, "the body went out whole");
     (body, ranges)
 }
@@ -461,11 +465,7 @@ fn owned_bytes_after_a_range_are_sent_too() {
     h2.recv(&input, &mut out, &mut handler, &mut c, Instant::now());
     h2.send(&mut out, &snap, &mut c, Instant::now());
     let (bytes, _) = flatten(&out);
-    let got: Vec<u8> = frames(&bytes)
-        .into_iter()
-        .filter(|(h, _)| h.kind == frame::DATA)
-        .flat_map(|(_, p)| p)
-        .collect();
+    let got = data_payload(frames(&bytes));
     let mut want = body[..2000].to_vec();
     want.extend_from_slice(b"tail");
     assert!(got == want, "{} bytes", got.len());
@@ -480,12 +480,7 @@ fn a_stream_lets_go_of_its_body_once_sent() {
     let mut h2 = H2::new(cfg(), Instant::now());
     let mut c = H2Counters::default();
     let mut input = open();
-    input.extend(frame_bytes(
-        frame::HEADERS,
-        frame::FLAG_END_HEADERS,
-        1,
-        GET_ROOT,
-    ));
+    input.extend(open_stream(1));
     let mut out = Output::default();
     h2.recv(
         &input,
@@ -540,11 +535,7 @@ fn a_large_file_goes_out_whole_by_the_verified_copy() {
     while h2.send(&mut out, &snap, &mut c, Instant::now()) == Sent::More {}
     let (bytes, ranges) = flatten(&out);
     assert_eq!(ranges, 0, "copied, not by reference");
-    let got: Vec<u8> = frames(&bytes)
-        .into_iter()
-        .filter(|(h, _)| h.kind == frame::DATA)
-        .flat_map(|(_, p)| p)
-        .collect();
+    let got = data_payload(frames(&bytes));
     assert!(got == body, "the file, exactly");
     assert_eq!(h2.active(), 0);
 }

@@ -289,7 +289,7 @@ fn small_answers_sent_at_once_spend_the_connection_window() {
 fn a_stream_still_receiving_sends_its_body_once() {
     // No END_STREAM from the client: the stream stays after its answer.
     let mut h2 = H2::new(cfg(), Instant::now());
-    let input = frame_bytes(frame::HEADERS, frame::FLAG_END_HEADERS, 1, GET_ROOT);
+    let input = open_stream(1);
     let (sent, got) = schedule(&mut h2, &[], &input, 20_000);
     assert_eq!(sent, Sent::Idle);
     assert_eq!(data_frames(&got), [(1, FIRST, false), (1, REST, true)]);

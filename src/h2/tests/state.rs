@@ -80,12 +80,7 @@ fn window_updates_go_out_once_half_the_window_is_consumed() {
     let mut c = H2Counters::default();
     let mut input = open();
     // A request whose body follows (it is answered and discarded).
-    input.extend(frame_bytes(
-        frame::HEADERS,
-        frame::FLAG_END_HEADERS,
-        1,
-        GET_ROOT,
-    ));
+    input.extend(open_stream(1));
     input.extend(data(1, 16_384));
     let (_, got) = run(&mut h2, &input, &mut c);
     assert_eq!(window_updates(&got), [], "16 KiB is under half the window");
@@ -143,12 +138,7 @@ fn finished_means_failed_or_a_goaway_with_no_stream_left() {
     let mut c = H2Counters::default();
     assert!(!h2.finished(), "a fresh connection");
     let mut input = open();
-    input.extend(frame_bytes(
-        frame::HEADERS,
-        frame::FLAG_END_HEADERS,
-        1,
-        GET_ROOT,
-    ));
+    input.extend(open_stream(1));
     run(&mut h2, &input, &mut c);
     assert_eq!(h2.active(), 1, "its request body still to come");
     let mut out = Vec::new();
