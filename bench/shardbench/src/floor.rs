@@ -10,7 +10,8 @@
 //! answered with the same header and the connection closed. The listener has
 //! `TCP_DEFER_ACCEPT` (as shardhttpd's has) and a new connection is read at
 //! once, so the close rows measure accept + recv + send + close, with no
-//! epoll registration unless the request is not there yet.
+//! epoll registration unless the request is not there yet. With a TLS
+//! listener ([`crate::floor_tls`]) the same responses go out as records.
 //!
 //! Run as `shardbench floor --listen ADDR` (the study pins it like a server).
 
@@ -19,6 +20,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::docs::{LARGE, SMALL};
+use crate::floor_tls::{self, Session};
 
 /// The bodies: as long as the study's 100-byte page, and as its 100 KiB
 /// document (which a connection gets once its requests name that path).
@@ -108,6 +110,8 @@ struct Conn {
     pending: Option<Out>,
     /// Registered for EPOLLOUT (waiting to send `pending`), not EPOLLIN.
     out_armed: bool,
+    /// The TLS session of a connection from the TLS listener.
+    tls: Option<Box<Session>>,
 }
 
 /// The response to one request: `body` bytes of `.` after the head.
@@ -121,12 +125,23 @@ pub fn response(close: bool, body: usize) -> Vec<u8> {
     r
 }
 
-/// Serve forever on `addr` (the caller pins the process).
-pub fn run(addr: SocketAddr) -> io::Result<()> {
+/// Serve forever on `addr`, and over TLS on `tls`'s (the caller pins the
+/// process).
+pub fn run(addr: SocketAddr, tls: Option<floor_tls::Listen>) -> io::Result<()> {
     let listener = TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let lfd = listener.as_raw_fd();
     listen_like_the_floor(&listener)?;
+    let tls = match tls {
+        Some((addr, config)) => {
+            let listener = TcpListener::bind(addr)?;
+            listener.set_nonblocking(true)?;
+            listen_like_the_floor(&listener)?;
+            Some((listener, config))
+        }
+        None => None,
+    };
+    let tls_lfd = tls.as_ref().map(|(l, _)| l.as_raw_fd());
     // SAFETY: epoll_create1 returns a new fd (checked) that nothing else owns.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if ep == -1 {
@@ -134,7 +149,9 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
     }
     // SAFETY: `ep` is a fresh fd owned from here on.
     let ep = unsafe { OwnedFd::from_raw_fd(ep) };
-    ctl(&ep, libc::EPOLL_CTL_ADD, lfd, libc::EPOLLIN as u32)?;
+    for fd in std::iter::once(lfd).chain(tls_lfd) {
+        ctl(&ep, libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32)?;
+    }
     let responses = responses();
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut buf = vec![0u8; RECV_BYTES];
@@ -159,7 +176,12 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
         for ev in &events[..n as usize] {
             let fd = ev.u64 as RawFd;
             if fd == lfd {
-                accept_all(&ep, lfd, &mut conns, &mut buf, &responses)?;
+                accept_all(&ep, lfd, None, &mut conns, &mut buf, &responses)?;
+                continue;
+            }
+            if let Some((l, config)) = tls.as_ref().filter(|_| Some(fd) == tls_lfd) {
+                let lfd = l.as_raw_fd();
+                accept_all(&ep, lfd, Some(config), &mut conns, &mut buf, &responses)?;
                 continue;
             }
             let slot = fd as usize;
@@ -219,6 +241,7 @@ fn ctl(ep: &OwnedFd, op: libc::c_int, fd: RawFd, events: u32) -> io::Result<()> 
 fn accept_all(
     ep: &OwnedFd,
     lfd: RawFd,
+    tls: Option<&std::sync::Arc<rustls::ServerConfig>>,
     conns: &mut Vec<Option<Conn>>,
     buf: &mut [u8],
     responses: &[Vec<u8>; 4],
@@ -240,11 +263,15 @@ fn accept_all(
         }
         // SAFETY: accept4 returned a new socket nothing else owns.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let Ok(tls) = tls.map(Session::new).transpose() else {
+            continue;
+        };
         let mut conn = Conn {
             fd: owned,
             scan: Scan::default(),
             pending: None,
             out_armed: false,
+            tls: tls.map(Box::new),
         };
         // TCP_DEFER_ACCEPT: the request is usually there already.
         if serve(ep, &mut conn, buf, responses, false) {
@@ -280,6 +307,20 @@ fn serve(
     }
     if n < 0 {
         return io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock;
+    }
+    if let Some(tls) = &mut conn.tls {
+        let mut out = Vec::new();
+        if tls
+            .exchange(&buf[..n as usize], &mut conn.scan, responses, &mut out)
+            .is_err()
+        {
+            return true;
+        }
+        if out.is_empty() {
+            return false;
+        }
+        conn.pending = Some(Out::Owned { buf: out, at: 0 });
+        return flush(ep, conn, responses, registered);
     }
     let requests = conn.scan.feed(&buf[..n as usize]);
     if requests == 0 {
@@ -353,11 +394,13 @@ pub mod tests {
     /// Start a floor (`run`) on a free port and check its bytes: one
     /// request, a pipelined pair, `Connection: close` closing, and a
     /// connection asking for the 100 KiB document getting that body.
-    pub fn answers_like_the_floor(run: fn(SocketAddr) -> io::Result<()>) {
+    pub fn answers_like_the_floor(
+        run: fn(SocketAddr, Option<floor_tls::Listen>) -> io::Result<()>,
+    ) {
         let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = probe.local_addr().expect("addr");
         drop(probe);
-        std::thread::spawn(move || run(addr));
+        std::thread::spawn(move || run(addr, None));
         let connect = || {
             let s = loop {
                 if let Ok(s) = TcpStream::connect(addr) {
@@ -405,12 +448,18 @@ pub mod tests {
         answers_like_the_floor(run);
     }
 
+    #[test]
+    fn serves_its_bytes_over_tls() {
+        floor_tls::tests::answers_over_tls(run);
+    }
+
     fn conn() -> Conn {
         Conn {
             fd: std::fs::File::open("/dev/null").expect("open").into(),
             scan: Scan::default(),
             pending: None,
             out_armed: false,
+            tls: None,
         }
     }
 

@@ -15,6 +15,10 @@
 //! repeated response, so nothing is allocated per request and a short send
 //! resumes at its phase.
 //!
+//! A connection from the TLS listener ([`crate::floor_tls`]) instead owns
+//! its ciphertext: what one receive's requests produce is sent from the
+//! connection's buffer, one send at a time, as a TLS server on a ring must.
+//!
 //! All of this module's `unsafe` is here: pushing entries that point at
 //! those buffers, and the provided buffer ring shared with the kernel.
 //!
@@ -25,10 +29,12 @@ use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Submitter};
 
 use crate::floor::{self, Scan};
+use crate::floor_tls::{self, Session};
 
 /// Responses one send carries at most (a pipelined burst of 16 is one).
 const BATCH: usize = 64;
@@ -92,6 +98,18 @@ struct Conn {
     cancelling: bool,
     /// The peer closed, or an operation failed: close once settled.
     done: bool,
+    /// A connection from the TLS listener: its session and ciphertext.
+    tls: Option<Box<TlsOut>>,
+}
+
+/// A TLS connection's ciphertext: what waits, and what a send has.
+#[derive(Debug)]
+struct TlsOut {
+    session: Session,
+    /// Records (and handshake flights) not yet in a send.
+    pending: Vec<u8>,
+    /// The send in flight's bytes: untouched until it completes.
+    sending: Vec<u8>,
 }
 
 /// The provided buffer ring: `BUFFERS` entries in page-aligned memory the
@@ -251,6 +269,10 @@ struct Floor {
     responses: [Vec<u8>; 4],
     /// One response's length, by kind.
     one: [usize; 4],
+    /// The four responses once each (what a TLS session writes).
+    singles: [Vec<u8>; 4],
+    /// The TLS listener and its configuration.
+    tls: Option<(RawFd, Arc<rustls::ServerConfig>)>,
 }
 
 impl Floor {
@@ -269,6 +291,19 @@ impl Floor {
         let c = &mut self.conns[fd as usize];
         if c.in_flight > 0 {
             return Ok(());
+        }
+        if let Some(t) = c.tls.as_mut().filter(|t| !t.pending.is_empty() && !c.done) {
+            t.sending.clear();
+            std::mem::swap(&mut t.sending, &mut t.pending);
+            c.in_flight = t.sending.len();
+            let e = opcode::Send::new(types::Fd(fd), t.sending.as_ptr(), c.in_flight as u32)
+                .flags(libc::MSG_NOSIGNAL)
+                .build()
+                .user_data(token(Op::Send, fd));
+            // SAFETY: `sending` is boxed with the connection and neither
+            // touched nor dropped while the send is in flight (`in_flight`
+            // > 0 keeps both this function and the reset below away).
+            return unsafe { q.push(&e) };
         }
         let kind = usize::from(c.owed[0] == 0);
         if c.owed[kind] > 0 && !c.done {
@@ -289,8 +324,10 @@ impl Floor {
             // (batch + 1) × one long) that lives as long as the ring.
             return unsafe { q.push(&e) };
         }
-        // Done: the peer is gone, or the close response is all sent.
-        let finished = c.done || (c.sent[1] > 0 && c.owed[1] == 0);
+        // Done: the peer is gone, or the close response is all sent
+        // (over TLS: a close was asked for and nothing is left to send).
+        let finished =
+            c.done || (c.sent[1] > 0 && c.owed[1] == 0) || (c.tls.is_some() && c.scan.close);
         if !finished {
             return Ok(());
         }
@@ -336,7 +373,6 @@ impl Floor {
         &mut self,
         q: &mut Queue<'_>,
         bufs: &mut BufRing,
-        lfd: RawFd,
         cqe: &cqueue::Entry,
     ) -> io::Result<()> {
         let (op, fd) = untoken(cqe.user_data());
@@ -344,17 +380,40 @@ impl Floor {
         let more = cqueue::more(flags);
         match op {
             Some(Op::Accept) => {
-                if res >= 0 {
-                    *self.conn(res) = Conn {
-                        open: true,
-                        recv_live: true,
-                        ..Conn::default()
-                    };
-                    Self::arm_recv(q, res)?;
+                // The token's fd is the listener's.
+                let tls = match &self.tls {
+                    Some((tls_lfd, config)) if *tls_lfd == fd => Some(Session::new(config)),
+                    _ => None,
+                };
+                match (res, tls.transpose()) {
+                    (res, Ok(tls)) if res >= 0 => {
+                        *self.conn(res) = Conn {
+                            open: true,
+                            recv_live: true,
+                            tls: tls.map(|session| {
+                                Box::new(TlsOut {
+                                    session,
+                                    pending: Vec::new(),
+                                    sending: Vec::new(),
+                                })
+                            }),
+                            ..Conn::default()
+                        };
+                        Self::arm_recv(q, res)?;
+                    }
+                    // No session for it: close it unserved.
+                    (res, Err(_)) if res >= 0 => {
+                        let e = opcode::Close::new(types::Fd(res))
+                            .build()
+                            .user_data(token(Op::Close, res));
+                        // SAFETY: a close points at no memory.
+                        unsafe { q.push(&e) }?;
+                    }
+                    _ => {}
                 }
                 // EMFILE and friends end the multishot: arm it again.
                 if !more {
-                    Self::arm_accept(q, lfd)?;
+                    Self::arm_accept(q, fd)?;
                 }
             }
             Some(Op::Recv) => {
@@ -363,7 +422,19 @@ impl Floor {
                 if let Some(bid) = cqueue::buffer_select(flags) {
                     let n = usize::try_from(res).unwrap_or(0);
                     let c = &mut self.conns[fd as usize];
-                    requests = c.scan.feed(bufs.buffer(bid, n));
+                    let bytes = bufs.buffer(bid, n);
+                    match &mut c.tls {
+                        Some(t) => {
+                            let answered = t.session.exchange(
+                                bytes,
+                                &mut c.scan,
+                                &self.singles,
+                                &mut t.pending,
+                            );
+                            c.done |= answered.is_err();
+                        }
+                        None => requests = c.scan.feed(bytes),
+                    }
                     bufs.recycle(bid);
                 }
                 let c = &mut self.conns[fd as usize];
@@ -398,6 +469,19 @@ impl Floor {
                 }
                 let len = std::mem::take(&mut c.in_flight);
                 let kind = c.in_flight_kind;
+                if let Some(t) = &mut c.tls {
+                    match usize::try_from(res) {
+                        // A short send: the rest goes first next time.
+                        Ok(n) if n < len => {
+                            let mut rest = t.sending.split_off(n);
+                            rest.append(&mut t.pending);
+                            t.pending = rest;
+                        }
+                        Ok(_) => {}
+                        Err(_) => c.done = true,
+                    }
+                    return self.settle(q, fd);
+                }
                 match usize::try_from(res) {
                     Ok(n) => {
                         c.sent[kind] += n;
@@ -414,20 +498,34 @@ impl Floor {
     }
 }
 
-/// Serve forever on `addr` (the caller pins the process).
-pub fn run(addr: SocketAddr) -> io::Result<()> {
+/// Serve forever on `addr`, and over TLS on `tls`'s (the caller pins the
+/// process).
+pub fn run(addr: SocketAddr, tls: Option<floor_tls::Listen>) -> io::Result<()> {
     let listener = TcpListener::bind(addr)?;
     floor::listen_like_the_floor(&listener)?;
-    let lfd = listener.as_raw_fd();
+    let mut lfds = vec![listener.as_raw_fd()];
+    let tls = match tls {
+        Some((addr, config)) => {
+            let listener = TcpListener::bind(addr)?;
+            floor::listen_like_the_floor(&listener)?;
+            lfds.push(listener.as_raw_fd());
+            Some((listener, config))
+        }
+        None => None,
+    };
     let responses = floor::responses();
     let mut floor = Floor {
         conns: Vec::new(),
         one: responses.each_ref().map(Vec::len),
         responses: std::array::from_fn(|kind| responses[kind].repeat(batch(kind) + 1)),
+        singles: responses,
+        tls: tls
+            .as_ref()
+            .map(|(l, config)| (l.as_raw_fd(), Arc::clone(config))),
     };
     let mut ring = ring()?;
     let mut bufs = BufRing::new(&ring.submitter())?;
-    let served = serve(&mut ring, &mut bufs, &mut floor, lfd);
+    let served = serve(&mut ring, &mut bufs, &mut floor, &lfds);
     // The ring first: it unregisters the buffer ring and ends every
     // operation before the memory they point at (the buffers, `floor`'s
     // responses) is freed.
@@ -438,11 +536,18 @@ pub fn run(addr: SocketAddr) -> io::Result<()> {
 
 /// The loop: one `io_uring_enter` per turn, then every completion it
 /// reaped.
-fn serve(ring: &mut IoUring, bufs: &mut BufRing, floor: &mut Floor, lfd: RawFd) -> io::Result<()> {
+fn serve(
+    ring: &mut IoUring,
+    bufs: &mut BufRing,
+    floor: &mut Floor,
+    lfds: &[RawFd],
+) -> io::Result<()> {
     {
         let (submitter, sq, _) = ring.split();
         let mut q = Queue { sq, submitter };
-        Floor::arm_accept(&mut q, lfd)?;
+        for &lfd in lfds {
+            Floor::arm_accept(&mut q, lfd)?;
+        }
         q.sq.sync();
     }
     let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(SQ_ENTRIES as usize * 4);
@@ -461,7 +566,7 @@ fn serve(ring: &mut IoUring, bufs: &mut BufRing, floor: &mut Floor, lfd: RawFd) 
         cqes.extend(&mut cq);
         let mut q = Queue { sq, submitter };
         for cqe in &cqes {
-            floor.complete(&mut q, bufs, lfd, cqe)?;
+            floor.complete(&mut q, bufs, cqe)?;
         }
         q.sq.sync();
     }
@@ -488,5 +593,17 @@ mod tests {
             return;
         }
         floor::tests::answers_like_the_floor(run);
+    }
+
+    /// And over TLS ([`floor_tls::tests::answers_over_tls`]).
+    #[test]
+    fn serves_the_floors_bytes_over_tls() {
+        if let Err(why) = available() {
+            eprintln!(
+                "\n*** SKIP serves_the_floors_bytes_over_tls: no io_uring here ({why}) ***\n"
+            );
+            return;
+        }
+        floor_tls::tests::answers_over_tls(run);
     }
 }

@@ -11,6 +11,7 @@
 
 mod docs;
 mod floor;
+mod floor_tls;
 mod floor_uring;
 mod load;
 mod machine;
@@ -61,6 +62,16 @@ enum Cmd {
         /// sends).
         #[arg(long, value_enum, default_value = "epoll")]
         io: servers::Io,
+        /// Also serve the same responses over TLS on ADDR (TLS 1.3,
+        /// shardhttpd's first cipher suite), with --tls-cert and --tls-key.
+        #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
+        tls_listen: Option<SocketAddr>,
+        /// PEM certificate chain for --tls-listen.
+        #[arg(long, value_name = "PEM")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key for --tls-listen.
+        #[arg(long, value_name = "PEM")]
+        tls_key: Option<PathBuf>,
     },
 }
 
@@ -153,11 +164,24 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Floor { listen, io }) = cli.cmd {
-        let served = match io {
-            servers::Io::Epoll => floor::run(listen),
-            servers::Io::Uring => floor_uring::run(listen),
-        };
+    if let Some(Cmd::Floor {
+        listen,
+        io,
+        tls_listen,
+        tls_cert,
+        tls_key,
+    }) = cli.cmd
+    {
+        let served = match (tls_listen, tls_cert, tls_key) {
+            (Some(addr), Some(cert), Some(key)) => {
+                floor_tls::config(&cert, &key).map(|config| Some((addr, config)))
+            }
+            _ => Ok(None),
+        }
+        .and_then(|tls| match io {
+            servers::Io::Epoll => floor::run(listen, tls),
+            servers::Io::Uring => floor_uring::run(listen, tls),
+        });
         return match served {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -361,9 +385,17 @@ fn study(args: RunArgs) -> io::Result<bool> {
             let (base, _) = servers::start_shardhttpd(b, &setup, 1, "hash", name, tls, None)?;
             running.push(base);
         }
-        running.push(servers::start_floor(&setup, servers::Io::Epoll)?);
+        running.push(servers::start_floor(
+            &setup,
+            servers::Io::Epoll,
+            tls.as_ref(),
+        )?);
         match floor_uring::available() {
-            Ok(()) => running.push(servers::start_floor(&setup, servers::Io::Uring)?),
+            Ok(()) => running.push(servers::start_floor(
+                &setup,
+                servers::Io::Uring,
+                tls.as_ref(),
+            )?),
             Err(why) => {
                 let n = format!("SKIP floor-uring: io_uring is not available here ({why})");
                 eprintln!("{n}");

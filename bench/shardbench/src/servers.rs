@@ -144,11 +144,6 @@ pub fn workspace_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-/// A free loopback port (bound then released: a small race, on loopback).
-pub fn free_port() -> io::Result<u16> {
-    Ok(free_ports::<1>()?[0])
-}
-
 /// `N` distinct free loopback ports: all are held while the next is bound,
 /// since a port released can be handed out again at once (a server given
 /// the same port twice, as listen and admin address, refuses to start).
@@ -430,11 +425,11 @@ fn check_h2(server: &mut Server, h2c: Option<u16>) {
 }
 
 /// The floor on `io`, run from this very executable: `floor` (epoll) or
-/// `floor-uring`.
-pub fn start_floor(setup: &Setup<'_>, io: Io) -> io::Result<Server> {
-    let port = free_port()?;
+/// `floor-uring`; with `tls`, on a TLS port too.
+pub fn start_floor(setup: &Setup<'_>, io: Io, tls: Option<&Tls>) -> io::Result<Server> {
+    let [port, tls_port] = free_ports()?;
     let me = std::env::current_exe()?;
-    let cmd = vec![
+    let mut cmd = vec![
         me.display().to_string(),
         "floor".into(),
         "--io".into(),
@@ -442,11 +437,26 @@ pub fn start_floor(setup: &Setup<'_>, io: Io) -> io::Result<Server> {
         "--listen".into(),
         format!("127.0.0.1:{port}"),
     ];
+    if let Some(t) = tls {
+        cmd.extend([
+            "--tls-listen".into(),
+            format!("127.0.0.1:{tls_port}"),
+            "--tls-cert".into(),
+            t.cert.display().to_string(),
+            "--tls-key".into(),
+            t.key.display().to_string(),
+        ]);
+    }
     let sub = Setup {
         cpus: &setup.cpus[..1],
         ..*setup
     };
-    launch(floor_name(io), &sub, port, &cmd)
+    let mut server = launch(floor_name(io), &sub, port, &cmd)?;
+    if tls.is_some() {
+        wait_tls(tls_port)?;
+        server.tls_port = Some(tls_port);
+    }
+    Ok(server)
 }
 
 /// The floor's name in the tables: `floor` is the epoll floor every ratio
