@@ -347,3 +347,130 @@ impl Conn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The flags a connection keeps of its ring operations, driven without
+    //! a ring: each operation is asked for once, and each end is seen.
+    use super::*;
+    use crate::config::{Config, Settings};
+    use std::net::{TcpListener, TcpStream};
+
+    /// A connection on a loopback socket, driven by completions, with the
+    /// default settings.
+    fn conn() -> (Conn, ConnConfig, TcpStream) {
+        let settings = Settings {
+            root: Some(".".into()),
+            ..Settings::default()
+        };
+        let cfg = ConnConfig::new(&Config::validate(settings, &[0]).expect("defaults"));
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (stream, _) = listener.accept().expect("accept");
+        let mut c = Conn::new(stream, None, Instant::now(), &cfg, None);
+        c.use_completions();
+        (c, cfg, client)
+    }
+
+    #[test]
+    fn a_receive_is_armed_once_and_cancelled_once() {
+        let (mut c, cfg, _client) = conn();
+        assert!(c.completions());
+        assert!(!c.ring_leftovers().recv, "nothing armed yet");
+        assert!(c.ring_wants(cfg.read_buf).arm_recv);
+        assert!(
+            c.ring_leftovers().recv,
+            "an armed receive is left to cancel"
+        );
+        let again = c.ring_wants(cfg.read_buf);
+        assert!(!again.arm_recv && !again.cancel_recv, "{again:?}");
+        // The receive failed: reading stops, and the receive is cancelled
+        // once.
+        c.push_end(-libc::ECONNRESET);
+        let stop = c.ring_wants(cfg.read_buf);
+        assert!(stop.cancel_recv && !stop.arm_recv, "{stop:?}");
+        assert!(!c.ring_leftovers().recv, "its cancellation is under way");
+        assert!(!c.ring_wants(cfg.read_buf).cancel_recv, "cancelled once");
+        c.recv_ended();
+        let after = c.ring_wants(cfg.read_buf);
+        assert!(!after.arm_recv && !after.cancel_recv, "{after:?}");
+        assert!(!c.ring_leftovers().recv);
+    }
+
+    #[test]
+    fn a_receive_ended_early_is_armed_again() {
+        let (mut c, cfg, _client) = conn();
+        assert!(c.ring_wants(cfg.read_buf).arm_recv);
+        c.recv_ended();
+        assert!(c.ring_wants(cfg.read_buf).arm_recv, "re-armed");
+    }
+
+    #[test]
+    fn end_of_file_stops_reading() {
+        let (mut c, cfg, _client) = conn();
+        assert!(c.ring_wants(cfg.read_buf).arm_recv);
+        c.push_end(0);
+        assert!(c.ring_wants(cfg.read_buf).cancel_recv);
+        assert!(matches!(c.fill_pushed(), Ok(Fill::Eof)));
+    }
+
+    #[test]
+    fn pushed_bytes_are_data_once_then_the_receive_says_how_it_ended() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        assert!(matches!(c.fill_pushed(), Ok(Fill::Drained)));
+        c.push(b"GET / HTTP/1.1\r\n", &mut pool, &cfg);
+        assert!(matches!(c.fill_pushed(), Ok(Fill::Data)));
+        assert!(matches!(c.fill_pushed(), Ok(Fill::Drained)));
+        c.push(b"Host: x\r\n", &mut pool, &cfg);
+        c.push_end(-libc::ECONNRESET);
+        assert!(
+            matches!(c.fill_pushed(), Ok(Fill::Data)),
+            "bytes before the end"
+        );
+        let err = c.fill_pushed().err().expect("then the reset");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+    }
+
+    #[test]
+    fn a_blocked_write_arms_one_pollout_until_it_fires() {
+        let (mut c, cfg, _client) = conn();
+        c.write_blocked = true;
+        c.use_completions();
+        assert!(c.ring_wants(cfg.read_buf).pollout);
+        assert!(
+            c.ring_leftovers().pollout,
+            "an armed poll is left to cancel"
+        );
+        // Wanted again before it fired: still the one poll.
+        c.ring |= POLLOUT_WANTED;
+        assert!(!c.ring_wants(cfg.read_buf).pollout);
+        c.pollout_ended();
+        assert!(!c.ring_leftovers().pollout);
+        c.ring |= POLLOUT_WANTED;
+        assert!(c.ring_wants(cfg.read_buf).pollout, "armed again");
+    }
+
+    #[test]
+    fn owned_output_is_listed_for_one_send_and_lent_at_the_end_of_the_turn() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        c.io = Some(pool.take_io(false));
+        c.io()
+            .out
+            .buf()
+            .extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+        assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
+        assert!(c.ring_wants(cfg.read_buf).send);
+        // More output queued in the same turn goes with the listed send.
+        c.io()
+            .out
+            .buf()
+            .extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+        assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
+        assert!(!c.ring_wants(cfg.read_buf).send, "listed already");
+        let lent = c.lend(&mut pool).expect("owned output to lend");
+        assert_eq!(lent.len, 38, "both answers in the one send");
+        assert_eq!(c.ring & (SEND_WANTED | SEND_LISTED), 0);
+    }
+}
