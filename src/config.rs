@@ -430,6 +430,12 @@ pub struct Settings {
     /// preface as HTTP/2 (no `Upgrade: h2c`, which RFC 9113 dropped).
     #[arg(long, value_name = "BOOL")]
     pub h2c: Option<bool>,
+    /// Cleartext listeners speak only h2c: every connection is HTTP/2
+    /// with prior knowledge, and one that does not open with the client
+    /// preface gets GOAWAY PROTOCOL_ERROR instead of an HTTP/1 answer (an
+    /// origin port for a CDN or load balancer that speaks h2c). Needs h2c.
+    #[arg(long, value_name = "BOOL")]
+    pub h2c_only: Option<bool>,
     /// Most concurrent streams per HTTP/2 connection
     /// (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with
     /// REFUSED_STREAM.
@@ -568,7 +574,7 @@ impl Settings {
             error_pages, spa_fallback, dotfile_allow, index_files, default_type,
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
-            max_connections_per_core, hsts, redirect_https, h2, h2c, h2_max_concurrent_streams,
+            max_connections_per_core, hsts, redirect_https, h2, h2c, h2c_only, h2_max_concurrent_streams,
             proxy_protocol, trusted_proxies, real_ip_header, request_id_header,
             acme_domains, acme_email, acme_directory, acme_ca_roots, acme_state_dir,
             acme_challenge, acme_eab_kid, acme_eab_hmac_key, acme_retry_min,

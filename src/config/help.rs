@@ -106,6 +106,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("redirect_https", "false".into()),
         ("h2", "true".into()),
         ("h2c", "true".into()),
+        ("h2c_only", "false".into()),
         (
             "h2_max_concurrent_streams",
             crate::h2::DEFAULT_MAX_CONCURRENT_STREAMS.to_string(),

@@ -98,6 +98,8 @@ pub struct Config {
     pub h2: bool,
     /// HTTP/2 with prior knowledge on cleartext listeners.
     pub h2c: bool,
+    /// Cleartext listeners speak nothing but h2c.
+    pub h2c_only: bool,
     pub h2_max_concurrent_streams: u32,
     /// Listeners expect a PROXY protocol header first.
     pub proxy_protocol: bool,
@@ -235,6 +237,14 @@ impl Config {
             redirect_https: https.redirect_https,
             h2: s.h2.unwrap_or(true),
             h2c: s.h2c.unwrap_or(true),
+            h2c_only: match (s.h2c.unwrap_or(true), s.h2c_only.unwrap_or(false)) {
+                (false, true) => bail!(
+                    "{} needs h2c: it is off ({})",
+                    s.name("h2c_only"),
+                    s.name("h2c")
+                ),
+                (_, only) => only,
+            },
             h2_max_concurrent_streams: limits.h2_max_concurrent_streams,
             proxy_protocol,
             trusted_proxies,

@@ -30,6 +30,8 @@ pub struct ConnConfig {
     pub redirect_https: Option<u16>,
     /// Cleartext connections opening with the HTTP/2 preface speak h2c.
     pub h2c: bool,
+    /// Cleartext connections speak only h2c (no HTTP/1).
+    pub h2c_only: bool,
     pub h2: crate::h2::H2Config,
     /// `proxy_protocol`: a PROXY header opens every connection.
     pub proxy_protocol: bool,
@@ -77,6 +79,7 @@ impl ConnConfig {
                 None
             },
             h2c: cfg.h2c,
+            h2c_only: cfg.h2c_only,
             h2: crate::h2::H2Config {
                 max_concurrent: cfg.h2_max_concurrent_streams,
                 max_header_list: cfg.max_head_bytes,

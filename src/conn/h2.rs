@@ -32,13 +32,13 @@ impl Conn {
                 // A prefix of the preface waits for the rest (HTTP/1 would
                 // answer `PRI * HTTP/2.0` with a 505).
                 let n = buffered.len().min(frame::PREFACE.len());
-                if n == 0 || buffered[..n] != frame::PREFACE[..n] {
+                if n == 0 {
                     return false;
                 }
-                if n < frame::PREFACE.len() {
-                    return false;
-                }
-                true
+                // On an h2c-only listener what is not the preface gets
+                // HTTP/2's answer (GOAWAY PROTOCOL_ERROR), not HTTP/1's.
+                env.cfg.h2c_only
+                    || buffered[..n] == frame::PREFACE[..n] && n == frame::PREFACE.len()
             }
         };
         if !h2 {

@@ -283,6 +283,66 @@ fn h2c_false_answers_the_preface_with_400_and_closes() {
     assert_eq!(server.get("/index.html").status, 200);
 }
 
+/// `--h2c-only true`: a cleartext listener for h2c alone (an origin port
+/// behind a CDN that speaks h2c). An HTTP/1 request there is no preface:
+/// it gets our SETTINGS and a GOAWAY PROTOCOL_ERROR, never an HTTP/1
+/// answer, and the connection closes; h2c with prior knowledge is served.
+/// Without h2c the setting is refused, naming both.
+#[test]
+fn h2c_only_answers_http1_with_goaway_and_serves_h2c() {
+    use std::io::{Read, Write};
+    let site = h2_site("h2c-only");
+    let server = Server::start(&site.root, &["--h2c-only", "true"]);
+    let mut s = std::net::TcpStream::connect(server.plain_addr()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got)
+        .unwrap_or_else(|e| panic!("not closed: {e}\n{}", server.log_text()));
+    // Frames: 3-byte length, type, flags, 4-byte stream id, payload.
+    let mut frames = Vec::new();
+    let mut rest = &got[..];
+    while rest.len() >= 9 {
+        let len = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
+        assert!(rest.len() >= 9 + len, "a cut frame in {got:?}");
+        frames.push((rest[3], rest[9..9 + len].to_vec()));
+        rest = &rest[9 + len..];
+    }
+    assert!(rest.is_empty(), "not frames: {got:?}");
+    assert_eq!(
+        frames.first().map(|f| f.0),
+        Some(4),
+        "SETTINGS first: {got:?}"
+    );
+    let goaway = frames.iter().find(|f| f.0 == 7).expect("a GOAWAY");
+    assert_eq!(goaway.1[4..8], [0, 0, 0, 1], "PROTOCOL_ERROR: {goaway:?}");
+
+    if let Some(py) = h2::python_or_skip("h2c-only serves h2c") {
+        let v = h2::probe(&py, "get", &Target::h2c(server.plain_addr()), &[]);
+        assert_eq!(v["status"], 200, "{v}");
+    }
+
+    let out = command()
+        .args(["--root", &site.root.display().to_string()])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--check",
+        ])
+        .args(["--h2c", "false", "--h2c-only", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "h2c-only without h2c passed: {err}");
+    assert!(
+        err.contains("`--h2c-only` needs h2c") && err.contains("`--h2c`"),
+        "{err}"
+    );
+}
+
 /// h2c on (the default): the preface is answered with the server's
 /// SETTINGS, and HTTP/1.1 on the same listener still works.
 #[test]

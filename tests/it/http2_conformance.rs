@@ -1,7 +1,8 @@
 //! h2spec, the HTTP/2 conformance suite (146 cases: RFC 9113 framing,
 //! streams, flow control and HTTP semantics, RFC 7541 HPACK), against the
-//! server over h2c and over TLS, in normal and `--strict` mode: every case
-//! must pass, but for one on h2c (see [`H2C_HTTP1_FIRST`]). h2spec is built by `tests/h2/build-h2spec.sh` (CI puts it in
+//! server over h2c (`--h2c-only`) and over TLS, in normal and `--strict`
+//! mode: every case must pass. On a listener that speaks HTTP/1.1 beside
+//! h2c (the default) all but one must (see [`H2C_HTTP1_FIRST`]). h2spec is built by `tests/h2/build-h2spec.sh` (CI puts it in
 //! `.ci/bin`); without it these tests skip loudly.
 
 use crate::support;
@@ -21,7 +22,8 @@ const STRICT_CASES: u32 = 147;
 /// PREFACE\r\n\r\n`, which is no HTTP/2 preface and so an HTTP/1 request
 /// line, answered with HTTP/1's 400 (RFC 9112 §3; `errors.rs` requires it
 /// for garbage), which h2spec cannot read as a frame. h2o fails it on h2c
-/// too. Over TLS, where ALPN says h2, the case passes.
+/// too. Over TLS, where ALPN says h2, and on an `--h2c-only` listener, the
+/// case passes.
 const H2C_HTTP1_FIRST: &str = "http2/3.5 Sends invalid connection preface";
 fn h2spec_or_skip() -> Option<std::path::PathBuf> {
     let bin = h2::h2spec();
@@ -36,8 +38,19 @@ fn h2spec_or_skip() -> Option<std::path::PathBuf> {
 
 /// Runs h2spec against `port` and asserts every case passed, listing the
 /// failed ones (from its JUnit report) otherwise.
-fn assert_conformant(bin: &std::path::Path, server: &Server, port: u16, tls: bool, strict: bool) {
-    let allowed: &[&str] = if tls { &[] } else { &[H2C_HTTP1_FIRST] };
+fn assert_conformant(
+    bin: &std::path::Path,
+    server: &Server,
+    port: u16,
+    tls: bool,
+    strict: bool,
+    beside_http1: bool,
+) {
+    let allowed: &[&str] = if beside_http1 {
+        &[H2C_HTTP1_FIRST]
+    } else {
+        &[]
+    };
     let dir = TempDir::new("h2spec");
     let junit = dir.path().join("junit.xml");
     let mut cmd = Command::new(bin);
@@ -95,15 +108,21 @@ fn assert_conformant(bin: &std::path::Path, server: &Server, port: u16, tls: boo
     );
 }
 
-fn h2c(strict: bool) {
+/// h2spec on a cleartext listener: `--h2c-only` (every case), or beside
+/// HTTP/1.1 (the default: all but [`H2C_HTTP1_FIRST`]).
+fn h2c(strict: bool, only: bool) {
     let Some(bin) = h2spec_or_skip() else {
         return;
     };
     let site = Site::new("h2spec-h2c");
-    let server = Server::start(&site.root, &[]);
-    assert_conformant(&bin, &server, server.plain_addr().port(), false, strict);
-    // Still serving afterwards.
-    assert_eq!(server.get("/index.html").status, 200);
+    let flags: &[&str] = if only { &["--h2c-only", "true"] } else { &[] };
+    let server = Server::start(&site.root, flags);
+    let port = server.plain_addr().port();
+    assert_conformant(&bin, &server, port, false, strict, !only);
+    // Still serving afterwards (HTTP/1.1 where the listener speaks it).
+    if !only {
+        assert_eq!(server.get("/index.html").status, 200);
+    }
 }
 
 fn tls(strict: bool) {
@@ -114,18 +133,23 @@ fn tls(strict: bool) {
     let ca = Ca::new();
     let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
     let s = TlsServer::start(&site.root, &ca, &leaf, &[]);
-    assert_conformant(&bin, &s.server, s.tls_addr.port(), true, strict);
+    assert_conformant(&bin, &s.server, s.tls_addr.port(), true, strict, false);
     assert_eq!(s.server.get("/index.html").status, 200);
 }
 
 #[test]
 fn h2spec_h2c() {
-    h2c(false);
+    h2c(false, true);
 }
 
 #[test]
 fn h2spec_h2c_strict() {
-    h2c(true);
+    h2c(true, true);
+}
+
+#[test]
+fn h2spec_h2c_beside_http1() {
+    h2c(false, false);
 }
 
 #[test]
