@@ -473,4 +473,99 @@ mod tests {
         assert_eq!(lent.len, 38, "both answers in the one send");
         assert_eq!(c.ring & (SEND_WANTED | SEND_LISTED), 0);
     }
+
+    /// The read buffer's bytes, as `fill` leaves them for the parser.
+    fn buffered_bytes(c: &Conn) -> Vec<u8> {
+        let io = c.io.as_deref().expect("io");
+        io.rbuf[io.rstart..io.rend].to_vec()
+    }
+
+    #[test]
+    fn a_push_into_a_parked_connection_takes_a_full_size_buffer() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        c.push(b"GET / HT", &mut pool, &cfg);
+        let io = c.io.as_deref().expect("unparked");
+        assert_eq!(io.rbuf.len(), cfg.read_buf);
+        assert_eq!(buffered_bytes(&c), b"GET / HT");
+    }
+
+    #[test]
+    fn a_partial_head_in_a_small_buffer_moves_to_a_full_size_one() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        c.push(b"", &mut pool, &cfg);
+        // Parked holding a partial head: a small buffer, not at its start.
+        let io = c.io.as_deref_mut().expect("io");
+        io.rbuf = b"..GET / HT".to_vec();
+        io.rstart = 2;
+        io.rend = 10;
+        c.push(b"TP/1.1\r\n", &mut pool, &cfg);
+        let io = c.io.as_deref().expect("io");
+        assert_eq!(io.rbuf.len(), cfg.read_buf);
+        assert_eq!((io.rstart, io.rend), (0, 16));
+        assert_eq!(buffered_bytes(&c), b"GET / HTTP/1.1\r\n");
+    }
+
+    #[test]
+    fn bytes_that_do_not_fit_behind_a_consumed_prefix_move_it_down() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        c.push(b"x", &mut pool, &cfg);
+        let n = cfg.read_buf;
+        let io = c.io.as_deref_mut().expect("io");
+        // 10 bytes parsed already, 5 bytes of room left at the end.
+        io.rbuf[10..n - 5].fill(b'a');
+        io.rstart = 10;
+        io.rend = n - 5;
+        c.push(&[b'b'; 8], &mut pool, &cfg);
+        let io = c.io.as_deref().expect("io");
+        assert_eq!(io.rbuf.len(), n, "moved down, not grown");
+        assert_eq!((io.rstart, io.rend), (0, n - 15 + 8));
+        let got = buffered_bytes(&c);
+        assert!(got[..n - 15].iter().all(|&b| b == b'a'));
+        assert_eq!(got[n - 15..], [b'b'; 8]);
+    }
+
+    #[test]
+    fn a_remainder_grows_the_buffer_and_it_shrinks_back_once_read() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        let n = cfg.read_buf;
+        c.push(&vec![b'a'; n - 4], &mut pool, &cfg);
+        // What the receive brings until its cancellation lands is kept.
+        c.push(&[b'b'; 10], &mut pool, &cfg);
+        assert_eq!(c.io.as_deref().expect("io").rbuf.len(), n + 6);
+        let got = buffered_bytes(&c);
+        assert_eq!(got.len(), n + 6);
+        assert_eq!(got[n - 4..], [b'b'; 10]);
+        // All parsed: the next push starts at the front of a buffer of its
+        // size again.
+        let io = c.io.as_deref_mut().expect("io");
+        io.rstart = io.rend;
+        c.push(b"GET", &mut pool, &cfg);
+        let io = c.io.as_deref().expect("io");
+        assert_eq!(io.rbuf.len(), n);
+        assert_eq!(io.rbuf.capacity(), n, "its memory given back");
+        assert_eq!((io.rstart, io.rend), (0, 3));
+        assert_eq!(buffered_bytes(&c), b"GET");
+    }
+
+    #[test]
+    fn bytes_that_fit_stay_where_they_are() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        c.push(b"x", &mut pool, &cfg);
+        let n = cfg.read_buf;
+        let io = c.io.as_deref_mut().expect("io");
+        let at = io.rbuf.as_ptr();
+        io.rstart = 10;
+        io.rend = n - 8;
+        // Exactly the room left: no move, no new buffer.
+        c.push(&[b'b'; 8], &mut pool, &cfg);
+        let io = c.io.as_deref().expect("io");
+        assert_eq!((io.rstart, io.rend), (10, n));
+        assert_eq!(io.rbuf.as_ptr(), at, "the same buffer");
+        assert_eq!(io.rbuf[n - 8..], [b'b'; 8]);
+    }
 }
