@@ -595,6 +595,37 @@ fn uring_stops_receiving_from_a_tls_client_that_does_not_read() {
     assert_eq!(answers, requests);
 }
 
+/// A TLS body by reference (16 MiB, past what loopback's socket buffers
+/// hold) to a client that reads only after 500 ms: its `writev` blocks,
+/// the connection waits for `EPOLLOUT` on the ring, and every byte
+/// arrives, in order, once the client reads. (A ring connection that
+/// never armed that poll would stall here until the client gave up.)
+#[test]
+fn uring_sends_a_large_tls_body_to_a_client_that_reads_late() {
+    use support::tls::{Ca, TlsServer, Transport};
+    if !uring_or_skip("uring_tls_large_body") {
+        return;
+    }
+    let body: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
+    let site = site_with("uring-tls-large", &body);
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let server = TlsServer::start(&site.root, &ca, &leaf, &["--io", "uring", "--cores", "1"]);
+    let mut wire = server.wire(Transport::Tls);
+    wire.send(support::get("/a.txt").as_bytes());
+    std::thread::sleep(Duration::from_millis(500));
+    let r = wire
+        .read_response_to("GET")
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.server.log_text()));
+    assert_eq!(r.status, 200);
+    assert!(r.body == body, "the body differs ({} bytes)", r.body.len());
+    // The connection goes on.
+    assert_eq!(
+        wire.roundtrip(&support::get("/a.txt")).body.len(),
+        body.len()
+    );
+}
+
 /// Status lines at the front of `plain`, each asserted to be a 200; the
 /// bytes before the last, maybe partial, one are dropped.
 fn status_lines(plain: &mut Vec<u8>) -> usize {
