@@ -23,7 +23,7 @@
 #             (SHARDHTTPD_TEST_IO=uring), the uring, lifecycle, output_queue
 #             suites and a shutdown test (~35 s of tests a mutant)
 #   uringconn src/conn/ring.rs   a connection driven by completions: the same
-#             tests (143 mutants; not in the default sets)
+#             tests (159 mutants; not in the default sets)
 #
 # Usage: bench/mutants.sh [--iterate] [--in-place] [SET...]   (default: the first five)
 #   --iterate   re-test only the mutants a previous run of the set missed

@@ -568,4 +568,41 @@ mod tests {
         assert_eq!(io.rbuf.as_ptr(), at, "the same buffer");
         assert_eq!(io.rbuf[n - 8..], [b'b'; 8]);
     }
+
+    #[test]
+    fn a_full_read_buffer_stops_the_receive_and_lingering_reads_on() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        assert!(c.ring_wants(cfg.read_buf).arm_recv);
+        c.push(&vec![b'a'; cfg.read_buf - 1], &mut pool, &cfg);
+        let w = c.ring_wants(cfg.read_buf);
+        assert!(!w.arm_recv && !w.cancel_recv, "room for one byte: {w:?}");
+        c.push(b"a", &mut pool, &cfg);
+        assert!(c.ring_wants(cfg.read_buf).cancel_recv, "full: stop");
+        c.recv_ended();
+        assert!(!c.ring_wants(cfg.read_buf).arm_recv, "still full");
+        // Lingering before a close: read (and drop) whatever comes.
+        c.reading = Reading::Lingering(CloseReason::Error);
+        assert!(c.ring_wants(cfg.read_buf).arm_recv);
+        // Done: nothing more is read.
+        c.reading = Reading::Done(CloseReason::Error);
+        assert!(c.ring_wants(cfg.read_buf).cancel_recv);
+    }
+
+    #[test]
+    fn lent_output_is_what_the_ring_send_holds() {
+        let (mut c, _cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        c.io = Some(pool.take_io(false));
+        c.io().out.buf().extend_from_slice(b"0123456789");
+        let lent = c.lend(&mut pool).expect("owned bytes");
+        assert_eq!(&lent.buf[lent.start..lent.start + lent.len], b"0123456789");
+        assert_eq!(c.ring_leftovers().send, None, "not with a send yet");
+        c.lent_as(77);
+        assert_eq!(c.ring_leftovers().send, Some(77));
+        // While lent, a flush waits for the send.
+        assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
+        assert_eq!(c.ring & SEND_WANTED, 0);
+        assert!(c.lend(&mut pool).is_none(), "one send at a time");
+    }
 }
