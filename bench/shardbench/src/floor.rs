@@ -411,22 +411,8 @@ pub mod tests {
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             s
         };
-        let [keep, close, keep_large, close_large] = responses();
-        let mut s = connect();
-        let mut got = vec![0u8; keep.len()];
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        s.read_exact(&mut got).unwrap();
-        assert_eq!(got, keep);
-        s.write_all(b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n")
-            .unwrap();
-        let mut two = vec![0u8; 2 * keep.len()];
-        s.read_exact(&mut two).unwrap();
-        assert_eq!(two, keep.repeat(2));
-        s.write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut rest = Vec::new();
-        s.read_to_end(&mut rest).expect("closed after the response");
-        assert_eq!(rest, close);
+        let [_, _, keep_large, close_large] = responses();
+        answers_small_requests(&mut connect());
 
         let mut s = connect();
         let large = b"GET /100k.bin HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -441,6 +427,27 @@ pub mod tests {
         let mut rest = Vec::new();
         s.read_to_end(&mut rest).expect("closed after the response");
         assert!(rest == close_large, "the closing 100 KiB response differs");
+    }
+
+    /// On one connection (cleartext or TLS): one request, a pipelined
+    /// pair, and a `Connection: close` answered and closed (after
+    /// close_notify over TLS).
+    pub fn answers_small_requests(s: &mut (impl Read + Write)) {
+        let [keep, close, ..] = responses();
+        let mut got = vec![0u8; keep.len()];
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(got, keep);
+        s.write_all(b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let mut two = vec![0u8; 2 * keep.len()];
+        s.read_exact(&mut two).unwrap();
+        assert_eq!(two, keep.repeat(2));
+        s.write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).expect("closed after the response");
+        assert_eq!(rest, close);
     }
 
     #[test]

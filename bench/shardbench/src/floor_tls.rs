@@ -129,8 +129,7 @@ pub mod tests {
     }
 
     /// Start a floor (`run`, given a TLS listener) and check its bytes over
-    /// TLS with a rustls client: one request, a pipelined pair, and a
-    /// `Connection: close` that ends in close_notify and EOF.
+    /// TLS with a rustls client ([`crate::floor::tests::answers_small_requests`]).
     pub fn answers_over_tls(run: fn(SocketAddr, Option<Listen>) -> io::Result<()>) {
         let free = || {
             let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -155,23 +154,7 @@ pub mod tests {
             std::thread::sleep(Duration::from_millis(10));
         };
         tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut s = rustls::StreamOwned::new(conn, tcp);
-        let [keep, close, ..] = crate::floor::responses();
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut got = vec![0u8; keep.len()];
-        s.read_exact(&mut got).unwrap();
-        assert_eq!(got, keep);
-        s.write_all(b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n")
-            .unwrap();
-        let mut two = vec![0u8; 2 * keep.len()];
-        s.read_exact(&mut two).unwrap();
-        assert_eq!(two, keep.repeat(2));
-        s.write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut rest = Vec::new();
-        s.read_to_end(&mut rest)
-            .expect("close_notify after the response");
-        assert_eq!(rest, close);
+        crate::floor::tests::answers_small_requests(&mut rustls::StreamOwned::new(conn, tcp));
     }
 
     #[derive(Debug)]
