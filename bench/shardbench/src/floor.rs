@@ -125,6 +125,44 @@ pub fn response(close: bool, body: usize) -> Vec<u8> {
     r
 }
 
+/// `shardbench floor`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The cleartext listener's address.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// epoll (one level-triggered epoll loop) or uring (one io_uring
+    /// ring: multishot accept and receive, provided buffers, batched
+    /// sends).
+    #[arg(long, value_enum, default_value = "epoll")]
+    io: crate::servers::Io,
+    /// Also serve the same responses over TLS on ADDR (TLS 1.3,
+    /// shardhttpd's first cipher suite), with --tls-cert and --tls-key.
+    #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
+    tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain for --tls-listen.
+    #[arg(long, value_name = "PEM")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key for --tls-listen.
+    #[arg(long, value_name = "PEM")]
+    tls_key: Option<std::path::PathBuf>,
+}
+
+impl Args {
+    /// Serve forever on the chosen event source (the caller pins the
+    /// process).
+    pub fn serve(self) -> io::Result<()> {
+        let tls = match (self.tls_listen, self.tls_cert, self.tls_key) {
+            (Some(addr), Some(cert), Some(key)) => Some((addr, floor_tls::config(&cert, &key)?)),
+            _ => None,
+        };
+        match self.io {
+            crate::servers::Io::Epoll => run(self.listen, tls),
+            crate::servers::Io::Uring => crate::floor_uring::run(self.listen, tls),
+        }
+    }
+}
+
 /// Serve forever on `addr`, and over TLS on `tls`'s (the caller pins the
 /// process).
 pub fn run(addr: SocketAddr, tls: Option<floor_tls::Listen>) -> io::Result<()> {

@@ -27,7 +27,6 @@ mod syscalls;
 
 use std::fs;
 use std::io;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -54,25 +53,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Serve the fixed 100-byte response on ADDR (the study starts it).
-    Floor {
-        #[arg(long)]
-        listen: SocketAddr,
-        /// epoll (one level-triggered epoll loop) or uring (one io_uring
-        /// ring: multishot accept and receive, provided buffers, batched
-        /// sends).
-        #[arg(long, value_enum, default_value = "epoll")]
-        io: servers::Io,
-        /// Also serve the same responses over TLS on ADDR (TLS 1.3,
-        /// shardhttpd's first cipher suite), with --tls-cert and --tls-key.
-        #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
-        tls_listen: Option<SocketAddr>,
-        /// PEM certificate chain for --tls-listen.
-        #[arg(long, value_name = "PEM")]
-        tls_cert: Option<PathBuf>,
-        /// PEM private key for --tls-listen.
-        #[arg(long, value_name = "PEM")]
-        tls_key: Option<PathBuf>,
-    },
+    Floor(floor::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -164,24 +145,8 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Floor {
-        listen,
-        io,
-        tls_listen,
-        tls_cert,
-        tls_key,
-    }) = cli.cmd
-    {
-        let served = match (tls_listen, tls_cert, tls_key) {
-            (Some(addr), Some(cert), Some(key)) => {
-                floor_tls::config(&cert, &key).map(|config| Some((addr, config)))
-            }
-            _ => Ok(None),
-        }
-        .and_then(|tls| match io {
-            servers::Io::Epoll => floor::run(listen, tls),
-            servers::Io::Uring => floor_uring::run(listen, tls),
-        });
+    if let Some(Cmd::Floor(args)) = cli.cmd {
+        let served = args.serve();
         return match served {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
