@@ -166,15 +166,13 @@ impl Args {
 /// Serve forever on `addr`, and over TLS on `tls`'s (the caller pins the
 /// process).
 pub fn run(addr: SocketAddr, tls: Option<floor_tls::Listen>) -> io::Result<()> {
-    let listener = TcpListener::bind(addr)?;
+    let listener = bind(addr)?;
     listener.set_nonblocking(true)?;
     let lfd = listener.as_raw_fd();
-    listen_like_the_floor(&listener)?;
     let tls = match tls {
         Some((addr, config)) => {
-            let listener = TcpListener::bind(addr)?;
+            let listener = bind(addr)?;
             listener.set_nonblocking(true)?;
-            listen_like_the_floor(&listener)?;
             Some((listener, config))
         }
         None => None,
@@ -239,9 +237,16 @@ pub fn run(addr: SocketAddr, tls: Option<floor_tls::Listen>) -> io::Result<()> {
     }
 }
 
+/// A listener on `addr` as both floors (and shardhttpd) have it.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)?;
+    listen_like_the_floor(&listener)?;
+    Ok(listener)
+}
+
 /// The listener as both floors (and shardhttpd) have it: the servers'
 /// backlog, and `TCP_DEFER_ACCEPT`.
-pub fn listen_like_the_floor(listener: &TcpListener) -> io::Result<()> {
+fn listen_like_the_floor(listener: &TcpListener) -> io::Result<()> {
     let lfd = listener.as_raw_fd();
     // SAFETY: re-listening on a listening socket only changes its backlog.
     if unsafe { libc::listen(lfd, BACKLOG) } == -1 {

@@ -26,7 +26,7 @@
 
 use std::alloc::{self, Layout};
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
@@ -110,6 +110,16 @@ struct TlsOut {
     pending: Vec<u8>,
     /// The send in flight's bytes: untouched until it completes.
     sending: Vec<u8>,
+}
+
+impl TlsOut {
+    fn new(session: Session) -> Box<TlsOut> {
+        Box::new(TlsOut {
+            session,
+            pending: Vec::new(),
+            sending: Vec::new(),
+        })
+    }
 }
 
 /// The provided buffer ring: `BUFFERS` entries in page-aligned memory the
@@ -390,13 +400,7 @@ impl Floor {
                         *self.conn(res) = Conn {
                             open: true,
                             recv_live: true,
-                            tls: tls.map(|session| {
-                                Box::new(TlsOut {
-                                    session,
-                                    pending: Vec::new(),
-                                    sending: Vec::new(),
-                                })
-                            }),
+                            tls: tls.map(TlsOut::new),
                             ..Conn::default()
                         };
                         Self::arm_recv(q, res)?;
@@ -501,13 +505,11 @@ impl Floor {
 /// Serve forever on `addr`, and over TLS on `tls`'s (the caller pins the
 /// process).
 pub fn run(addr: SocketAddr, tls: Option<floor_tls::Listen>) -> io::Result<()> {
-    let listener = TcpListener::bind(addr)?;
-    floor::listen_like_the_floor(&listener)?;
+    let listener = floor::bind(addr)?;
     let mut lfds = vec![listener.as_raw_fd()];
     let tls = match tls {
         Some((addr, config)) => {
-            let listener = TcpListener::bind(addr)?;
-            floor::listen_like_the_floor(&listener)?;
+            let listener = floor::bind(addr)?;
             lfds.push(listener.as_raw_fd());
             Some((listener, config))
         }

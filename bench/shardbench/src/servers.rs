@@ -45,6 +45,21 @@ pub struct Tls {
     pub key: PathBuf,
 }
 
+impl Tls {
+    /// `--tls-listen 127.0.0.1:PORT --tls-cert … --tls-key …`, as shardhttpd
+    /// and the floors take them.
+    fn flags(&self, port: u16) -> [String; 6] {
+        [
+            "--tls-listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--tls-cert".into(),
+            self.cert.display().to_string(),
+            "--tls-key".into(),
+            self.key.display().to_string(),
+        ]
+    }
+}
+
 /// An I/O backend: of a floor, and of shardhttpd on the backend axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Io {
@@ -323,14 +338,7 @@ pub fn start_shardhttpd(
     .collect();
     let mut cmd = cmd;
     if let (Some(t), Some(p)) = (tls, tls_port) {
-        cmd.extend([
-            "--tls-listen".into(),
-            format!("127.0.0.1:{p}"),
-            "--tls-cert".into(),
-            t.cert.display().to_string(),
-            "--tls-key".into(),
-            t.key.display().to_string(),
-        ]);
+        cmd.extend(t.flags(p));
     }
     if let Some(io) = io {
         cmd.extend(["--io".into(), io.name().into()]);
@@ -438,14 +446,7 @@ pub fn start_floor(setup: &Setup<'_>, io: Io, tls: Option<&Tls>) -> io::Result<S
         format!("127.0.0.1:{port}"),
     ];
     if let Some(t) = tls {
-        cmd.extend([
-            "--tls-listen".into(),
-            format!("127.0.0.1:{tls_port}"),
-            "--tls-cert".into(),
-            t.cert.display().to_string(),
-            "--tls-key".into(),
-            t.key.display().to_string(),
-        ]);
+        cmd.extend(t.flags(tls_port));
     }
     let sub = Setup {
         cpus: &setup.cpus[..1],
