@@ -7,10 +7,11 @@ use std::io;
 use std::path::Path;
 
 use crate::measure::Ctx;
-use crate::{procs, servers, RunArgs};
+use crate::study::Args;
+use crate::{procs, servers};
 
 /// Client and server CPUs from the flags, or split from the affinity mask.
-pub fn split_cpus(args: &RunArgs) -> io::Result<(Vec<usize>, Vec<usize>)> {
+pub fn split_cpus(args: &Args) -> io::Result<(Vec<usize>, Vec<usize>)> {
     let allowed = procs::allowed_cpus();
     let client = match &args.client_cpus {
         Some(l) => procs::parse_cpu_list(l),

@@ -99,11 +99,17 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Keep the cells whose label contains one of `pieces` (`--cells`).
+    /// Keep the cells picked by one of `pieces` (`--cells`): a piece picks
+    /// a cell when each of its words is a word of the cell's label, so
+    /// `keep-alive 100B` is every keep-alive 100 B cell but no TLS one, and
+    /// `c=100` is not `c=1000`.
     pub fn keep_only(&mut self, pieces: &[String]) {
         self.cells.retain(|c| {
             let label = c.label();
-            pieces.iter().any(|p| label.contains(p.as_str()))
+            let words: Vec<&str> = label.split_whitespace().collect();
+            pieces
+                .iter()
+                .any(|p| p.split_whitespace().all(|w| words.contains(&w)))
         });
     }
 }
@@ -298,6 +304,28 @@ mod tests {
         assert!(!labels.iter().any(|l| l.starts_with("close")), "{labels:?}");
         assert!(p.cells.len() < all);
         p.keep_only(&["no such row".into()]);
+        assert!(p.cells.is_empty());
+    }
+
+    #[test]
+    fn cells_match_whole_words_of_the_label() {
+        let mut p = plan(Kind::Full, Some(&[100, 1000]), 100_000, true);
+        p.keep_only(&["keep-alive 100B c=100".into()]);
+        let labels: Vec<String> = p.cells.iter().map(Cell::label).collect();
+        // Both tools; not tls-keep-alive, not c=1000.
+        assert_eq!(
+            labels,
+            ["keep-alive 100B c=100 wrk", "keep-alive 100B c=100 ab"]
+        );
+        // The word order does not matter.
+        let mut p = plan(Kind::Full, Some(&[100, 1000]), 100_000, true);
+        p.keep_only(&["c=1000 tls-keep-alive".into()]);
+        let labels: Vec<String> = p.cells.iter().map(Cell::label).collect();
+        assert!(!labels.is_empty());
+        assert!(labels
+            .iter()
+            .all(|l| l.starts_with("tls-keep-alive ") && l.contains(" c=1000 ")));
+        p.keep_only(&["keep-alive".into()]);
         assert!(p.cells.is_empty());
     }
 
