@@ -354,6 +354,7 @@ mod tests {
     //! a ring: each operation is asked for once, and each end is seen.
     use super::*;
     use crate::config::{Config, Settings};
+    use std::io::Read;
     use std::net::{TcpListener, TcpStream};
 
     /// A connection on a loopback socket, driven by completions, with the
@@ -606,5 +607,87 @@ mod tests {
         assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
         assert_eq!(c.ring & SEND_WANTED, 0);
         assert!(c.lend(&mut pool).is_none(), "one send at a time");
+    }
+
+    /// What the client's socket holds within 100 ms (nothing: empty).
+    fn arrived(client: &mut TcpStream) -> Vec<u8> {
+        client
+            .set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .expect("timeout");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = client.read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+
+    /// The 408 written just before a close goes now, but never past bytes
+    /// a ring send still holds: they would reach the client after it.
+    #[test]
+    fn a_last_write_before_a_close_waits_for_the_bytes_a_send_holds() {
+        let (mut c, _cfg, mut client) = conn();
+        let mut pool = BufPool::default();
+        c.io = Some(pool.take_io(false));
+        c.io().out.buf().extend_from_slice(b"first");
+        let lent = c.lend(&mut pool).expect("owned bytes");
+        c.lent_as(1);
+        c.io().out.buf().extend_from_slice(b"408");
+        c.flush_now();
+        assert_eq!(arrived(&mut client), b"", "written past the lent bytes");
+        // The send is done: the last answer now goes at once.
+        let spare = c.io().out.give_back(lent.buf, lent.start, lent.len);
+        pool.give_write(spare);
+        c.flush_now();
+        assert_eq!(arrived(&mut client), b"408");
+    }
+
+    /// The same over TLS: the records of a last answer go now when no ring
+    /// send holds earlier ones, and wait when one does.
+    #[test]
+    fn a_last_tls_write_before_a_close_waits_for_the_records_a_send_holds() {
+        use rustls::ClientConnection;
+        let (server, sock, mut client, mut client_sock) = crate::conn::tls::tests::pair();
+        let settings = Settings {
+            root: Some(".".into()),
+            ..Settings::default()
+        };
+        let cfg = ConnConfig::new(&Config::validate(settings, &[0]).expect("defaults"));
+        let mut c = Conn::new(sock, None, Instant::now(), &cfg, Some(Box::new(server)));
+        c.use_completions();
+        let mut pool = BufPool::default();
+        c.io = Some(pool.take_io(false));
+        // The session tickets the handshake left, first.
+        let plain = |client: &mut ClientConnection, wire: &[u8]| {
+            let mut rest = wire;
+            let mut got = Vec::new();
+            while !rest.is_empty() {
+                client.read_tls(&mut rest).expect("records");
+                let state = client.process_new_packets().expect("valid records");
+                let mut chunk = vec![0; state.plaintext_bytes_to_read()];
+                client.reader().read_exact(&mut chunk).expect("plaintext");
+                got.extend_from_slice(&chunk);
+            }
+            got
+        };
+        let tickets = arrived(&mut client_sock);
+        assert_eq!(plain(&mut client, &tickets), b"");
+
+        c.io().out.buf().extend_from_slice(b"408 alone");
+        c.flush_now();
+        let wire = arrived(&mut client_sock);
+        assert_eq!(plain(&mut client, &wire), b"408 alone", "not written");
+
+        c.io().out.buf().extend_from_slice(b"first");
+        assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
+        let _lent = c.lend(&mut pool).expect("records to lend");
+        c.lent_as(2);
+        c.io().out.buf().extend_from_slice(b"408");
+        c.flush_now();
+        assert_eq!(
+            arrived(&mut client_sock),
+            b"",
+            "written past the lent records"
+        );
     }
 }

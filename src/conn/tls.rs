@@ -534,7 +534,7 @@ impl TlsConn {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::net::TcpListener;
     use std::time::Duration;
@@ -577,7 +577,7 @@ mod tests {
     }
 
     /// A server session and a client session over loopback, handshaken.
-    fn pair() -> (TlsConn, TcpStream, ClientConnection, TcpStream) {
+    pub(in crate::conn) fn pair() -> (TlsConn, TcpStream, ClientConnection, TcpStream) {
         let (server_cfg, cert) = server_config();
         let provider = Arc::new(crate::tls::provider());
         let mut roots = RootCertStore::empty();
