@@ -140,15 +140,16 @@ for set in "${sets[@]}"; do
       # adds conn::ring's sans-I/O unit tests (a filter is a substring of
       # the test's path, and `uring::` is not one of `conn::ring::tests`:
       # until 2026-12-04 they were left out). The uring suite: auto,
-      # fallback, closes, back-pressure, ring sends; lifecycle drives keep-alive, pipelining, timeouts and
-      # a SIGTERM with a response in flight; output_queue the sends that stop part way
-      # and resets (its two slowest backlog tests left out: ~20 s); one
-      # shutdown test a drain during a rebuild; errors::slow_head the 408
-      # written just before a close (`flush_now`). The drain suite (upgrades,
-      # minutes) is not in it. (Lifecycle's SIGTERM/SIGINT of idle
-      # connections were left out of the runs in docs/testing.md: before
-      # polls were given up by cancellation, a shard's drain on the ring
-      # could take past their 3 s. They are back in since.)
+      # fallback, closes, back-pressure, ring sends; lifecycle drives
+      # keep-alive, pipelining, timeouts and a SIGTERM with a response in
+      # flight; output_queue the sends that stop part way and resets (its
+      # two slowest backlog tests left out: ~20 s); one shutdown test a
+      # drain during a rebuild; errors::slow_head the 408 written just
+      # before a close (`flush_now`). The drain suite (upgrades, minutes)
+      # is not in it. (Lifecycle's SIGTERM/SIGINT of idle connections were
+      # left out of the runs in docs/testing.md: before polls were given
+      # up by cancellation, a shard's drain on the ring could take past
+      # their 3 s. They are back in since.)
       files=(--file src/sys/uring.rs --file src/shard/backend.rs --file src/shard/ring.rs)
       [ "$set" = uring ] || files=(--file src/conn/ring.rs)
       # --timeout: the tests take ~45 s on 2 busy cores; a mutant that
