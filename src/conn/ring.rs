@@ -609,6 +609,38 @@ mod tests {
         assert!(c.lend(&mut pool).is_none(), "one send at a time");
     }
 
+    #[test]
+    fn nothing_blocked_asks_for_no_pollout() {
+        let (mut c, cfg, _client) = conn();
+        for _ in 0..2 {
+            let w = c.ring_wants(cfg.read_buf);
+            assert!(!w.pollout && !w.send, "{w:?}");
+        }
+        assert!(!c.ring_leftovers().pollout);
+    }
+
+    /// A send listed while the output was one owned slice, which a body by
+    /// reference then joined: nothing is lent, and the connection is
+    /// resumed so a `writev` sends it next turn (else it waits for nothing).
+    #[test]
+    fn output_no_longer_one_slice_is_written_next_turn() {
+        let (mut c, cfg, _client) = conn();
+        let mut pool = BufPool::default();
+        c.io = Some(pool.take_io(false));
+        c.io()
+            .out
+            .buf()
+            .extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+        assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
+        assert!(c.ring_wants(cfg.read_buf).send);
+        let snap = std::sync::Arc::new(crate::cache::Snapshot::empty());
+        assert!(c.io().out.push_mem(&snap, 0, 4096));
+        c.write_blocked = true;
+        assert!(c.lend(&mut pool).is_none(), "not one slice");
+        assert!(c.wants_resume() && !c.write_blocked);
+        assert!(c.ring_leftovers().send.is_none());
+    }
+
     /// What the client's socket holds within 100 ms (nothing: empty).
     fn arrived(client: &mut TcpStream) -> Vec<u8> {
         client
