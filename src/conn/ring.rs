@@ -360,17 +360,32 @@ mod tests {
     /// A connection on a loopback socket, driven by completions, with the
     /// default settings.
     fn conn() -> (Conn, ConnConfig, TcpStream) {
-        let settings = Settings {
-            root: Some(".".into()),
-            ..Settings::default()
-        };
-        let cfg = ConnConfig::new(&Config::validate(settings, &[0]).expect("defaults"));
+        let cfg = config();
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
         let (stream, _) = listener.accept().expect("accept");
         let mut c = Conn::new(stream, None, Instant::now(), &cfg, None);
         c.use_completions();
         (c, cfg, client)
+    }
+
+    /// The default settings' connection config.
+    fn config() -> ConnConfig {
+        let settings = Settings {
+            root: Some(".".into()),
+            ..Settings::default()
+        };
+        ConnConfig::new(&Config::validate(settings, &[0]).expect("defaults"))
+    }
+
+    const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\n\r\n";
+
+    /// `c` with I/O state and an owned answer queued, its send listed.
+    fn listed(c: &mut Conn, cfg: &ConnConfig, pool: &mut BufPool) {
+        c.io = Some(pool.take_io(false));
+        c.io().out.buf().extend_from_slice(ANSWER);
+        assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
+        assert!(c.ring_wants(cfg.read_buf).send);
     }
 
     #[test]
@@ -456,18 +471,9 @@ mod tests {
     fn owned_output_is_listed_for_one_send_and_lent_at_the_end_of_the_turn() {
         let (mut c, cfg, _client) = conn();
         let mut pool = BufPool::default();
-        c.io = Some(pool.take_io(false));
-        c.io()
-            .out
-            .buf()
-            .extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
-        assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
-        assert!(c.ring_wants(cfg.read_buf).send);
+        listed(&mut c, &cfg, &mut pool);
         // More output queued in the same turn goes with the listed send.
-        c.io()
-            .out
-            .buf()
-            .extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+        c.io().out.buf().extend_from_slice(ANSWER);
         assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
         assert!(!c.ring_wants(cfg.read_buf).send, "listed already");
         let lent = c.lend(&mut pool).expect("owned output to lend");
@@ -626,13 +632,7 @@ mod tests {
     fn output_no_longer_one_slice_is_written_next_turn() {
         let (mut c, cfg, _client) = conn();
         let mut pool = BufPool::default();
-        c.io = Some(pool.take_io(false));
-        c.io()
-            .out
-            .buf()
-            .extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
-        assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
-        assert!(c.ring_wants(cfg.read_buf).send);
+        listed(&mut c, &cfg, &mut pool);
         let snap = std::sync::Arc::new(crate::cache::Snapshot::empty());
         assert!(c.io().out.push_mem(&snap, 0, 4096));
         c.write_blocked = true;
@@ -680,11 +680,7 @@ mod tests {
     fn a_last_tls_write_before_a_close_waits_for_the_records_a_send_holds() {
         use rustls::ClientConnection;
         let (server, sock, mut client, mut client_sock) = crate::conn::tls::tests::pair();
-        let settings = Settings {
-            root: Some(".".into()),
-            ..Settings::default()
-        };
-        let cfg = ConnConfig::new(&Config::validate(settings, &[0]).expect("defaults"));
+        let cfg = config();
         let mut c = Conn::new(sock, None, Instant::now(), &cfg, Some(Box::new(server)));
         c.use_completions();
         let mut pool = BufPool::default();
