@@ -685,7 +685,7 @@ mod tests {
         c.use_completions();
         let mut pool = BufPool::default();
         c.io = Some(pool.take_io(false));
-        // The session tickets the handshake left, first.
+        // The plaintext in records the client reads.
         let plain = |client: &mut ClientConnection, wire: &[u8]| {
             let mut rest = wire;
             let mut got = Vec::new();
@@ -698,6 +698,7 @@ mod tests {
             }
             got
         };
+        // The session tickets the handshake left, first.
         let tickets = arrived(&mut client_sock);
         assert_eq!(plain(&mut client, &tickets), b"");
 
