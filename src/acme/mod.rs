@@ -348,20 +348,19 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
             drop(lock);
             match result {
                 Ok(()) => {
-                    metrics.orders.with_label_values(&["success"]).inc();
                     d.failures = 0;
                     let held = state::held(&settings.cert_file(name));
                     d.at = renew_at(held);
                     certs.reload();
                     metrics.publish(name, held);
                     tracing::info!(name = name.as_str(), "ACME certificate installed");
+                    metrics.orders.with_label_values(&["success"]).inc();
                 }
                 Err(f) => {
                     let label = match f {
                         client::Failure::Refused(_) => "refused",
                         client::Failure::Error(_) => "error",
                     };
-                    metrics.orders.with_label_values(&[label]).inc();
                     // A failure to reach the CA may come from a stale
                     // account handle: rebuild it next time.
                     account = None;
@@ -377,6 +376,9 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
                         retry_in_s = wait.as_secs(),
                         "ACME order failed, keeping the current certificate: {f}"
                     );
+                    // Counted after the log line: whoever sees the count
+                    // can read why.
+                    metrics.orders.with_label_values(&[label]).inc();
                 }
             }
         }

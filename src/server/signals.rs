@@ -208,19 +208,20 @@ fn reload_on_hup(source: &mut reload::Source, metrics: &Metrics, upgrade: &Upgra
             false
         }
         reload::Outcome::Invalid(e) => {
-            metrics.config_reloads.with_label_values(&["invalid"]).inc();
+            // Logged before counted: whoever sees the count can read why.
             tracing::error!(
                 "reload refused: configuration error: {e:#}; the running configuration keeps serving"
             );
+            metrics.config_reloads.with_label_values(&["invalid"]).inc();
             false
         }
         reload::Outcome::Changed if std::process::id() == 1 => {
             // A container's PID 1: the container ends when it exits, so a
             // handover would take the new process down with it.
-            metrics.config_reloads.with_label_values(&["failed"]).inc();
             tracing::error!(
                 "reload: the configuration changed, but this process is PID 1 (a container's init) and cannot hand over; roll out a new container to apply it. The running configuration keeps serving"
             );
+            metrics.config_reloads.with_label_values(&["failed"]).inc();
             false
         }
         reload::Outcome::Changed => {
@@ -230,8 +231,8 @@ fn reload_on_hup(source: &mut reload::Source, metrics: &Metrics, upgrade: &Upgra
             // refuses it while one is already in flight).
             if let Err(e) = signal_hook::low_level::raise(SIGUSR2) {
                 upgrade.reload.store(false, Ordering::Release);
-                metrics.config_reloads.with_label_values(&["failed"]).inc();
                 tracing::error!(error = %e, "reload: cannot start the handover");
+                metrics.config_reloads.with_label_values(&["failed"]).inc();
             }
             true
         }

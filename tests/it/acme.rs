@@ -471,7 +471,9 @@ fn forgotten_account_is_replaced() {
     let second = setup.pebble(&opts);
     await_orders(&server, Some(&second), "refused", 1.0);
     assert!(
-        server.log_text().contains("accountDoesNotExist"),
+        server
+            .wait_for_log("accountDoesNotExist", ISSUE_DEADLINE)
+            .is_some(),
         "{}",
         server.log_text()
     );

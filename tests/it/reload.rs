@@ -83,11 +83,11 @@ fn reload_applies_a_changed_config_under_load_and_refuses_a_bad_edit() {
         "the bad edit is counted\n{}",
         server.log_text()
     );
-    let log = server.log_text();
-    let refused = log
-        .lines()
-        .find(|l| l.contains("reload refused"))
-        .unwrap_or_else(|| panic!("no refusal logged\n{log}"));
+    // The log reaches the test through a pipe and a reader thread, so the
+    // line may trail the counter by a moment.
+    let refused = server
+        .wait_for_log("reload refused", RELOAD_DEADLINE)
+        .unwrap_or_else(|| panic!("no refusal logged\n{}", server.log_text()));
     assert!(refused.contains("brotli_level"), "{refused}");
     let check = std::process::Command::new(support::bin())
         .args(["--config", file.to_str().unwrap(), "--check"])

@@ -187,7 +187,9 @@ fn failed_upgrades_keep_the_old_process_serving_and_are_counted() {
     );
     assert!(poll_until(UPGRADE_DEADLINE, || metric(admin, failed) == Some(2.0)));
     assert!(
-        server.log_text().contains("not ready within"),
+        server
+            .wait_for_log("not ready within", Duration::from_secs(5))
+            .is_some(),
         "{}",
         server.log_text()
     );

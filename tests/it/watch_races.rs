@@ -149,7 +149,13 @@ fn an_inotify_overflow_triggers_a_full_rescan_at_once() {
         "lost index\n",
         "after overflow",
     );
-    assert!(server.log_text().contains("inotify lost events"));
+    assert!(
+        server
+            .wait_for_log("inotify lost events", VISIBLE_WITHIN)
+            .is_some(),
+        "{}",
+        server.log_text()
+    );
     // The directory created while events were lost is watched by the
     // rescan's walk: a change inside it is an event again, served at once
     // and not 60 s later by the safety rescan.
