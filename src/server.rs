@@ -495,8 +495,8 @@ fn announce_ready(
         metrics.upgrades.with_label_values(&["success"]).inc();
     }
     if std::env::var_os(reload::RELOAD_ENV).is_some_and(|v| v == "1") {
-        metrics.config_reloads.with_label_values(&["applied"]).inc();
         tracing::info!("reload: the changed configuration is serving");
+        metrics.config_reloads.with_label_values(&["applied"]).inc();
     }
     Ok(())
 }

@@ -112,14 +112,14 @@ pub(super) fn wait_for_signals(
                 let upgrade = actions.upgrade;
                 if upgrade.running.swap(true, Ordering::AcqRel) {
                     if upgrade.reload.swap(false, Ordering::AcqRel) {
+                        tracing::error!(
+                            "reload: an upgrade is already in progress; the changed configuration is not applied (reload again once it is done)"
+                        );
                         actions
                             .metrics
                             .config_reloads
                             .with_label_values(&["failed"])
                             .inc();
-                        tracing::error!(
-                            "reload: an upgrade is already in progress; the changed configuration is not applied (reload again once it is done)"
-                        );
                     } else {
                         tracing::warn!("upgrade already in progress; SIGUSR2 ignored");
                     }
@@ -305,14 +305,14 @@ fn spawn_upgrade(
                     signals.close();
                 }
                 Err(e) => {
-                    metrics.upgrades.with_label_values(&["failed"]).inc();
-                    if reload {
-                        metrics.config_reloads.with_label_values(&["failed"]).inc();
-                    }
                     tracing::error!(
                         error = format!("{e:#}"),
                         "upgrade failed; this process keeps serving"
                     );
+                    metrics.upgrades.with_label_values(&["failed"]).inc();
+                    if reload {
+                        metrics.config_reloads.with_label_values(&["failed"]).inc();
+                    }
                     // In case the new process named itself the main one.
                     notify(&format!("MAINPID={}", std::process::id()));
                     state.running.store(false, Ordering::Release);

@@ -162,16 +162,16 @@ impl CertStore {
                 warn_unreachable(&set);
                 self.publish_expiry(&set);
                 self.current.store(Arc::new(set));
-                self.reloads.with_label_values(&["success"]).inc();
                 tracing::info!(pairs = self.pairs.len(), "TLS certificates reloaded");
+                self.reloads.with_label_values(&["success"]).inc();
                 true
             }
             Err(e) => {
-                self.reloads.with_label_values(&["failure"]).inc();
                 tracing::error!(
                     error = format!("{e:#}"),
                     "TLS certificate reload failed; serving the previous certificates"
                 );
+                self.reloads.with_label_values(&["failure"]).inc();
                 false
             }
         }

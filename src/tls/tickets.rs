@@ -294,19 +294,19 @@ impl Ticketer {
                     keys: keys.iter().map(|k| Arc::new(Key::from_secret(k))).collect(),
                     period: 0,
                 }));
-                self.rotations.with_label_values(&["success"]).inc();
                 self.changed.set(self.clock.unix_secs() as f64);
                 tracing::info!(
                     keys = keys.len(),
                     "session-ticket key file reread; its first key now seals tickets"
                 );
+                self.rotations.with_label_values(&["success"]).inc();
             }
             Err(e) => {
-                self.rotations.with_label_values(&["failure"]).inc();
                 tracing::error!(
                     error = format!("{e:#}"),
                     "session-ticket key file unusable; keeping the previous keys"
                 );
+                self.rotations.with_label_values(&["failure"]).inc();
             }
         }
     }
