@@ -326,9 +326,13 @@ fn an_upgrade_binary_that_execs_the_server_late_still_upgrades() {
     let logs = || server.log_text();
     let new = upgrade(server.pid(), admin, &successors, &logs);
     assert_eq!(listening_pids(addr.port()), BTreeSet::from([new]));
-    assert_eq!(
-        metric(admin, "shardhttpd_upgrades_total{result=\"success\"}"),
-        Some(1.0)
+    // Counted by the new process once the old one has its ready signal,
+    // which may be a moment after the old one is gone.
+    let success = "shardhttpd_upgrades_total{result=\"success\"}";
+    assert!(
+        poll_until(UPGRADE_DEADLINE, || metric(admin, success) == Some(1.0)),
+        "{:?}",
+        metric(admin, success)
     );
     let fds = support::procfs::fds(new);
     let sockets: Vec<_> = fds
