@@ -376,8 +376,6 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
                         retry_in_s = wait.as_secs(),
                         "ACME order failed, keeping the current certificate: {f}"
                     );
-                    // Counted after the log line: whoever sees the count
-                    // can read why.
                     metrics.orders.with_label_values(&[label]).inc();
                 }
             }

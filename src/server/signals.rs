@@ -208,7 +208,6 @@ fn reload_on_hup(source: &mut reload::Source, metrics: &Metrics, upgrade: &Upgra
             false
         }
         reload::Outcome::Invalid(e) => {
-            // Logged before counted: whoever sees the count can read why.
             tracing::error!(
                 "reload refused: configuration error: {e:#}; the running configuration keeps serving"
             );
