@@ -46,10 +46,7 @@ pub struct Response {
 impl Response {
     /// First header named `name`, case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        first_header(&self.headers, name)
     }
 
     pub fn header_count(&self, name: &str) -> usize {
@@ -380,6 +377,14 @@ pub fn assert_closed(conn: &mut Conn, what: &str) {
 // multipart/byteranges
 // ---------------------------------------------------------------------------
 
+/// The first of `headers` named `name`, case-insensitively.
+fn first_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 pub struct Part {
     pub headers: Vec<(String, String)>,
     pub data: Vec<u8>,
@@ -387,10 +392,7 @@ pub struct Part {
 
 impl Part {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        first_header(&self.headers, name)
     }
 }
 
