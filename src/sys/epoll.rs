@@ -22,6 +22,7 @@ pub struct Epoll {
 
 impl Epoll {
     pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes only a flags word; no memory is passed.
         let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         // SAFETY: epoll_create1 returned a fresh fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -34,6 +35,8 @@ impl Epoll {
             events: interest | EPOLLET,
             u64: token,
         };
+        // SAFETY: `ev` is a live, initialised epoll_event for the length of
+        // the call (the kernel copies it in); both fds are borrowed open fds.
         syscall!(epoll_ctl(
             self.fd.as_raw_fd(),
             libc::EPOLL_CTL_ADD,
@@ -45,6 +48,8 @@ impl Epoll {
 
     /// Remove `fd`. Closing an fd removes it too; this is for fds that stay open.
     pub fn delete(&self, fd: &impl AsRawFd) -> io::Result<()> {
+        // SAFETY: EPOLL_CTL_DEL ignores the event pointer (null is allowed
+        // since Linux 2.6.9); both fds are borrowed open fds.
         syscall!(epoll_ctl(
             self.fd.as_raw_fd(),
             libc::EPOLL_CTL_DEL,
@@ -61,10 +66,17 @@ impl Epoll {
             t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
         });
         events.len = 0;
+        // Clamped, not truncated: a count past i32::MAX would wrap negative.
+        let max = events.buf.len().min(i32::MAX as usize) as i32;
+        // SAFETY: the kernel writes at most `max` epoll_events from the
+        // pointer on, and `max` is at most the Vec's own length, so every
+        // write lands in its initialised elements, borrowed exclusively for
+        // the call; `with_capacity` keeps the length at least 1 (0 would be
+        // EINVAL).
         let n = syscall!(epoll_wait(
             self.fd.as_raw_fd(),
             events.buf.as_mut_ptr(),
-            events.buf.len() as i32,
+            max,
             ms
         ))?;
         events.len = n as usize;
@@ -104,6 +116,8 @@ pub struct EventFd {
 
 impl EventFd {
     pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes an initial count and flags; no memory is
+        // passed.
         let fd = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?;
         // SAFETY: eventfd returned a fresh fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };

@@ -70,6 +70,10 @@ fn openat2_beneath(dir: BorrowedFd<'_>, rel: &Path, resolve: u64) -> io::Result<
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | resolve;
     let mut tries = 0;
     loop {
+        // SAFETY: `dir` is a live fd borrowed by the caller, `path` a
+        // NUL-terminated string and `how` a live open_how, both outliving
+        // the call; the size passed is open_how's own, so the kernel reads
+        // no more than the struct holds.
         let res = syscall!(syscall(
             libc::SYS_openat2,
             dir.as_raw_fd(),

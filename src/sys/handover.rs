@@ -17,6 +17,8 @@ use super::syscall;
 /// `pipe2(O_CLOEXEC)`: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes exactly two c_ints, and `fds` is a live array of
+    // two.
     syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))?;
     // SAFETY: pipe2 succeeded and returned two fresh fds that nothing else
     // owns.
@@ -84,8 +86,12 @@ pub fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
             format!("fd {fd} named twice"),
         ));
     }
-    // F_GETFD fails with EBADF on an fd that is not open.
+    // SAFETY: F_GETFD takes no argument and touches no memory; on an fd
+    // that is not open it fails with EBADF, which is the check wanted here.
     let flags = syscall!(fcntl(fd, libc::F_GETFD))?;
+    // SAFETY: F_SETFD takes an int and touches no memory; it changes only
+    // the close-on-exec flag of an fd no other owner in this process holds
+    // (TAKEN says it has not been taken before).
     syscall!(fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC))?;
     taken.insert(fd);
     // SAFETY: the fd is open (F_GETFD succeeded); it was inherited across

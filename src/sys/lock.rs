@@ -12,8 +12,9 @@ use super::syscall;
 /// Take an exclusive lock on `file` without waiting: `Ok(true)` when taken,
 /// `Ok(false)` when another open file description holds it.
 pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
-    // `flock` on a valid fd with LOCK_NB never blocks; the fd is owned by
-    // `file` for the length of the call.
+    // SAFETY: flock takes an fd and flags and touches no memory; the fd is
+    // owned by `file`, borrowed for the length of the call. With LOCK_NB it
+    // never blocks.
     match syscall!(flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB)) {
         Ok(_) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),

@@ -12,6 +12,9 @@ pub fn accept4(listener: &TcpListener) -> io::Result<(TcpStream, Option<SocketAd
     // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes of address into
+    // `storage`, and `len` starts as its exact size; both are live for the
+    // call, and the listener's fd is borrowed open.
     let fd = syscall!(accept4(
         listener.as_raw_fd(),
         (&mut storage as *mut libc::sockaddr_storage).cast(),
