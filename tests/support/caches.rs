@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{find_program, free_port, loud, parse_head, poll_until, Response, TempDir, IO_TIMEOUT};
+use super::{find_program, free_port, parse_head, poll_until, Response, TempDir, IO_TIMEOUT};
 
 /// How long a cache gets to start answering.
 const START_DEADLINE: Duration = Duration::from_secs(20);
@@ -53,7 +53,9 @@ pub struct Cache {
 
 impl Cache {
     /// Starts `kind` in front of `origin`, or returns `None` after a loud
-    /// SKIP when the program is not installed.
+    /// SKIP when the program is not installed ([`super::skip`]: a failure
+    /// under `SHARDHTTPD_TEST_REQUIRE=all`).
+    #[track_caller]
     pub fn start(kind: Kind, origin: SocketAddr) -> Option<Cache> {
         let Some(program) = find_program(&[kind.program()]).or_else(|| {
             // Debian installs both under /usr/sbin, which a test's PATH may
@@ -61,7 +63,7 @@ impl Cache {
             let p = Path::new("/usr/sbin").join(kind.program());
             p.is_file().then_some(p)
         }) else {
-            loud(&format!(
+            super::skip(&format!(
                 "SKIP: {} not installed; the behind-a-cache test did not run",
                 kind.program()
             ));

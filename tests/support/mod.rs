@@ -61,9 +61,52 @@ pub fn poll_until(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// The environment variable that turns every skip into a failure: with
+/// `SHARDHTTPD_TEST_REQUIRE=all` (`.ci/run` sets it) a test that would
+/// skip for a missing program, CPU or kernel feature fails instead, so CI
+/// cannot pass by not running something. Unset, a developer's machine
+/// still skips, loudly.
+pub const REQUIRE_VAR: &str = "SHARDHTTPD_TEST_REQUIRE";
+
+/// Whether [`REQUIRE_VAR`] asks for every test to run in full. Any other
+/// value than `all` is refused, so a typo cannot quietly allow skips.
+pub fn all_required() -> bool {
+    match std::env::var(REQUIRE_VAR) {
+        Ok(v) if v == "all" => true,
+        Ok(v) if v.is_empty() => false,
+        Ok(v) => panic!("{REQUIRE_VAR}={v:?}: the only value is `all`"),
+        Err(_) => false,
+    }
+}
+
 /// Writes `note` to the real stderr, past libtest's output capture, so a
-/// skipped or partial check shows in every CI log.
+/// skipped or partial check shows in every CI log. A note that starts
+/// with `SKIP` says that a test, or part of one, did not run: it goes
+/// through [`skip`], which fails the test under
+/// `SHARDHTTPD_TEST_REQUIRE=all`.
+#[track_caller]
 pub fn loud(note: &str) {
+    if note.starts_with("SKIP") {
+        skip(note);
+    } else {
+        let _ = writeln!(io::stderr(), "\n**********\n{note}\n**********");
+    }
+}
+
+/// A test (or part of one) cannot run here: `note` says what and why
+/// (`SKIP: <program> not installed`). Under `SHARDHTTPD_TEST_REQUIRE=all`
+/// this panics with the note, failing the test; otherwise it prints the
+/// note loudly and the caller returns.
+#[track_caller]
+pub fn skip(note: &str) {
+    let note = if note.starts_with("SKIP") {
+        note.to_owned()
+    } else {
+        format!("SKIP: {note}")
+    };
+    if all_required() {
+        panic!("{note}\n({REQUIRE_VAR}=all: a test that cannot run fails)");
+    }
     let _ = writeln!(io::stderr(), "\n**********\n{note}\n**********");
 }
 

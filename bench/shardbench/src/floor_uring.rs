@@ -591,7 +591,9 @@ mod tests {
     #[test]
     fn serves_the_epoll_floors_bytes() {
         if let Err(why) = available() {
-            eprintln!("\n*** SKIP serves_the_epoll_floors_bytes: no io_uring here ({why}) ***\n");
+            crate::skip_test(&format!(
+                "SKIP serves_the_epoll_floors_bytes: no io_uring here ({why})"
+            ));
             return;
         }
         floor::tests::answers_like_the_floor(run);
@@ -601,9 +603,9 @@ mod tests {
     #[test]
     fn serves_the_floors_bytes_over_tls() {
         if let Err(why) = available() {
-            eprintln!(
-                "\n*** SKIP serves_the_floors_bytes_over_tls: no io_uring here ({why}) ***\n"
-            );
+            crate::skip_test(&format!(
+                "SKIP serves_the_floors_bytes_over_tls: no io_uring here ({why})"
+            ));
             return;
         }
         floor_tls::tests::answers_over_tls(run);

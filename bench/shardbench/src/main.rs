@@ -29,6 +29,21 @@ mod syscalls;
 
 use std::process::ExitCode;
 
+/// A test that cannot run here. Under `SHARDHTTPD_TEST_REQUIRE=all`
+/// (`.ci/run` sets it; the server's suites honour it too, in
+/// tests/support) it fails with `note`; otherwise `note` goes to stderr,
+/// past libtest's capture, and the caller returns.
+#[cfg(test)]
+#[track_caller]
+fn skip_test(note: &str) {
+    if std::env::var("SHARDHTTPD_TEST_REQUIRE").is_ok_and(|v| v == "all") {
+        panic!("{note}\n(SHARDHTTPD_TEST_REQUIRE=all: a test that cannot run fails)");
+    }
+    // Past libtest's capture (eprintln! is captured), as tests/support's
+    // `loud` writes.
+    let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("\n*** {note} ***\n\n"));
+}
+
 use clap::{Parser, Subcommand};
 
 /// Run the scaling study (or, as `floor`, the floor responder).

@@ -351,7 +351,7 @@ strace: Process 42 detached
     #[test]
     fn strace_counts_a_live_process() {
         if !available() {
-            eprintln!("\n*** SKIP strace_counts_a_live_process: strace not installed ***\n");
+            crate::skip_test("SKIP strace_counts_a_live_process: strace not installed");
             return;
         }
         // A shell that reads its clock in a loop: syscalls to count.
@@ -374,7 +374,7 @@ strace: Process 42 detached
         let text = std::fs::read_to_string(&out).unwrap_or_default();
         let _ = std::fs::remove_file(&out);
         if text.contains("Operation not permitted") || text.is_empty() {
-            eprintln!("\n*** SKIP strace_counts_a_live_process: ptrace not permitted here ***\n");
+            crate::skip_test("SKIP strace_counts_a_live_process: ptrace not permitted here");
             return;
         }
         let calls = parse_summary(&text).unwrap_or_else(|| panic!("no table: {text}"));
