@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -348,15 +348,30 @@ fn put_front(
             return Ok(());
         }
     }
-    copy_front(s, n, out.buf())
+    if copy_front(s, n, out.buf())? == Copied::FromReplaced {
+        // Counted by the connection as HTTP/1's are (`Conn::drive`).
+        out.from_replaced += 1;
+    }
+    Ok(())
+}
+
+/// What [`copy_front`] moved.
+#[derive(Debug, PartialEq, Eq)]
+enum Copied {
+    Bytes,
+    /// The last bytes of a large file whose name was renamed over or
+    /// unlinked meanwhile (link count 0): a download finished whole from
+    /// the inode it started on.
+    FromReplaced,
 }
 
 /// Move `n` bytes of the stream's front piece into `out`. `Err` when a
 /// large file is no longer the snapshot's version (or cannot be read).
-fn copy_front(s: &mut Stream, n: usize, out: &mut Vec<u8>) -> Result<(), ()> {
+fn copy_front(s: &mut Stream, n: usize, out: &mut Vec<u8>) -> Result<Copied, ()> {
     let Some(src) = s.body.front_mut() else {
-        return Ok(());
+        return Ok(Copied::Bytes);
     };
+    let mut copied = Copied::Bytes;
     match src {
         Src::Cut => return Err(()),
         Src::Own(len) => {
@@ -383,16 +398,19 @@ fn copy_front(s: &mut Stream, n: usize, out: &mut Vec<u8>) -> Result<(), ()> {
             let at = out.len();
             out.resize(at + n, 0);
             let read: io::Result<()> = file.read_exact_at(&mut out[at..], *off);
-            let same = file.metadata().is_ok_and(|m| Witness::of(&m) == *witness);
-            if read.is_err() || !same {
+            let meta = file.metadata().map_err(|_| ())?;
+            if read.is_err() || Witness::of(&meta) != *witness {
                 return Err(());
             }
             *off += n as u64;
             *len -= n as u64;
+            if *len == 0 && meta.nlink() == 0 {
+                copied = Copied::FromReplaced;
+            }
         }
     }
     if src.len() == 0 {
         s.body.pop_front();
     }
-    Ok(())
+    Ok(copied)
 }

@@ -155,6 +155,10 @@ struct Shard {
     closing: bool,
     /// Draining, until this deadline (`shutdown_grace`).
     draining: Option<Instant>,
+    /// HTTP/2 `refused_after_goaway` and `cut` when the drain began: the
+    /// drain's log line reports what the drain refused and cut, not what
+    /// the shard's lifetime did (h2spec, a load test, clients leaving).
+    h2_at_drain: (u64, u64),
     /// Connections to drive again next turn without a new event.
     resume: Vec<u64>,
     /// When to retry accepting after an error such as EMFILE.
@@ -218,6 +222,7 @@ impl Shard {
             next_publish: now,
             closing: false,
             draining: None,
+            h2_at_drain: (0, 0),
             resume: Vec::new(),
             accept_retry: None,
             accept_failing: false,
@@ -348,16 +353,17 @@ impl Shard {
     fn log_drained(&self, deadline: Instant, now: Instant) {
         let began = deadline - self.shared.shutdown_grace;
         let [after_response, idle_grace, deadline] = self.counters.drain_closes;
-        // HTTP/2: streams a GOAWAY refused (retryable by the client) and
-        // streams taken but cut off, over the shard's life.
+        // HTTP/2, since the drain began: streams a GOAWAY refused
+        // (retryable by the client) and streams taken but cut off.
         let h2 = &self.counters.h2;
+        let (refused_before, cut_before) = self.h2_at_drain;
         tracing::info!(
             shard = self.index,
             after_response,
             idle_grace,
             deadline,
-            h2_refused_after_goaway = h2.refused_after_goaway,
-            h2_streams_cut = h2.cut,
+            h2_refused_after_goaway = h2.refused_after_goaway.saturating_sub(refused_before),
+            h2_streams_cut = h2.cut.saturating_sub(cut_before),
             elapsed_ms = now.duration_since(began).as_millis() as u64,
             "shard drained"
         );
@@ -381,6 +387,7 @@ impl Shard {
             connections = self.conns.len(),
             "shard draining"
         );
+        self.h2_at_drain = (self.counters.h2.refused_after_goaway, self.counters.h2.cut);
         let sweep = self
             .shared
             .sweep

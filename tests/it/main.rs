@@ -16,6 +16,7 @@ mod consistency;
 mod deploy;
 mod downloads;
 mod drain;
+mod drain_counts;
 mod errors;
 mod fd_exhaustion;
 mod flags;
