@@ -21,6 +21,9 @@
 //! Time comes from a [`Clock`], so tests can step through periods.
 
 use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -129,7 +132,6 @@ enum Source {
 type Stamp = (u64, i64, i64, u64);
 
 fn stamp(path: &Path) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     Some((
         m.size(),
@@ -139,19 +141,55 @@ fn stamp(path: &Path) -> Option<Stamp> {
     ))
 }
 
-/// Read and check `tls_ticket_key_file`: 1 to [`MAX_FILE_KEYS`] keys of
-/// exactly [`KEY_LEN`] bytes each, the sealing key first.
+/// Permission bits that make `tls_ticket_key_file` refused: whoever
+/// reads the keys can decrypt every session they sealed a ticket for, and
+/// whoever writes them can choose them. Its owner may read it, and so may
+/// its group (a root-owned key read through a group the service joins is
+/// how a rotated file is picked up without a restart, deploy/README.md),
+/// with a warning at start; no one else, and no one but the owner writes.
+const REFUSED_MODE: u32 = 0o027;
+
+/// Group read: allowed, warned about at start.
+const WARNED_MODE: u32 = 0o040;
+
+/// Read and check `tls_ticket_key_file`: mode 600 or 640 (see
+/// `REFUSED_MODE`); 1 to [`MAX_FILE_KEYS`] keys of exactly [`KEY_LEN`]
+/// bytes each, the sealing key first, none of them all zero.
 pub fn read_key_file(path: &Path) -> anyhow::Result<Vec<[u8; KEY_LEN]>> {
-    let bytes = std::fs::read(path).with_context(|| {
+    let reading = || {
         format!(
             "config key `tls_ticket_key_file`: reading {}",
             path.display()
         )
-    })?;
+    };
+    let mut file = File::open(path).with_context(reading)?;
+    let mode = file.metadata().with_context(reading)?.mode() & 0o777;
+    if mode & REFUSED_MODE != 0 {
+        bail!(
+            "config key `tls_ticket_key_file`: {} (mode {mode:03o}) can be read by other users, or written by its group or other users: whoever reads the ticket keys can decrypt the sessions they sealed, whoever writes them chooses them; chmod 600 it (or 640, for a group only the server is in)",
+            path.display(),
+        );
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).with_context(reading)?;
     let n = bytes.len();
     if n == 0 || n % KEY_LEN != 0 || n / KEY_LEN > MAX_FILE_KEYS {
+        bytes.fill(0);
         bail!(
             "config key `tls_ticket_key_file`: {} holds {n} bytes; it must hold 1 to {MAX_FILE_KEYS} keys of exactly {KEY_LEN} random bytes each, the sealing key first (`openssl rand {KEY_LEN} > ticket.key`)",
+            path.display(),
+        );
+    }
+    // A placeholder left in place (`head -c 32 /dev/zero`, a file
+    // template): every ticket it seals opens for anyone.
+    let zero = bytes
+        .chunks_exact(KEY_LEN)
+        .position(|k| k.iter().all(|&b| b == 0));
+    if let Some(i) = zero {
+        bytes.fill(0);
+        bail!(
+            "config key `tls_ticket_key_file`: key {} of {} is {KEY_LEN} zero bytes, not random: anyone could open the tickets it seals; write random bytes (`openssl rand {KEY_LEN}`)",
+            i + 1,
             path.display(),
         );
     }
@@ -159,9 +197,19 @@ pub fn read_key_file(path: &Path) -> anyhow::Result<Vec<[u8; KEY_LEN]>> {
         .chunks_exact(KEY_LEN)
         .map(|c| c.try_into().expect("chunks of KEY_LEN"))
         .collect();
-    let mut bytes = bytes;
     bytes.fill(0);
     Ok(keys)
+}
+
+/// Said once, at start: a key file its group may read.
+fn warn_group_readable(path: &Path) {
+    let mode = std::fs::metadata(path).map_or(0, |m| m.mode() & 0o777);
+    if mode & WARNED_MODE != 0 {
+        tracing::warn!(
+            file = %path.display(),
+            "the session-ticket key file is readable by its group (mode {mode:03o}); keep that group to the server's user alone, or chmod 600 it"
+        );
+    }
 }
 
 /// Ticket key changes, by result (a key file that fails to load keeps the
@@ -232,6 +280,7 @@ impl Ticketer {
     pub fn from_file(path: &Path, clock: Arc<dyn Clock>) -> anyhow::Result<Ticketer> {
         let before = stamp(path);
         let keys = read_key_file(path)?;
+        warn_group_readable(path);
         let set = KeySet {
             keys: keys.iter().map(|k| Arc::new(Key::from_secret(k))).collect(),
             period: 0,
@@ -461,8 +510,14 @@ mod tests {
             f
         }
         fn replace(&self, bytes: &[u8]) {
+            self.replace_with_mode(bytes, 0o600);
+        }
+        fn replace_with_mode(&self, bytes: &[u8], mode: u32) {
+            use std::os::unix::fs::PermissionsExt;
             let tmp = self.dir.join("ticket.key.tmp");
             std::fs::write(&tmp, bytes).unwrap();
+            // Whatever the umask.
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).unwrap();
             std::fs::rename(&tmp, &self.path).unwrap();
         }
     }
@@ -560,6 +615,64 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    /// A key of 32 zero bytes is a placeholder, not a key: refused
+    /// wherever it is in the file, naming the file.
+    #[test]
+    fn key_file_with_a_zero_key_is_refused() {
+        let f = KeyFile::new("zero", &[0; KEY_LEN]);
+        for (bytes, which) in [
+            (vec![0; KEY_LEN], "key 1 of"),
+            (keys(&[1, 0]), "key 2 of"),
+            (keys(&[1, 2, 3, 0]), "key 4 of"),
+        ] {
+            f.replace(&bytes);
+            let e = format!("{:#}", read_key_file(&f.path).unwrap_err());
+            assert!(
+                e.contains("tls_ticket_key_file")
+                    && e.contains(&f.path.display().to_string())
+                    && e.contains("zero")
+                    && e.contains(which),
+                "{e}"
+            );
+        }
+        // One zero byte is just a byte.
+        let mut almost = vec![0; KEY_LEN];
+        almost[KEY_LEN - 1] = 1;
+        f.replace(&almost);
+        assert_eq!(read_key_file(&f.path).unwrap().len(), 1);
+    }
+
+    /// Owner read/write and group read are accepted; other users' access
+    /// and group write are refused, at start and on a reread (which keeps
+    /// the previous keys).
+    #[test]
+    fn key_file_open_to_others_is_refused() {
+        for mode in [0o400, 0o600, 0o640, 0o440] {
+            let f = KeyFile::new("mode-ok", &[]);
+            f.replace_with_mode(&[7; KEY_LEN], mode);
+            assert!(read_key_file(&f.path).is_ok(), "mode {mode:o}");
+        }
+        for mode in [0o644, 0o604, 0o660, 0o602, 0o666, 0o601] {
+            let f = KeyFile::new("mode-refused", &[]);
+            f.replace_with_mode(&[7; KEY_LEN], mode);
+            let e = format!("{:#}", read_key_file(&f.path).unwrap_err());
+            assert!(
+                e.contains("tls_ticket_key_file")
+                    && e.contains(&f.path.display().to_string())
+                    && e.contains(&format!("mode {mode:03o}")),
+                "{mode:o}: {e}"
+            );
+        }
+        let clock = TestClock::at(T0);
+        let f = KeyFile::new("mode-reread", &keys(&[1]));
+        let t = Ticketer::from_file(&f.path, clock).unwrap();
+        let sealed = t.encrypt(b"sealed").unwrap();
+        f.replace_with_mode(&keys(&[2]), 0o644);
+        t.tick();
+        assert_eq!(rotations(&t, "failure"), 1);
+        assert_eq!(t.decrypt(&sealed).unwrap(), b"sealed", "the keys kept");
     }
 
     /// Replicas with the same file resume each other's tickets; the first

@@ -2,12 +2,16 @@
 //! resume each other's sessions; the file is reread when the operator
 //! rotates it (the first key seals, every key opens); a key dropped from
 //! it no longer opens its tickets, and the file of a past period cannot
-//! open a current ticket. The random keys' periods are unit-tested with a
+//! open a current ticket. A file that others than its owner (and group)
+//! may read, that they may write, or that holds a key of 32 zero bytes is
+//! refused (issue 35). The random keys' periods are unit-tested with a
 //! clock the tests control (`src/tls/tickets.rs`).
 
 use crate::support;
 
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,20 +33,61 @@ fn keys(ks: &[u8]) -> Vec<u8> {
     ks.iter().flat_map(|&k| [k; 32]).collect()
 }
 
-/// Replace the key file by rename, as the README says to rotate it.
+/// A key file beside the site, mode 600 as README asks.
+fn key_file(site: &Site, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = site.write(&format!("../{name}"), bytes);
+    chmod(&path, 0o600);
+    path
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Replace the key file by rename, as the README says to rotate it (mode
+/// 600: `umask 077`).
 fn rotate(path: &Path, bytes: &[u8]) {
+    rotate_with_mode(path, bytes, 0o600);
+}
+
+fn rotate_with_mode(path: &Path, bytes: &[u8], mode: u32) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes).unwrap();
+    chmod(&tmp, mode);
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// What `--check` says of `file` as the ticket key file: whether it
+/// passed, and its stderr.
+fn check(site: &Site, leaf: &Leaf, file: &Path) -> (bool, String) {
+    let out = command()
+        .args(["--check", "--root", &site.root.display().to_string()])
+        .args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&leaf.cert)
+        .arg("--tls-key")
+        .arg(&leaf.key)
+        .arg("--tls-ticket-key-file")
+        .arg(file)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 fn rotations(server: &Server) -> f64 {
+    rotations_by(server, "success")
+}
+
+fn rotations_by(server: &Server, result: &str) -> f64 {
     let mut w = Wire::plain(server.admin_addr());
     let text = w
         .roundtrip("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
         .body_str();
+    let prefix = format!("shardhttpd_tls_ticket_key_rotations_total{{result=\"{result}\"}}");
     text.lines()
-        .filter(|l| l.starts_with("shardhttpd_tls_ticket_key_rotations_total{result=\"success\"}"))
+        .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -56,8 +101,8 @@ fn replicas_sharing_a_ticket_key_file_resume_each_others_sessions() {
     let site = Site::new("tls-ticket-file");
     let ca = Ca::new();
     let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
-    let shared = site.write("../ticket.key", &[0x5a; 32]);
-    let other = site.write("../other.key", &[0xa5; 32]);
+    let shared = key_file(&site, "ticket.key", &[0x5a; 32]);
+    let other = key_file(&site, "other.key", &[0xa5; 32]);
     let shared_s = shared.display().to_string();
     let other_s = other.display().to_string();
     let a = TlsServer::start(
@@ -91,19 +136,9 @@ fn replicas_sharing_a_ticket_key_file_resume_each_others_sessions() {
     }
     // Not a whole number of 32-byte keys: refused at start.
     for bad in [&b"too short"[..], &[1; 48], &[1; 33], &[1; 5 * 32]] {
-        let file = site.write("../bad.key", bad);
-        let out = command()
-            .args(["--check", "--root", &site.root.display().to_string()])
-            .args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
-            .arg(&leaf.cert)
-            .arg("--tls-key")
-            .arg(&leaf.key)
-            .arg("--tls-ticket-key-file")
-            .arg(&file)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{} bytes accepted", bad.len());
+        let file = key_file(&site, "bad.key", bad);
+        let (ok, text) = check(&site, &leaf, &file);
+        assert!(!ok, "{} bytes accepted", bad.len());
         assert!(
             text.contains("tls_ticket_key_file") && text.contains("32"),
             "{text}"
@@ -120,8 +155,8 @@ fn rotated_key_file_drops_old_keys_and_a_past_file_opens_no_current_ticket() {
     let site = Site::new("tls-ticket-rotate");
     let ca = Ca::new();
     let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
-    let file = site.write("../ticket.key", &keys(&[1]));
-    let past = site.write("../past.key", &keys(&[1]));
+    let file = key_file(&site, "ticket.key", &keys(&[1]));
+    let past = key_file(&site, "past.key", &keys(&[1]));
     let file_s = file.display().to_string();
     let past_s = past.display().to_string();
     let a = TlsServer::start(&site.root, &ca, &leaf, &["--tls-ticket-key-file", &file_s]);
@@ -186,4 +221,117 @@ fn rotated_key_file_drops_old_keys_and_a_past_file_opens_no_current_ticket() {
     let client = ca.client(&[]);
     handshake(&p, &client);
     assert_eq!(handshake(&p, &client), Some(HandshakeKind::Resumed));
+}
+
+/// A key of 32 zero bytes is a placeholder, whose tickets anyone opens;
+/// a key file other users may read (the default umask's 644) or its group
+/// may write gives the keys away. Each is refused by `--check` and at
+/// start, naming the file; before, each was accepted without a word.
+#[test]
+fn a_zero_key_or_a_key_file_open_to_others_is_refused() {
+    let site = Site::new("tls-ticket-refused");
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let zero = key_file(&site, "zero.key", &[0; 32]);
+    let (ok, text) = check(&site, &leaf, &zero);
+    assert!(!ok, "a zero key passed --check: {text}");
+    assert!(
+        text.contains("tls_ticket_key_file")
+            && text.contains(&zero.display().to_string())
+            && text.contains("zero"),
+        "{text}"
+    );
+    let second = key_file(&site, "second-zero.key", &keys(&[7, 0]));
+    let (ok, text) = check(&site, &leaf, &second);
+    assert!(!ok && text.contains("key 2 of"), "{text}");
+    for mode in [0o644, 0o604, 0o660] {
+        let file = key_file(&site, "open.key", &[7; 32]);
+        chmod(&file, mode);
+        let (ok, text) = check(&site, &leaf, &file);
+        assert!(!ok, "mode {mode:o} passed --check: {text}");
+        assert!(
+            text.contains("tls_ticket_key_file")
+                && text.contains(&file.display().to_string())
+                && text.contains(&format!("mode {mode:03o}")),
+            "{text}"
+        );
+    }
+    // A start is refused alike (the same check, before anything is built).
+    let file = key_file(&site, "open.key", &[7; 32]);
+    chmod(&file, 0o644);
+    let mut start = command()
+        .args(["--root", &site.root.display().to_string()])
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&leaf.cert)
+        .arg("--tls-key")
+        .arg(&leaf.key)
+        .arg("--tls-ticket-key-file")
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = poll_until(Duration::from_secs(10), || {
+        start.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        let _ = start.kill();
+    }
+    let out = start.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        exited && !out.status.success(),
+        "a 644 key file started: {text}"
+    );
+    assert!(text.contains("mode 644"), "{text}");
+    // 600 and 640 pass.
+    for mode in [0o600, 0o640] {
+        chmod(&file, mode);
+        let (ok, text) = check(&site, &leaf, &file);
+        assert!(ok, "mode {mode:o} refused: {text}");
+    }
+}
+
+/// Mode 640 (read through a group the service joins, deploy/README.md)
+/// starts, with a warning; a rotation to a file other users may read is
+/// refused and keeps the previous keys (a session sealed before still
+/// resumes), counted as a failure.
+#[test]
+fn a_group_readable_key_file_is_warned_about_and_a_loose_rotation_keeps_the_keys() {
+    let site = Site::new("tls-ticket-group");
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let file = key_file(&site, "ticket.key", &keys(&[1]));
+    chmod(&file, 0o640);
+    let file_s = file.display().to_string();
+    let a = TlsServer::start(&site.root, &ca, &leaf, &["--tls-ticket-key-file", &file_s]);
+    assert!(
+        a.server
+            .wait_for_log("readable by its group", Duration::from_secs(5))
+            .is_some_and(|l| l.contains("640")),
+        "no warning\n{}",
+        a.server.log_text()
+    );
+    let client = ca.client(&[]);
+    assert_eq!(handshake(&a, &client), Some(HandshakeKind::Full));
+    rotate_with_mode(&file, &keys(&[2, 1]), 0o644);
+    assert!(
+        poll_until(Duration::from_secs(5), || rotations_by(
+            &a.server, "failure"
+        ) == 1.0),
+        "the refused rotation was not counted\n{}",
+        a.server.log_text()
+    );
+    assert!(
+        a.server.log_text().contains("mode 644"),
+        "{}",
+        a.server.log_text()
+    );
+    assert_eq!(
+        handshake(&a, &client),
+        Some(HandshakeKind::Resumed),
+        "the previous keys were not kept"
+    );
+    assert_eq!(rotations(&a.server), 0.0);
 }
