@@ -434,7 +434,13 @@ impl H2 {
             return self.fail(out.buf(), ErrorCode::Compression, counters);
         }
         match known {
-            Known::Closed => self.fail(out.buf(), ErrorCode::StreamClosed, counters),
+            // A new stream's id must exceed every id the client used
+            // before; one that does not is unexpected, PROTOCOL_ERROR
+            // (RFC 9113 §5.1.1). A reused id cannot be told from one
+            // skipped (both are closed, and remembering every id the
+            // client used would cost memory it controls), so it gets the
+            // same.
+            Known::Closed => self.fail(out.buf(), ErrorCode::Protocol, counters),
             Known::ResetByUs => {}
             Known::Open => self.trailers(id, end_stream, out.buf(), counters, now),
             Known::Idle => {

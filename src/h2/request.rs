@@ -66,8 +66,18 @@ pub(super) fn build<'f>(
             return Err(Malformed);
         }
     }
-    let (Some(method), Some(path), true) = (method, path, scheme) else {
+    let Some(method) = method else {
         return Err(Malformed);
+    };
+    let path = match (method, path, scheme) {
+        // RFC 9113 §8.5: a CONNECT names only `:authority` (no `:scheme`,
+        // no `:path`). Well formed, it is refused as HTTP/1.1 refuses it
+        // (405 with `Allow`), its authority standing for the target as in
+        // HTTP/1.1's authority form.
+        (b"CONNECT", None, false) => authority.ok_or(Malformed)?,
+        (b"CONNECT", _, _) => return Err(Malformed),
+        (_, Some(path), true) => path,
+        _ => return Err(Malformed),
     };
     if path.is_empty() {
         return Err(Malformed);
@@ -479,5 +489,62 @@ mod tests {
         for &(value, want) in cases {
             assert_eq!(parse_priority(value), want, "{value:?}");
         }
+    }
+
+    /// RFC 9113 §8.5: a CONNECT with `:authority` alone is well formed (a
+    /// request refused as HTTP/1.1 refuses it, with the authority as its
+    /// target); with `:scheme` or `:path`, or without `:authority`, it is
+    /// malformed.
+    #[test]
+    fn connect_names_only_an_authority() {
+        let connect: &[Field] = &[(b":method", b"CONNECT"), (b":authority", b"a.example:443")];
+        let fields = list(connect);
+        let built = build(&fields, &cfg()).ok().expect("well formed");
+        assert_eq!(built.req.method, crate::http::request::Method::NotAllowed);
+        assert_eq!(built.req.method_name, "CONNECT");
+        assert_eq!(built.req.target, b"a.example:443");
+        assert_eq!(built.req.host, Some(&b"a.example:443"[..]));
+        let malformed: &[(&str, Vec<Field>)] = &[
+            ("no :authority", vec![(b":method", b"CONNECT")]),
+            (
+                "empty :authority",
+                vec![(b":method", b"CONNECT"), (b":authority", b"")],
+            ),
+            (
+                "with :scheme",
+                vec![
+                    (b":method", b"CONNECT"),
+                    (b":scheme", b"https"),
+                    (b":authority", b"a.example:443"),
+                ],
+            ),
+            (
+                "with :path",
+                vec![
+                    (b":method", b"CONNECT"),
+                    (b":authority", b"a.example:443"),
+                    (b":path", b"/"),
+                ],
+            ),
+            (
+                "extended CONNECT (RFC 8441, not offered)",
+                vec![
+                    (b":method", b"CONNECT"),
+                    (b":protocol", b"websocket"),
+                    (b":scheme", b"https"),
+                    (b":authority", b"a.example"),
+                    (b":path", b"/chat"),
+                ],
+            ),
+        ];
+        for (what, fields) in malformed {
+            assert!(
+                matches!(build(&list(fields), &cfg()), Err(Malformed)),
+                "{what}"
+            );
+        }
+        // Any other method still needs `:scheme` and `:path`.
+        let get = list(&[(b":method", b"GET"), (b":authority", b"a.example")]);
+        assert!(matches!(build(&get, &cfg()), Err(Malformed)));
     }
 }

@@ -521,6 +521,38 @@ def scenario_preface(args):
           "h2_settings_first": len(got) >= 9 and got[3] == SETTINGS})
 
 
+def scenario_stream_ids(args):
+    """A new stream whose id does not exceed an earlier one (RFC 9113
+    §5.1.1): a GET on stream 5, answered, then HEADERS on stream 3
+    (--kind decreasing) or on 5 again (--kind reused). Reports how the
+    server ends the connection."""
+    w = Wire(args)
+    w.wait_settings()
+    w.send(w.request(5, args.path))
+    w.pump(5, lambda: 5 in w.ended)
+    again = 3 if args.kind == "decreasing" else 5
+    w.send(w.request(again, args.path))
+    w.pump(args.wait, lambda: w.closed)
+    emit(w.summary(status=w.status(5), again=again))
+
+
+def scenario_connect(args):
+    """RFC 9113 §8.5: a CONNECT with `:authority` alone (no `:scheme`, no
+    `:path`) on stream 1, left open as a tunnel's stream would be, then a
+    GET for --path on stream 3. Reports the CONNECT's answer (its fields,
+    any reset) and whether the connection still serves."""
+    w = Wire(args)
+    w.wait_settings()
+    block = w.encoder.encode([(":method", "CONNECT"), (":authority", "localhost:443")])
+    w.send(frame(HEADERS, END_HEADERS, 1, block))
+    w.pump(5, lambda: 1 in w.ended)
+    w.send(w.request(3, args.path))
+    w.pump(5, lambda: 3 in w.ended)
+    fields = [[k, v] for block in w.headers.get(1, []) for k, v in block]
+    emit(w.summary(status=w.status(1), fields=fields, body=bytes(w.data.get(1, b"")).decode("latin-1"),
+                   then=w.status(3)))
+
+
 def probe_after(args):
     """After an attack: does a fresh connection still get a 200 for
     --path? (The server survived and serves others.)"""
@@ -554,6 +586,8 @@ SCENARIOS = {
     "reload": scenario_reload,
     "small-windows": scenario_small_windows,
     "preface": scenario_preface,
+    "stream-ids": scenario_stream_ids,
+    "connect": scenario_connect,
 }
 
 

@@ -25,6 +25,7 @@ mod http2;
 mod http2_conformance;
 mod http2_data;
 mod http2_defences;
+mod http2_rfc;
 mod http2_semantics;
 mod http_semantics;
 mod large_variants;

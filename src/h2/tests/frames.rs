@@ -187,9 +187,21 @@ fn headers_frames() {
         Goaway(COMPRESSION),
         "index 0"
     );
+    // RFC 9113 §5.1.1: a new stream's id must exceed every earlier one.
     assert_eq!(
         after(&closed_1(), &headers(eh, 1, GET_ROOT)),
-        Goaway(CLOSED)
+        Goaway(PROTOCOL),
+        "a reused id"
+    );
+    assert_eq!(
+        after(&get(5), &headers(eh, 3, GET_ROOT)),
+        Goaway(PROTOCOL),
+        "a decreasing id"
+    );
+    assert_eq!(
+        after(&open_stream(5), &headers(eh, 3, GET_ROOT)),
+        Goaway(PROTOCOL),
+        "below an open stream"
     );
     // Padded: the pad length byte and padding around the block.
     let mut p = vec![2];
