@@ -146,6 +146,34 @@ fn verified(addr: std::net::SocketAddr, name: &str, root: &Path) -> (String, Str
     (pem, text)
 }
 
+/// A rustls client that trusts `root` (pebble's: what it issues) and
+/// offers http/1.1.
+fn client_trusting(root: &Path) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(root).expect("pebble's root") {
+        roots.add(cert.expect("a PEM certificate")).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    std::sync::Arc::new(cfg)
+}
+
+/// The leaf certificate (DER) a TLS connection's handshake got.
+fn leaf_of(wire: &tls::Wire) -> Vec<u8> {
+    wire.session()
+        .and_then(|s| s.peer_certificates())
+        .and_then(|c| c.first())
+        .expect("a TLS connection with a peer certificate")
+        .to_vec()
+}
+
 /// `name` on `addr` is still served the self-signed placeholder.
 fn assert_placeholder(addr: std::net::SocketAddr, name: &str) {
     let (_, text) = s_client(addr, name, None);
@@ -252,7 +280,8 @@ fn listing(root: &Path) -> Vec<std::path::PathBuf> {
 
 /// TLS-ALPN-01: the validation's ClientHello (ALPN `acme-tls/1` alone)
 /// gets the challenge certificate from the resolver; afterwards a client
-/// offering only `acme-tls/1` gets no handshake.
+/// offering only `acme-tls/1` gets no handshake, and one offering it
+/// beside http/1.1 gets the issued certificate and http/1.1.
 #[test]
 fn tls_alpn01_issues_a_certificate() {
     if !tools_present("tls-alpn-01") {
@@ -267,21 +296,64 @@ fn tls_alpn01_issues_a_certificate() {
     await_orders(&server, Some(&pebble), "success", 1.0);
     verified(tls, "b.test", pebble.root());
     let addr = tls.to_string();
-    let alpn_only = [
-        "-connect",
-        &addr,
-        "-servername",
-        "b.test",
-        "-alpn",
-        "acme-tls/1",
-    ];
-    let (_, text) = tls::s_client(&alpn_only, "");
+    let root = pebble.root().display().to_string();
+    // `acme-tls/1` beside another protocol is no validation: the handshake
+    // completes with the issued certificate, on the other protocol.
+    let (ok, text) = tls::s_client(
+        &[
+            "-connect",
+            &addr,
+            "-servername",
+            "b.test",
+            "-alpn",
+            "acme-tls/1,http/1.1",
+            "-CAfile",
+            &root,
+            "-verify_return_error",
+        ],
+        "Q\n",
+    );
+    assert!(
+        ok,
+        "s_client offering acme-tls/1 and http/1.1 failed:\n{text}"
+    );
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert!(text.contains("ALPN protocol: http/1.1"), "{text}");
     assert!(!text.contains("ALPN protocol: acme-tls/1"), "{text}");
+    // `acme-tls/1` alone, as a validation offers it, with no challenge
+    // pending any more: the server refuses the handshake with an alert
+    // (its resolver has no certificate for it: rustls sends
+    // access_denied), not a refused connection nor a bad command.
+    let (ok, text) = tls::s_client(
+        &[
+            "-connect",
+            &addr,
+            "-servername",
+            "b.test",
+            "-alpn",
+            "acme-tls/1",
+        ],
+        "",
+    );
+    assert!(
+        !ok,
+        "a lone acme-tls/1 got a handshake after the validation:\n{text}"
+    );
+    assert!(
+        text.contains("CONNECTED("),
+        "the TCP connection was made: {text}"
+    );
+    assert!(
+        text.contains("SSL alert number"),
+        "no alert from the server: {text}"
+    );
+    assert!(text.contains("No ALPN negotiated"), "{text}");
 }
 
 /// Short-lived certificates (pebble's `certificateValidityPeriod`) are
 /// renewed at two thirds of their lifetime and swapped in for new
-/// handshakes without a restart; a connection made before keeps working.
+/// handshakes without a restart; a TLS connection made before the swap
+/// keeps working, on the certificate it was made with.
 #[test]
 fn short_lived_certificate_is_renewed() {
     if !tools_present("renewal") {
@@ -295,13 +367,14 @@ fn short_lived_certificate_is_renewed() {
     });
     await_orders(&server, Some(&pebble), "success", 1.0);
     let (first, _) = verified(tls, "c.test", pebble.root());
-    let mut before = tls::Wire::plain(server.plain_addr());
-    assert_eq!(
-        before
-            .roundtrip("GET /index.html HTTP/1.1\r\nHost: c\r\n\r\n")
-            .status,
-        200
-    );
+    // Made before the swap, over TLS with the first certificate: the swap
+    // must leave it alone (a certificate matters only at a handshake).
+    let client = client_trusting(pebble.root());
+    let mut before = tls::Wire::tls(tls, &client, "c.test");
+    let request = "GET /index.html HTTP/1.1\r\nHost: c.test\r\n\r\n";
+    let r = before.roundtrip(request);
+    assert_eq!((r.status, &*r.body_str()), (200, "hello over acme\n"));
+    let before_cert = leaf_of(&before);
     // Renewal is due 8 s into a 12 s lifetime.
     await_orders(&server, Some(&pebble), "success", 2.0);
     let end = Instant::now() + ISSUE_DEADLINE;
@@ -319,11 +392,20 @@ fn short_lived_certificate_is_renewed() {
         server.log_text()
     );
     assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
-    assert_eq!(
-        before
-            .roundtrip("GET /index.html HTTP/1.1\r\nHost: c\r\n\r\n")
-            .status,
-        200
+    // The connection made before the swap keeps working on its
+    // certificate, while a new one gets the renewed certificate.
+    let r = before.roundtrip(request);
+    assert_eq!((r.status, &*r.body_str()), (200, "hello over acme\n"));
+    assert!(
+        leaf_of(&before) == before_cert,
+        "the connection's certificate changed"
+    );
+    // A new client (its own session cache: a resumed session would not
+    // be sent a certificate).
+    let after = tls::Wire::tls(tls, &client_trusting(pebble.root()), "c.test");
+    assert!(
+        leaf_of(&after) != before_cert,
+        "a full handshake after the swap got the first certificate"
     );
     let expiry = sum(
         &scrape(server.admin_addr()),
