@@ -299,8 +299,8 @@ pub struct Settings {
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
     /// Error log level: `error`, `warn`, `info`, `debug`, `trace`, or
-    /// directives such as `info,shardhttpd::cache=debug`. `RUST_LOG`, when
-    /// set, wins.
+    /// directives such as `info,shardhttpd::cache=debug`. Over the file's
+    /// `log_level`; `RUST_LOG` applies only when neither names a level.
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
     /// Rebuild the snapshot when files under the root change.

@@ -1,7 +1,9 @@
-//! The error log (stderr): `log_format` text or JSON lines, `log_level`
-//! (overridden by `RUST_LOG`). It is set up before the configuration is
-//! validated, so that configuration errors come out in the same format as
-//! every later line.
+//! The error log (stderr): `log_format` text or JSON lines, and a level
+//! taken from `--log-level`, else the file's `log_level`, else `RUST_LOG`,
+//! else `info`: what the operator wrote in the file is never overridden by
+//! an environment a unit or a manifest ships. It is set up before the
+//! configuration is validated, so that configuration errors come out in
+//! the same format as every later line.
 
 use std::fmt;
 use std::io::IsTerminal;
@@ -24,12 +26,40 @@ pub enum Format {
     Json,
 }
 
+/// Where the error log's level came from, first match wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LevelSource {
+    /// `--log-level`.
+    Flag,
+    /// `log_level` in the configuration file.
+    File,
+    /// The `RUST_LOG` environment variable.
+    Env,
+    /// Neither: `info`.
+    #[default]
+    Default,
+}
+
+impl LevelSource {
+    /// As the start-up line names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LevelSource::Flag => "--log-level",
+            LevelSource::File => "the config file's log_level",
+            LevelSource::Env => "RUST_LOG",
+            LevelSource::Default => "the default",
+        }
+    }
+}
+
 /// The error log's settings.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub format: Format,
     /// An `EnvFilter` directive string.
     pub level: String,
+    /// Where `level` came from.
+    pub source: LevelSource,
 }
 
 impl Default for Options {
@@ -37,6 +67,7 @@ impl Default for Options {
         Options {
             format: Format::Text,
             level: "info".to_owned(),
+            source: LevelSource::Default,
         }
     }
 }
@@ -75,42 +106,76 @@ impl Options {
                 ),
             ));
         }
-        Ok(Options { format, level })
+        let source = if s.log_level.is_some() {
+            LevelSource::File
+        } else {
+            LevelSource::Default
+        };
+        Ok(Options {
+            format,
+            level,
+            source,
+        })
     }
 
     /// The options from the flags over the file they name, as far as they
     /// can be read before validation: what cannot be read yet is left at
-    /// its default (validation reports it, in that default format).
-    pub fn peek(flags: &Settings) -> Options {
+    /// its default (validation reports it, in that default format). The
+    /// level is the flag's, else the file's, else `rust_log` (the
+    /// environment's `RUST_LOG`), else `info`.
+    pub fn peek(flags: &Settings, rust_log: Option<&str>) -> Options {
         let file = flags
             .config
             .as_deref()
             .and_then(|p| Settings::from_file(p).ok())
             .unwrap_or_default();
-        let s = Settings {
+        let format = Settings {
             log_format: flags.log_format.clone().or(file.log_format),
-            log_level: flags.log_level.clone().or(file.log_level),
             ..Settings::default()
         };
-        let fallback = Options::default();
-        Options {
-            format: Options::of(&s).map_or(fallback.format, |o| o.format),
-            level: Options::of(&s).map_or(fallback.level, |o| o.level),
+        let format = Options::of(&format).map_or(Format::default(), |o| o.format);
+        let written = [
+            (LevelSource::Flag, flags.log_level.clone()),
+            (LevelSource::File, file.log_level),
+        ];
+        for (source, level) in written {
+            let Some(level) = level else { continue };
+            let s = Settings {
+                log_level: Some(level),
+                ..Settings::default()
+            };
+            // An invalid level is a configuration error that validation
+            // reports; until then the next source applies.
+            if let Ok(o) = Options::of(&s) {
+                return Options {
+                    format,
+                    level: o.level,
+                    source,
+                };
+            }
+        }
+        match rust_log.map(str::trim).filter(|v| !v.is_empty()) {
+            Some(env) => Options {
+                format,
+                level: env.to_owned(),
+                source: LevelSource::Env,
+            },
+            None => Options {
+                format,
+                ..Options::default()
+            },
         }
     }
 }
 
 /// Install the subscriber: stderr in `options.format`, filtered by
-/// `RUST_LOG` when set, else by `options.level`. Events inside the start-up
-/// build that repeats the identity build with compression are dropped:
-/// that build would log the same lines again.
+/// `options.level`. Events inside the start-up build that repeats the
+/// identity build with compression are dropped: that build would log the
+/// same lines again.
 pub fn init(options: &Options) {
     use tracing_subscriber::layer::{Layer, SubscriberExt};
     use tracing_subscriber::util::SubscriberInitExt;
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(env) if !env.trim().is_empty() => tracing_subscriber::EnvFilter::new(env),
-        _ => tracing_subscriber::EnvFilter::new(&options.level),
-    };
+    let filter = tracing_subscriber::EnvFilter::new(&options.level);
     let not_repeated = tracing_subscriber::filter::DynFilterFn::new(|meta, cx| {
         meta.is_span()
             || cx.lookup_current().is_none_or(|span| {
@@ -131,6 +196,21 @@ pub fn init(options: &Options) {
             .boxed(),
     };
     tracing_subscriber::registry().with(fmt).with(filter).init();
+    // A RUST_LOG that a unit or a manifest sets is no longer obeyed over
+    // the file: say so once, rather than silently.
+    if let Ok(env) = std::env::var("RUST_LOG") {
+        if !env.trim().is_empty()
+            && env.trim() != options.level
+            && matches!(options.source, LevelSource::Flag | LevelSource::File)
+        {
+            tracing::info!(
+                level = %options.level,
+                rust_log = %env.trim(),
+                "error log level from {}; RUST_LOG is set but comes after it",
+                options.source.name()
+            );
+        }
+    }
 }
 
 /// A configuration error before the server starts, in the log's format:
@@ -199,5 +279,53 @@ impl Visit for Fields<'_> {
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
         self.put(field, value.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The level's precedence: flag, file, `RUST_LOG`, `info`.
+    #[test]
+    fn level_comes_from_flag_then_file_then_rust_log() {
+        let dir = std::env::temp_dir().join(format!("shardhttpd-logging-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("level.toml");
+        std::fs::write(&file, "log_level = \"warn\"\n").unwrap();
+        let flags = |level: Option<&str>, config: bool| Settings {
+            log_level: level.map(str::to_owned),
+            config: config.then(|| file.clone()),
+            ..Settings::default()
+        };
+        let cases = [
+            (
+                flags(Some("debug"), true),
+                Some("trace"),
+                "debug",
+                LevelSource::Flag,
+            ),
+            (flags(None, true), Some("trace"), "warn", LevelSource::File),
+            (flags(None, false), Some("trace"), "trace", LevelSource::Env),
+            (flags(None, false), Some(" "), "info", LevelSource::Default),
+            (flags(None, false), None, "info", LevelSource::Default),
+            // An invalid flag is refused by validation; meanwhile the next
+            // source applies.
+            (
+                flags(Some("verbose"), true),
+                None,
+                "warn",
+                LevelSource::File,
+            ),
+        ];
+        for (flags, env, level, source) in cases {
+            let o = Options::peek(&flags, env);
+            assert_eq!(
+                (o.level.as_str(), o.source),
+                (level, source),
+                "{flags:?} {env:?}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -10,7 +10,7 @@ use shardhttpd::preflight::{self, Preflight};
 
 fn main() -> ExitCode {
     let flags = Settings::from_args();
-    let log = logging::Options::peek(&flags);
+    let log = logging::Options::peek(&flags, std::env::var("RUST_LOG").ok().as_deref());
     logging::init(&log);
     let check = flags.check;
     // Before the configuration is loaded: a reload compares against this.

@@ -379,6 +379,65 @@ fn json_error_log_is_one_object_a_line_with_timestamp_level_pid_target_message()
     );
 }
 
+/// Issue 36 §2: the config file's `log_level` applies although the
+/// environment sets `RUST_LOG` (the unit and the manifest used to ship
+/// `RUST_LOG=info`, which silently won). Precedence: `--log-level`, then
+/// the file, then `RUST_LOG`, then `info`. "shard started" is an info line
+/// of `shardhttpd::shard`; `shardhttpd::server=info` keeps the listening
+/// lines the harness waits for.
+#[test]
+fn file_log_level_is_not_overridden_by_rust_log() {
+    const QUIET: &str = "warn,shardhttpd::server=info";
+    let site = Site::new("level-precedence");
+    let config = |name: &str, level: Option<&str>| {
+        let text = level.map_or(String::new(), |l| format!("log_level = {l:?}\n"));
+        write_file(site.base(), name, text.as_bytes())
+            .display()
+            .to_string()
+    };
+    let quiet_file = config("quiet.toml", Some(QUIET));
+    let info_file = config("info.toml", Some("info"));
+    let silent_file = config("silent.toml", None);
+    // (what, the file, extra flags, RUST_LOG, whether info lines show)
+    let cases: [(&str, &str, &[&str], &str, bool); 4] = [
+        ("file over RUST_LOG", &quiet_file, &[], "info", false),
+        (
+            "flag over file",
+            &quiet_file,
+            &["--log-level", "info"],
+            "info",
+            true,
+        ),
+        (
+            "RUST_LOG when the file is silent",
+            &silent_file,
+            &[],
+            QUIET,
+            false,
+        ),
+        ("file over a quieter RUST_LOG", &info_file, &[], QUIET, true),
+    ];
+    for (what, file, flags, rust_log, info_shown) in cases {
+        let mut args = vec!["--config", file, "--cores", "1"];
+        args.extend_from_slice(flags);
+        let server = Server::start_env(&site.root, &args, &[("RUST_LOG", rust_log)]);
+        assert_eq!(server.get("/index.html").status, 200, "{what}");
+        let text = server.log_text();
+        assert_eq!(
+            text.contains("shard started"),
+            info_shown,
+            "{what}: info lines of shardhttpd::shard\n{text}"
+        );
+        if what == "file over a quieter RUST_LOG" {
+            assert!(
+                text.contains("error log level from the config file's log_level")
+                    && text.contains("RUST_LOG is set but comes after it"),
+                "{what}: the overridden RUST_LOG is named\n{text}"
+            );
+        }
+    }
+}
+
 /// `--log-level` filters by level and target (here: warnings, and the
 /// server's own lifecycle lines, which the harness waits for); a bare word
 /// that is not a level is refused, naming the flag.
