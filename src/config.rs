@@ -169,6 +169,7 @@ pub struct Settings {
     pub listen: Option<Vec<Address>>,
     /// CPUs to run shards on: a count (`4`) or a list (`0-3,6`).
     #[arg(long, value_name = "SPEC")]
+    #[serde(default, deserialize_with = "values::count_or_cpu_list")]
     pub cores: Option<String>,
     /// Admin listener (metrics, health, status).
     #[arg(long, value_name = "ADDR")]
@@ -541,13 +542,53 @@ impl Settings {
         <Settings as clap::CommandFactory>::command()
     }
 
-    /// Parse the process's arguments; usage errors exit with
-    /// [`EXIT_CONFIG`] and clap's message, which names the flag.
-    pub fn from_args() -> Settings {
+    /// Parse the process's arguments. The error is clap's (`--help` and
+    /// `--version` come this way too), with the nearest flag as a tip;
+    /// its usage errors exit with [`EXIT_CONFIG`].
+    pub fn from_args() -> Result<Settings, clap::Error> {
         let matches = Settings::command()
             .try_get_matches()
-            .unwrap_or_else(|e| suggest_flag(e).exit());
-        Settings::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+            .map_err(suggest_flag)?;
+        Settings::from_arg_matches(&matches)
+    }
+
+    /// Whether `args` (without the program name) ask for `--log-format
+    /// json`, read without clap: for a command line that clap refuses,
+    /// whose error should still come out as a JSON line.
+    pub fn json_log_requested(args: &[std::ffi::OsString]) -> bool {
+        let mut args = args.iter().map(|a| a.to_str().unwrap_or_default());
+        let mut json = false;
+        while let Some(arg) = args.next() {
+            if arg == "--" {
+                break;
+            }
+            let value = match arg.strip_prefix("--log-format") {
+                Some("") => args.next(),
+                Some(rest) => rest.strip_prefix('='),
+                None => continue,
+            };
+            // The last one given wins, as clap would have it.
+            json = value == Some("json");
+        }
+        json
+    }
+
+    /// A clap error as one line for a log: its `error:` and `tip:` lines,
+    /// without the usage and help pointers that a terminal reader gets.
+    pub fn usage_error_line(e: &clap::Error) -> String {
+        let rendered = e.render().to_string();
+        let lines: Vec<&str> = rendered
+            .lines()
+            .map(str::trim)
+            .filter_map(|l| {
+                l.strip_prefix("error: ")
+                    .or_else(|| l.starts_with("tip: ").then_some(l))
+            })
+            .collect();
+        match lines.is_empty() {
+            true => rendered.trim().to_owned(),
+            false => format!("command line: {}", lines.join("; ")),
+        }
     }
 
     /// Parse `args` (without the program name) as the command line; a
@@ -593,6 +634,15 @@ impl Settings {
         }
     }
 
+    /// How an error names a part of a file-only table key, such as
+    /// `headers[1].set.X-Bad`: by file and line when a file sets it.
+    pub fn name_path(&self, path: &str) -> String {
+        match &self.key_lines {
+            Some(lines) => lines.name(path),
+            None => format!("config key `{path}`"),
+        }
+    }
+
     /// Read a TOML file into settings. Errors name the file, the line and
     /// the key, in an operator's words rather than the parser's.
     pub fn from_file(path: &Path) -> anyhow::Result<Settings> {
@@ -610,8 +660,21 @@ impl Settings {
         Ok(settings)
     }
 
-    /// Parse TOML text; the error reads `, line N: …` (to follow a file name).
+    /// Parse TOML text; the error reads `, line N: …` (to follow a file
+    /// name), or `, line N, column C: …` for a syntax error, where the
+    /// line alone may not show what is wrong.
     pub fn from_toml(text: &str) -> Result<Settings, String> {
+        // Syntax first, on its own: a data error (a type, an unknown key)
+        // is about the key on its line, a syntax error about one character.
+        if let Err(e) = toml::from_str::<toml::Table>(text) {
+            let (line, column) = e.span().map_or((0, 0), |s| line_and_column(text, s.start));
+            let message = e.message().trim_end().replace('\n', "; ");
+            return Err(if line == 0 {
+                format!(": {message}")
+            } else {
+                format!(", line {line}, column {column}: TOML syntax: {message}")
+            });
+        }
         let de = toml::Deserializer::new(text);
         serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
@@ -635,6 +698,20 @@ impl Settings {
             }
         })
     }
+}
+
+/// The 1-based line and column (in characters) of byte `at` in `text`.
+fn line_and_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
 }
 
 #[cfg(test)]
@@ -895,6 +972,44 @@ mod tests {
             assert!(err.contains("line "), "{text:?}: {err}");
             assert!(!err.contains("untagged"), "{text:?}: {err}");
         }
+    }
+
+    /// Issue 36: a syntax error names the column; `cores` takes a count or
+    /// a CPU list.
+    #[test]
+    fn syntax_errors_name_the_column_and_cores_takes_a_number() {
+        let cases = [
+            ("max_ranges = = 3\n", ", line 1, column 14: TOML syntax: "),
+            ("root = \"x\"\n[x\n", ", line 2, column 3: TOML syntax: "),
+            ("a = \"é\" b\n", ", line 1, column 9: TOML syntax: "),
+        ];
+        for (text, want) in cases {
+            let err = Settings::from_toml(text).unwrap_err();
+            assert!(err.starts_with(want), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "{text:?}: {err}");
+        }
+        for (text, want) in [("cores = 4", "4"), ("cores = \"0-3,6\"", "0-3,6")] {
+            let s = Settings::from_toml(text).unwrap();
+            assert_eq!(s.cores.as_deref(), Some(want), "{text}");
+        }
+        for text in ["cores = -2", "cores = [0, 1]", "cores = true"] {
+            let err = Settings::from_toml(text).unwrap_err();
+            assert!(err.contains("key `cores`: takes a count"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn json_log_is_found_on_a_command_line_clap_refuses() {
+        let yes = |args: &[&str]| {
+            let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+            Settings::json_log_requested(&args)
+        };
+        assert!(yes(&["--log-format", "json", "--bogus"]));
+        assert!(yes(&["--bogus", "--log-format=json"]));
+        assert!(!yes(&["--log-format", "text", "--bogus"]));
+        assert!(!yes(&["--log-format=json", "--log-format", "text"]));
+        assert!(!yes(&["--", "--log-format=json"]));
+        assert!(!yes(&["--log-format"]));
     }
 
     #[test]

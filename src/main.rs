@@ -9,7 +9,10 @@ use shardhttpd::logging;
 use shardhttpd::preflight::{self, Preflight};
 
 fn main() -> ExitCode {
-    let flags = Settings::from_args();
+    let flags = match Settings::from_args() {
+        Ok(flags) => flags,
+        Err(e) => return usage_error(e),
+    };
     let log = logging::Options::peek(&flags, std::env::var("RUST_LOG").ok().as_deref());
     logging::init(&log);
     let check = flags.check;
@@ -36,6 +39,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A command line that clap refused (or `--help`, `--version`): clap's
+/// own output, or with `--log-format json` among the arguments, a JSON
+/// line like every other configuration error, so a log pipeline that
+/// expects JSON from the first line gets it; a refused line exits 2 either
+/// way.
+fn usage_error(e: clap::Error) -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if !e.use_stderr() || !Settings::json_log_requested(&args) {
+        e.exit();
+    }
+    logging::init(&logging::Options {
+        format: logging::Format::Json,
+        ..logging::Options::default()
+    });
+    let line = anyhow::anyhow!(Settings::usage_error_line(&e));
+    logging::config_error(logging::Format::Json, "configuration error", &line);
+    ExitCode::from(EXIT_CONFIG)
 }
 
 /// `--check`: everything a start would try before serving, without serving.

@@ -86,12 +86,12 @@ pub(super) fn acme_settings(
             Some((kid.clone(), key))
         }
         (Some(_), None) => bail!(
-            "{}: needed with `acme_eab_kid`",
-            s.name("acme_eab_hmac_key")
+            "{}: needs `acme_eab_hmac_key` too (the CA gives both)",
+            s.name("acme_eab_kid")
         ),
         (None, Some(_)) => bail!(
-            "{}: needed with `acme_eab_hmac_key`",
-            s.name("acme_eab_kid")
+            "{}: needs `acme_eab_kid` too (the CA gives both)",
+            s.name("acme_eab_hmac_key")
         ),
         (None, None) => None,
     };

@@ -6,22 +6,26 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The line of each top-level key and table header of one config file.
+/// The line of each key and table header of one config file.
 #[derive(Debug, Clone, Default)]
 pub struct KeyLines {
     file: PathBuf,
     /// Key → the 1-based line of each time it starts (several for an
-    /// array of tables, `[[tls_certificates]]`).
+    /// array of tables, `[[tls_certificates]]`). Keys inside a table are
+    /// recorded by path too: `headers[1].set`, `error_pages.404`.
     lines: BTreeMap<String, Vec<usize>>,
 }
 
 impl KeyLines {
     /// Find the keys in `text` (the file at `path`, already parsed, so
-    /// well-formed): a top-level key is a `key =` line before the first
-    /// table header; a table is its `[name]` or `[[name]]` header line.
+    /// well-formed): a `key =` line, under the path of the table header
+    /// above it (`[name]`, `[[name]]` as `name[i]`, `[name.sub]`); a table
+    /// is found at its header line.
     pub fn scan(path: &Path, text: &str) -> KeyLines {
         let mut lines: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        let mut in_table = false;
+        // How many `[[name]]` tables each array has had so far.
+        let mut arrays: BTreeMap<String, usize> = BTreeMap::new();
+        let mut table = String::new();
         let mut in_multiline = false;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -33,18 +37,47 @@ impl KeyLines {
             if in_multiline || line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let key = if let Some(header) = line.strip_prefix('[') {
-                in_table = true;
+            let mut record = |key: String| lines.entry(key).or_default().push(i + 1);
+            if let Some(header) = line.strip_prefix('[') {
+                let array = header.starts_with('[');
                 let header = header.trim_start_matches('[');
-                header.split([']', '.']).next().unwrap_or_default()
-            } else if in_table {
+                let header = header.split(']').next().unwrap_or_default();
+                let mut parts = header.split('.').map(unquote);
+                let name = parts.next().unwrap_or_default().to_owned();
+                let rest: Vec<&str> = parts.collect();
+                if array && rest.is_empty() {
+                    let n = arrays.entry(name.clone()).or_default();
+                    table = format!("{name}[{n}]");
+                    *n += 1;
+                    record(name);
+                } else {
+                    // `[headers.set]` belongs to the latest `[[headers]]`.
+                    table = match arrays.get(&name) {
+                        Some(n) => format!("{name}[{}]", n.saturating_sub(1)),
+                        None => name.clone(),
+                    };
+                    if rest.is_empty() {
+                        record(name);
+                    }
+                    for part in rest {
+                        table = format!("{table}.{part}");
+                    }
+                }
+                record(table.clone());
                 continue;
-            } else {
-                line.split(['=', '.']).next().unwrap_or_default()
+            }
+            let Some((key, _)) = line.split_once('=') else {
+                continue;
             };
-            let key = key.trim().trim_matches('"').trim_matches('\'');
-            if !key.is_empty() {
-                lines.entry(key.to_owned()).or_default().push(i + 1);
+            // A dotted key (`a.b = 1`) is found as its first part.
+            let key = unquote(key.split('.').next().unwrap_or_default());
+            if key.is_empty() {
+                continue;
+            }
+            if table.is_empty() {
+                record(key.to_owned());
+            } else {
+                record(format!("{table}.{key}"));
             }
         }
         KeyLines {
@@ -53,9 +86,21 @@ impl KeyLines {
         }
     }
 
-    /// The line where `key` is set: `name`, or `name[i]` (the i-th table of
-    /// an array), with anything after it (`name[i].cert`) ignored.
+    /// The line where `key` is set: the key's own line (`headers[1].set`)
+    /// when the scan found it, else that of the nearest enclosing key
+    /// (`headers[1]`, the table's header), else `name` or `name[i]` (the
+    /// i-th table of an array).
     pub fn line_of(&self, key: &str) -> Option<usize> {
+        let mut path = key;
+        loop {
+            if let Some(at) = self.lines.get(path) {
+                return at.first().copied();
+            }
+            match path.rfind(['.', '[']) {
+                Some(i) if i > 0 => path = &path[..i],
+                _ => break,
+            }
+        }
         let name = key.split(['.', '[']).next().unwrap_or(key);
         let index = key
             .strip_prefix(name)
@@ -75,21 +120,32 @@ impl KeyLines {
                 "config file {}, line {line}: key `{key}`",
                 self.file.display()
             ),
-            None => format!("config key `{key}`"),
+            None => format!(
+                "config file {}: key `{key}` (not set there: its default)",
+                self.file.display()
+            ),
         }
     }
 
     /// `message` with a leading ``config key `k` `` (as the certificate
-    /// loader words it) named by file and line instead.
+    /// loader words it) named by file and line instead, when the file sets
+    /// `k` (a flag may have).
     pub fn locate(&self, message: &str) -> String {
         let Some(rest) = message.strip_prefix("config key `") else {
             return message.to_owned();
         };
-        let Some((key, after)) = rest.split_once('`') else {
-            return message.to_owned();
-        };
-        format!("{}{after}", self.name(key))
+        match rest.split_once('`') {
+            Some((key, after)) if self.line_of(key).is_some() => {
+                format!("{}{after}", self.name(key))
+            }
+            _ => message.to_owned(),
+        }
     }
+}
+
+/// A key or header part without its quotes and spaces.
+fn unquote(part: &str) -> &str {
+    part.trim().trim_matches('"').trim_matches('\'')
 }
 
 /// serde's `invalid type: …, expected …` (or `invalid value`) as what the
@@ -160,18 +216,48 @@ mod tests {
         assert_eq!(k.line_of("fake"), None);
         assert_eq!(k.line_of("glob"), None);
         assert_eq!(k.line_of("headers"), Some(8));
-        assert_eq!(k.line_of("tls_certificates[1].cert"), Some(12));
+        assert_eq!(k.line_of("tls_certificates[1].cert"), Some(13));
+        assert_eq!(k.line_of("tls_certificates[1].key"), Some(12));
+        assert_eq!(k.line_of("headers[0].glob"), Some(9));
+        assert_eq!(k.line_of("error_pages.404"), Some(15));
         assert_eq!(k.line_of("tls_certificates[0].key"), Some(10));
         assert_eq!(k.line_of("error_pages"), Some(14));
         assert_eq!(
             k.name("root"),
             "config file /etc/s.toml, line 2: key `root`"
         );
-        assert_eq!(k.name("cores"), "config key `cores`");
+        assert_eq!(
+            k.name("cores"),
+            "config file /etc/s.toml: key `cores` (not set there: its default)"
+        );
         assert_eq!(
             k.locate("config key `tls_certificates[1].key`: the key in x does not match"),
             "config file /etc/s.toml, line 12: key `tls_certificates[1].key`: the key in x does not match"
         );
+        assert_eq!(
+            k.locate("config key `tls_cert`: reading c.pem"),
+            "config key `tls_cert`: reading c.pem",
+            "given as a flag, not in the file"
+        );
+    }
+
+    /// Issue 36: an entry of `[[headers]]` is found at its own keys, in
+    /// either spelling of `set`, not at the table's header.
+    #[test]
+    fn keys_inside_arrays_of_tables_are_found_by_line() {
+        let text = "root = \"/srv\"\nlisten = [\n  \"127.0.0.1:0\",\n]\n\
+                    [[headers]]\nglob = \"*.css\"\nset = { X-A = \"1\" }\n\
+                    [[headers]]\nglob = \"*.js\"\n[headers.set]\n\"Bad Name\" = \"x\"\n";
+        let k = KeyLines::scan(Path::new("s.toml"), text);
+        assert_eq!(k.line_of("listen"), Some(2));
+        assert_eq!(k.line_of("headers"), Some(5));
+        assert_eq!(k.line_of("headers[0].glob"), Some(6));
+        assert_eq!(k.line_of("headers[0].set"), Some(7));
+        assert_eq!(k.line_of("headers[0].set.X-A"), Some(7));
+        assert_eq!(k.line_of("headers[1]"), Some(8));
+        assert_eq!(k.line_of("headers[1].glob"), Some(9));
+        assert_eq!(k.line_of("headers[1].set"), Some(10));
+        assert_eq!(k.line_of("headers[1].set.Bad Name"), Some(11));
     }
 
     #[test]

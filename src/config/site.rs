@@ -19,7 +19,7 @@ pub(super) struct SiteRules {
 /// default type, error/redirect `Cache-Control`, `[[headers]]`,
 /// `Cache-Control` by glob and the error pages.
 pub(super) fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
-    use crate::cache::{DotfileAllow, HeaderRules, StatusCacheControl};
+    use crate::cache::{DotfileAllow, StatusCacheControl};
     let dotfile_allow = match (&s.dotfile_allow, s.serve_dotfiles) {
         (Some(_), Some(true)) => bail!(
             "{}: give either `serve_dotfiles = true` (every dotfile) or `dotfile_allow` \
@@ -77,17 +77,7 @@ pub(super) fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
     let status_cache_control =
         StatusCacheControl::new(&errors, s.redirect_cache_control.as_deref())
             .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("error_cache_control")))?;
-    let rules: Vec<(String, Vec<(String, String)>)> = s
-        .headers
-        .iter()
-        .flatten()
-        .map(|r| {
-            let set = r.set.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-            (r.glob.clone(), set)
-        })
-        .collect();
-    let headers =
-        HeaderRules::new(&rules).map_err(|e| anyhow::anyhow!("{}: {e}", s.name("headers")))?;
+    let headers = header_rules(s)?;
     let rules = s
         .cache_control
         .as_ref()
@@ -105,6 +95,31 @@ pub(super) fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
         cache_control,
         error_pages,
     })
+}
+
+/// `[[headers]]`, each part checked on its own first so that an error
+/// names the entry and the key (`headers[1].set.X-Bad`), and with it the
+/// line, rather than the first `[[headers]]` header.
+fn header_rules(s: &Settings) -> anyhow::Result<crate::cache::HeaderRules> {
+    use crate::cache::HeaderRules;
+    let mut rules: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for (i, rule) in s.headers.iter().flatten().enumerate() {
+        let at = |part: &str| s.name_path(&format!("headers[{i}].{part}"));
+        HeaderRules::new(&[(rule.glob.clone(), Vec::new())])
+            .map_err(|e| anyhow::anyhow!("{}: {e}", at("glob")))?;
+        for (name, value) in &rule.set {
+            let field = vec![(name.clone(), value.clone())];
+            HeaderRules::new(&[(rule.glob.clone(), field)])
+                .map_err(|e| anyhow::anyhow!("{}: {e}", at(&format!("set.{name}"))))?;
+        }
+        let set = rule
+            .set
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        rules.push((rule.glob.clone(), set));
+    }
+    HeaderRules::new(&rules).map_err(|e| anyhow::anyhow!("{}: {e}", s.name("headers")))
 }
 
 /// `error_pages`: 4xx/5xx codes to relative paths that stay inside the root.

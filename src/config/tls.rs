@@ -13,8 +13,15 @@ pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::Tl
             key: key.clone(),
             origin: "tls_cert".into(),
         }),
-        (Some(_), None) => bail!("{}: needed with `tls_cert`", s.name("tls_key")),
-        (None, Some(_)) => bail!("{}: needed with `tls_key`", s.name("tls_cert")),
+        // A pair's error points at the half that is there.
+        (Some(_), None) => bail!(
+            "{}: needs `tls_key` too, the certificate's private key",
+            s.name("tls_cert")
+        ),
+        (None, Some(_)) => bail!(
+            "{}: needs `tls_cert` too, the certificate this key is for",
+            s.name("tls_key")
+        ),
         (None, None) => {}
     }
     for (i, p) in s.tls_certificates.iter().flatten().enumerate() {
@@ -36,10 +43,17 @@ pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::Tl
         }
     }
     if listen.is_empty() {
-        if !pairs.is_empty() || s.tls_ticket_key_file.is_some() {
+        // Point at what is configured, since `tls_listen` is not.
+        let given = [
+            ("tls_cert", s.tls_cert.is_some()),
+            ("tls_certificates", s.tls_certificates.is_some()),
+            ("tls_ticket_key_file", s.tls_ticket_key_file.is_some()),
+        ];
+        if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
             bail!(
-                "{}: certificates are configured but no TLS address is",
-                s.name("tls_listen")
+                "{}: needs `tls_listen`, the address to serve HTTPS on \
+                 (e.g. `tls_listen = \"0.0.0.0:443\"`)",
+                s.name(key)
             );
         }
         return Ok(None);
@@ -47,8 +61,9 @@ pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::Tl
     // ACME's own pairs are added by `acme_settings`.
     if pairs.is_empty() && s.acme_domains.as_ref().is_none_or(|d| d.is_empty()) {
         bail!(
-            "{}: `tls_listen` needs a certificate (`tls_cert` and `tls_key`, or `[[tls_certificates]]`)",
-            s.name("tls_cert")
+            "{}: needs a certificate: `tls_cert` and `tls_key`, `[[tls_certificates]]`, \
+             or `acme_domains` to obtain one",
+            s.name("tls_listen")
         );
     }
     Ok(Some(crate::tls::TlsSettings {

@@ -293,6 +293,9 @@ fn root(s: &Settings) -> anyhow::Result<PathBuf> {
         .root
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+    if s.root.is_none() && !root.is_dir() {
+        return Err(no_root(s));
+    }
     match std::fs::metadata(&root) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => bail!(
@@ -314,6 +317,28 @@ fn root(s: &Settings) -> anyhow::Result<PathBuf> {
         Err(e) => bail!("{}: {}: {e}", s.name("root"), root.display()),
     }
     Ok(root)
+}
+
+/// No root was named and the default, the example site that `cargo run`
+/// serves from a checkout, is not here (an installed binary): say how to
+/// name one rather than that `examples/site` does not exist.
+fn no_root(s: &Settings) -> anyhow::Error {
+    let cwd = std::env::current_dir().map_or_else(|_| ".".to_owned(), |d| d.display().to_string());
+    let default = format!(
+        "without one it serves ./{DEFAULT_ROOT}, the example site of a source checkout, \
+         and {cwd} has none"
+    );
+    match &s.config {
+        Some(file) => anyhow::anyhow!(
+            "config file {}: no `root` key: add one such as `root = \"/srv/www\"`, or pass \
+             `--root DIR`; {default}",
+            file.display()
+        ),
+        None => anyhow::anyhow!(
+            "no document root: pass `--root DIR` (e.g. `--root /srv/www`), or `--config FILE` \
+             with `root = \"DIR\"` in it; {default}"
+        ),
+    }
 }
 
 /// What [`addresses_and_cpus`] validates.
@@ -364,9 +389,17 @@ fn addresses_and_cpus(
         .chain(tls_listen)
         .find(|l| overlaps(**l, admin))
     {
+        // With the default admin address, the listener that took its
+        // port is the key that was set.
+        let key = match (&s.admin, listen.contains(clash)) {
+            (Some(_), _) => "admin",
+            (None, true) => "listen",
+            (None, false) => "tls_listen",
+        };
         bail!(
-            "{}: {admin} is also a listen address ({clash}); the admin listener needs its own port",
-            s.name("admin")
+            "{}: {admin} is the admin address and also a listen address ({clash}); \
+             the admin listener needs its own port",
+            s.name(key)
         );
     }
     // Shards share each port with SO_REUSEPORT, so the same port in both
@@ -459,10 +492,20 @@ fn limits(s: &Settings, shards: usize) -> anyhow::Result<Limits> {
     let max_uri_bytes = s
         .max_uri_bytes
         .map_or(DEFAULT_MAX_URI_BYTES as u64, |b| b.0);
-    if max_uri_bytes < 16 || max_uri_bytes >= max_head_bytes {
+    if max_uri_bytes < 16 {
+        bail!("{}: must be at least 16", s.name("max_uri_bytes"));
+    }
+    if max_uri_bytes >= max_head_bytes {
+        // Name the one that was set: a lowered head limit with the
+        // default URI limit is the head limit's error.
+        let key = match (s.max_uri_bytes, s.max_head_bytes) {
+            (None, Some(_)) => "max_head_bytes",
+            _ => "max_uri_bytes",
+        };
         bail!(
-            "{}: must be at least 16 and below max_head_bytes ({max_head_bytes})",
-            s.name("max_uri_bytes")
+            "{}: max_uri_bytes ({max_uri_bytes}) must be below max_head_bytes \
+             ({max_head_bytes}), or 414 could never be sent",
+            s.name(key)
         );
     }
     let max_requests = s

@@ -27,6 +27,29 @@ pub(super) fn one_or_many_strings<'de, D: Deserializer<'de>>(
     }))
 }
 
+/// `cores` as the flag takes it: a count (`cores = 4`) or a CPU list in
+/// quotes (`cores = "0-3,6"`), both kept as the flag's text for
+/// `parse_cores`. A list of numbers is refused rather than read, since
+/// `[3]` could mean CPU 3 or three CPUs.
+pub(super) fn count_or_cpu_list<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
+    match toml::Value::deserialize(d)? {
+        toml::Value::Integer(n) if n >= 0 => Ok(Some(n.to_string())),
+        toml::Value::String(s) => Ok(Some(s)),
+        other => {
+            let given = match &other {
+                toml::Value::Integer(n) => format!("the number {n}"),
+                toml::Value::Array(_) => "a list".to_owned(),
+                v => format!("a {}", v.type_str()),
+            };
+            Err(de::Error::custom(format!(
+                "takes a count of CPUs, e.g. `4`, or a CPU list in quotes, e.g. `\"0-3,6\"`, not {given}"
+            )))
+        }
+    }
+}
+
 /// One `[[tls_certificates]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

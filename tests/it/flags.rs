@@ -192,3 +192,56 @@ fn a_mistyped_flag_gets_a_suggestion() {
         }
     }
 }
+
+/// Issue 36: with `--log-format json`, a command line that clap refuses is
+/// reported as one JSON line (a log pipeline gets JSON from the first
+/// line), still with the nearest flag as a tip and exit status 2; without
+/// it, clap's own text; `--help` stays text either way.
+#[test]
+fn issue36_flag_errors_are_json_with_log_format_json() {
+    for args in [
+        &["--log-format", "json", "--kepalive-timeout", "5"][..],
+        &["--kepalive-timeout", "5", "--log-format=json"][..],
+    ] {
+        let out = command().args(args).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line: {stderr}");
+        let line: serde_json::Value = serde_json::from_str(lines[0])
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {stderr}"));
+        assert_eq!(line["level"], "ERROR", "{line}");
+        assert_eq!(line["message"], "configuration error", "{line}");
+        let error = line["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("unexpected argument '--kepalive-timeout'")
+                && error.contains("a similar argument exists: '--keepalive-timeout'"),
+            "{line}"
+        );
+    }
+    let out = command()
+        .args(["--log-format", "json", "--max-ranges", "lots"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let line: serde_json::Value = serde_json::from_str(stderr.trim()).expect("JSON");
+    assert!(
+        line["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("invalid value 'lots' for '--max-ranges <N>'")),
+        "{line}"
+    );
+    let out = command()
+        .args(["--kepalive-timeout", "5"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: unexpected argument"), "{stderr}");
+    let out = command()
+        .args(["--log-format", "json", "--help"])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: shardhttpd"));
+}
