@@ -585,9 +585,10 @@ impl Settings {
                     .or_else(|| l.starts_with("tip: ").then_some(l))
             })
             .collect();
-        match lines.is_empty() {
-            true => rendered.trim().to_owned(),
-            false => format!("command line: {}", lines.join("; ")),
+        if lines.is_empty() {
+            rendered.trim().to_owned()
+        } else {
+            format!("command line: {}", lines.join("; "))
         }
     }
 

@@ -173,9 +173,9 @@ impl Preflight {
     /// for the operator (`--check` prints them).
     pub fn run(&self, config: &Config) -> anyhow::Result<(Claims, Vec<String>)> {
         let mut notes = Vec::new();
-        check_root(&config.root)?;
+        check_root(&config.root).map_err(|e| at_key(config, "root", e))?;
         if let Some(path) = &config.access_log {
-            check_access_log(path)?;
+            check_access_log(path).map_err(|e| at_key(config, "access_log", e))?;
         }
         check_tls(config)?;
         let mut claims = Claims::default();
@@ -184,11 +184,17 @@ impl Preflight {
             if addr.port() == 0 || self.inherited.contains(&addr) {
                 continue;
             }
+            let key = if config.listen.contains(&addr) {
+                "listen"
+            } else {
+                "tls_listen"
+            };
+            let at = |e| at_key(config, key, e);
             match claim(addr) {
                 Ok(lock) => claims.locks.push((addr, lock)),
                 Err(Claim::HeldByShardhttpd) if self.check_only => {
                     // Still try the privilege: EACCES comes before EADDRINUSE.
-                    probe_privilege(addr)?;
+                    probe_privilege(addr).map_err(at)?;
                     notes.push(format!(
                         "listen address {addr} is held by the running shardhttpd{}; a reload \
                          or upgrade of it hands the address over (a second instance would be \
@@ -198,28 +204,29 @@ impl Preflight {
                     continue;
                 }
                 Err(Claim::HeldByShardhttpd) => {
-                    return Err(setup(format!(
+                    return Err(at(setup(format!(
                     "listen address {addr} is already in use by another shardhttpd{} on this host; \
                          stop it first, or choose another `listen` address",
                         holder(addr)
-                    )))
+                    ))))
                 }
                 Err(Claim::Io(e)) => {
-                    return Err(setup(format!("claiming listen address {addr}: {e}")))
+                    return Err(at(setup(format!("claiming listen address {addr}: {e}"))))
                 }
             }
             if !self.activated.contains(&addr) {
-                probe(addr, "listen")?;
+                probe(addr, "listen").map_err(at)?;
             }
         }
         let admin = config.admin;
         if admin.port() != 0 && !self.inherited_admin {
+            let at = |e| at_key(config, "admin", e);
             // Claimed like a listen address, so that `--check` next to the
             // running server tells its admin socket from a foreign one.
             match claim(admin) {
                 Ok(lock) => claims.locks.push((admin, lock)),
                 Err(Claim::HeldByShardhttpd) if self.check_only => {
-                    probe_privilege(admin)?;
+                    probe_privilege(admin).map_err(at)?;
                     notes.push(format!(
                         "admin address {admin} is held by the running shardhttpd{}; a reload \
                          or upgrade of it hands the address over (a second instance would be \
@@ -229,23 +236,33 @@ impl Preflight {
                     return Ok((claims, notes));
                 }
                 Err(Claim::HeldByShardhttpd) => {
-                    return Err(setup(format!(
+                    return Err(at(setup(format!(
                         "admin address {admin} is already in use by another shardhttpd{} on \
                          this host; stop it first, or choose another `admin` address",
                         holder(admin)
-                    )))
+                    ))))
                 }
                 Err(Claim::Io(e)) => {
-                    return Err(setup(format!("claiming admin address {admin}: {e}")))
+                    return Err(at(setup(format!("claiming admin address {admin}: {e}"))))
                 }
             }
             // The admin socket has no SO_REUSEPORT: a bind is the whole
             // check, and anything else there fails it, `--check` included.
             if !self.activated_admin {
-                probe(admin, "admin")?;
+                probe(admin, "admin").map_err(at)?;
             }
         }
         Ok((claims, notes))
+    }
+}
+
+/// `e` led by the flag, or the config file and line, that gave `key`
+/// (issue 36: every error names its line, those found after validation
+/// too); still a [`SetupError`].
+fn at_key(config: &Config, key: &str, e: anyhow::Error) -> anyhow::Error {
+    match config.origin(key) {
+        Some(location) => setup(format!("{location}: {e:#}")),
+        None => e,
     }
 }
 

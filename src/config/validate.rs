@@ -17,6 +17,9 @@ pub struct Config {
     pub config_path: Option<PathBuf>,
     /// Where that file set each key, for errors found later (certificates).
     pub key_lines: Option<std::sync::Arc<super::KeyLines>>,
+    /// Keys given as flags, which win over the file's: an error found
+    /// later names the file's line only for a key the file decided.
+    pub from_flags: BTreeSet<&'static str>,
     pub root: PathBuf,
     /// Every listen address, host names resolved.
     pub listen: Vec<SocketAddr>,
@@ -178,6 +181,7 @@ impl Config {
         let (proxy_protocol, trusted_proxies, real_ip_header) = proxy_settings(&s)?;
         Ok(Config {
             key_lines: s.key_lines.clone(),
+            from_flags: s.from_flags.clone(),
             config_path: s.config.clone(),
             header_timeout: times.header_timeout,
             keepalive_timeout: times.keepalive_timeout,
@@ -253,6 +257,18 @@ impl Config {
             tls,
             acme,
         })
+    }
+
+    /// Where `key` was given, as validation's errors name it (``flag
+    /// `--listen` ``, or ``config file F, line L: key `listen` ``), for an
+    /// error found after validation (a bind, the root's permissions, the
+    /// access log's directory); `None` for a default.
+    pub fn origin(&self, key: &str) -> Option<String> {
+        if self.from_flags.contains(key) {
+            return Some(format!("flag `--{}`", key.replace('_', "-")));
+        }
+        let lines = self.key_lines.as_ref()?;
+        lines.line_of(key).map(|_| lines.name(key))
     }
 
     pub fn build_options(&self) -> crate::cache::BuildOptions {

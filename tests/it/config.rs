@@ -461,3 +461,44 @@ fn issue36_no_root_says_how_to_name_one() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 36: what `--check` finds after validation (an address another
+/// process holds, the access log's missing directory) names the line of
+/// the key too, or the flag that gave it.
+#[test]
+fn issue36_errors_the_check_finds_name_the_key_that_gave_them() {
+    let site = Site::new("check-located-env");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let busy = busy.local_addr().unwrap().to_string();
+    let missing = site.base().join("no-such-dir").join("access.log");
+    let root = toml_root(&site);
+    let cases = [
+        (
+            format!("{root}listen = \"127.0.0.1:0\"\nadmin = {busy:?}\n"),
+            "line 3: key `admin`: ",
+            format!("admin address {busy} is already in use"),
+        ),
+        (
+            format!(
+                "{root}listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\naccess_log = {:?}\n",
+                missing.display().to_string()
+            ),
+            "line 4: key `access_log`: ",
+            "directory".to_owned(),
+        ),
+    ];
+    for (text, at, want) in &cases {
+        let (cfg, stderr) = check_refuses(&site, text);
+        let at = format!("config file {cfg}, {at}");
+        assert!(stderr.contains(&at), "{text}: names {at:?}: {stderr}");
+        assert!(stderr.contains(want), "{text}: says {want:?}: {stderr}");
+    }
+    let cfg = write_config(&site, &format!("{root}listen = \"127.0.0.1:0\"\n"));
+    let out = run(&["--config", &cfg, "--check", "--admin", &busy]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("flag `--admin`: admin address {busy}")),
+        "{stderr}"
+    );
+}
