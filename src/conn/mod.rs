@@ -340,10 +340,7 @@ impl Conn {
             return self.h2_timeout(env);
         }
         match self.reading {
-            Reading::Proxy => {
-                env.counters.proxy_protocol[1] += 1;
-                Step::Close(CloseReason::HeaderTimeout)
-            }
+            Reading::Proxy => self.proxy_timed_out(env),
             Reading::Lingering(reason) | Reading::Done(reason) if self.out_empty() => {
                 Step::Close(reason)
             }

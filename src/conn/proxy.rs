@@ -6,9 +6,13 @@
 //! (nginx's `real_ip_recursive on`).
 //!
 //! Pure functions over byte slices, no allocation: the connection peeks
-//! the socket into a stack buffer and calls [`parse`].
+//! the socket into a stack buffer and calls [`parse`]. A refused
+//! connection is named by a [`Refusal`], and each shard's
+//! [`RefusalLimit`] decides which refusals get a warn line (`conn::peer`
+//! writes it).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
 
 /// The longest v1 header, `\r\n` included (the specification's figure).
 pub const MAX_V1: usize = 107;
@@ -319,6 +323,78 @@ pub fn real_ip(head: &[u8], name: &str, trusted_set: &[Cidr]) -> Option<IpAddr> 
     forwarded_for(value, trusted_set)
 }
 
+/// Why a `proxy_protocol` listener closed a connection unserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The peer is not in `trusted_proxies`: closed unread.
+    Untrusted,
+    /// What the peer sent is not a valid PROXY header.
+    Header(Invalid),
+    /// No complete header within `header_timeout`.
+    TimedOut,
+}
+
+impl Refusal {
+    /// The reason as the warn line gives it; nginx's words where it has
+    /// them ("broken header … while reading PROXY protocol").
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::Untrusted => "peer not in trusted_proxies",
+            Refusal::Header(Invalid::NotProxy) => "no PROXY header",
+            Refusal::Header(Invalid::Malformed) => "broken header",
+            Refusal::Header(Invalid::TooLong) => "header too long",
+            Refusal::TimedOut => "timed out",
+        }
+    }
+}
+
+/// The shortest time between two refusal lines of one shard. A refusal
+/// costs the server nothing, but a line each would let a scanner, or a
+/// balancer that sends no header, fill the journal; one line a second,
+/// counting the refusals it stands for, still shows who and why.
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// One shard's rate limit on refusal lines: the first refusal after a
+/// quiet [`REFUSAL_LOG_EVERY`] is logged with the number that went
+/// unlogged since the line before; a count left over when a flood stops
+/// is logged on the shard's next tick ([`RefusalLimit::due`]).
+#[derive(Debug, Default)]
+pub struct RefusalLimit {
+    /// When the last line was written.
+    last: Option<Instant>,
+    /// Refusals since then that got no line.
+    suppressed: u64,
+}
+
+impl RefusalLimit {
+    /// A refusal at `now`: `Some(n)` to log it, saying that `n` went
+    /// unlogged before it; `None` to count it silently.
+    pub fn admit(&mut self, now: Instant) -> Option<u64> {
+        if self.quiet(now) {
+            self.last = Some(now);
+            Some(std::mem::take(&mut self.suppressed))
+        } else {
+            self.suppressed += 1;
+            None
+        }
+    }
+
+    /// On the shard's tick: `Some(n)` when `n` refusals went unlogged and
+    /// a line saying so is due.
+    pub fn due(&mut self, now: Instant) -> Option<u64> {
+        if self.suppressed == 0 || !self.quiet(now) {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+
+    fn quiet(&self, now: Instant) -> bool {
+        self.last
+            .is_none_or(|last| now.saturating_duration_since(last) >= REFUSAL_LOG_EVERY)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,5 +580,40 @@ mod tests {
         let head = b"GET / HTTP/1.1\r\nHost: a\r\nx-forwarded-for: 1.1.1.1\r\nX-Forwarded-For: 9.9.9.9, 10.0.0.1\r\n\r\n";
         assert_eq!(real_ip(head, "X-Forwarded-For", &t), ip("9.9.9.9"));
         assert_eq!(real_ip(head, "X-Real-IP", &t), None);
+    }
+
+    /// A flood is one line per [`REFUSAL_LOG_EVERY`], and the lines count
+    /// every refusal: (milliseconds from the start, `admit` or `due`,
+    /// what it returns).
+    #[test]
+    fn refusal_lines_are_rate_limited_and_count_the_rest() {
+        let t0 = Instant::now();
+        let mut limit = RefusalLimit::default();
+        let steps: &[(u64, bool, Option<u64>)] = &[
+            (0, false, None),
+            (0, true, Some(0)),
+            (10, true, None),
+            (20, true, None),
+            (500, false, None),
+            (999, true, None),
+            (1000, true, Some(3)),
+            (1100, true, None),
+            (1500, false, None),
+            (2100, false, Some(1)),
+            (2200, true, None),
+            (2300, false, None),
+            (3200, false, Some(1)),
+            (3300, false, None),
+            (5000, true, Some(0)),
+        ];
+        for &(ms, admit, want) in steps {
+            let now = t0 + Duration::from_millis(ms);
+            let got = if admit {
+                limit.admit(now)
+            } else {
+                limit.due(now)
+            };
+            assert_eq!(got, want, "at {ms} ms, admit {admit}");
+        }
     }
 }

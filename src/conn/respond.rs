@@ -94,12 +94,15 @@ pub struct Scratch {
     boundary_seq: u64,
     /// This shard's request ids (`request_id_header`).
     pub ids: super::request_id::RequestIds,
+    /// This shard's rate-limited PROXY protocol refusal lines.
+    pub(super) proxy_refusals: super::peer::RefusalLog,
 }
 
 impl Scratch {
     pub fn for_shard(index: usize) -> Scratch {
         Scratch {
             ids: super::request_id::RequestIds::new(index),
+            proxy_refusals: super::peer::RefusalLog::new(index),
             ..Scratch::default()
         }
     }

@@ -319,6 +319,7 @@ impl Shard {
                 // comes to do it: an old generation holds its arena (and a
                 // shard out of fds accepts nothing).
                 self.cache.load();
+                Conn::flush_proxy_refusals(&mut self.scratch, now);
                 self.metrics.publish(self.index, &self.counters);
                 if let Some(log) = &mut self.log {
                     log.flush();
@@ -460,7 +461,7 @@ impl Shard {
                         // choose the address it is logged under. Closed
                         // unread, as nginx's `set_real_ip_from` would not
                         // believe it and HAProxy's `accept-proxy` ACLs do.
-                        Conn::refuse_untrusted(&mut self.counters);
+                        Conn::refuse_untrusted(&mut self.counters, &mut self.scratch, peer, now);
                         drop(stream);
                         continue;
                     }

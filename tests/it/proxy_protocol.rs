@@ -466,3 +466,140 @@ fn haproxy_send_proxy_v1_and_v2_over_cleartext_and_tls() {
         log_lines(&log)
     );
 }
+
+/// Issue 36 §4: a refusal is a warn line with the client's address and
+/// the reason, as nginx's "broken header … while reading PROXY protocol,
+/// client: X" (an untrusted peer used to leave no line, a missing header
+/// a debug line without the address), and a flood is one line a second
+/// per shard that counts the refusals it stands for.
+#[test]
+fn refusals_are_logged_at_warn_with_client_and_reason_and_rate_limited() {
+    let site = Site::new("proxy-refusal-log");
+    let server = Server::start(
+        &site.root,
+        &[
+            "--proxy-protocol",
+            "true",
+            "--trusted-proxies",
+            "127.0.0.2/32",
+            "--cores",
+            "1",
+        ],
+    );
+    let addr = server.plain_addr();
+    // The refusal lines (`connection refused …`, one per logged refusal;
+    // `more connections refused …`, the count of the unlogged ones).
+    let refusals = || -> Vec<String> {
+        server
+            .log_lines()
+            .into_iter()
+            .filter(|l| l.contains("refused while reading PROXY protocol"))
+            .collect()
+    };
+    let suppressed = |l: &str| -> u64 {
+        support::log_field(l, "suppressed")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no suppressed= count: {l}"))
+    };
+    let next_line = |n: usize, what: &str| -> String {
+        let ok = poll_until(FLUSHED_WITHIN, || refusals().len() > n);
+        assert!(ok, "{what}: no warn line\n{}", server.log_text());
+        refusals()[n].clone()
+    };
+    let pause = || std::thread::sleep(Duration::from_millis(1100));
+
+    // An untrusted peer, closed unread.
+    let mut s = connect_from(Ipv4Addr::LOCALHOST, addr);
+    let client = s.local_addr().unwrap().to_string();
+    let _ = s.write_all(b"PROXY TCP4 198.51.100.4 127.0.0.1 40000 80\r\n");
+    assert_refused(s, "untrusted peer");
+    let line = next_line(0, "untrusted peer");
+    assert!(line.contains(" WARN "), "{line}");
+    assert_eq!(
+        support::log_field(&line, "client"),
+        Some(client.as_str()),
+        "{line}"
+    );
+    assert_eq!(
+        support::log_field(&line, "reason"),
+        Some("peer not in trusted_proxies"),
+        "{line}"
+    );
+
+    // A malformed header from a trusted peer, past the rate limit's second.
+    pause();
+    let mut s = connect_from(Ipv4Addr::new(127, 0, 0, 2), addr);
+    let client = s.local_addr().unwrap().to_string();
+    s.write_all(b"PROXY TCP4 1.2.3.999 5.6.7.8 1 2\r\n")
+        .unwrap();
+    assert_refused(s, "malformed header");
+    let line = next_line(1, "malformed header");
+    assert!(line.contains(" WARN "), "{line}");
+    assert_eq!(
+        support::log_field(&line, "client"),
+        Some(client.as_str()),
+        "{line}"
+    );
+    assert_eq!(
+        support::log_field(&line, "reason"),
+        Some("broken header"),
+        "{line}"
+    );
+    assert!(
+        line.contains("PROXY TCP4 1.2.3.999"),
+        "the header is quoted: {line}"
+    );
+    assert_eq!(suppressed(&line), 0, "{line}");
+
+    // A flood of untrusted peers: a line a second, counting the rest.
+    pause();
+    const FLOOD: u64 = 200;
+    let before = refusals().len();
+    let start = Instant::now();
+    for _ in 0..FLOOD {
+        // Bytes sent, or TCP_DEFER_ACCEPT holds the connection back.
+        let mut s = plain(addr);
+        let _ = s.write_all(GET);
+        assert_refused(s, "flood");
+    }
+    let took = start.elapsed();
+    let counted = |lines: &[String]| -> u64 {
+        lines
+            .iter()
+            .map(|l| u64::from(l.contains("connection refused")) + suppressed(l))
+            .sum()
+    };
+    let ok = poll_until(FLUSHED_WITHIN, || counted(&refusals()[before..]) >= FLOOD);
+    let flood = refusals()[before..].to_vec();
+    assert!(
+        ok && counted(&flood) == FLOOD,
+        "the lines count {} of {FLOOD} refusals: {flood:#?}",
+        counted(&flood)
+    );
+    let most = took.as_secs() as usize + 2;
+    assert!(
+        flood.len() <= most,
+        "{} lines for {FLOOD} refusals in {took:?}, want at most {most}: {flood:#?}",
+        flood.len()
+    );
+    for l in &flood {
+        assert!(l.contains(" WARN "), "{l}");
+        if l.contains("connection refused") {
+            assert_eq!(
+                support::log_field(l, "reason"),
+                Some("peer not in trusted_proxies"),
+                "{l}"
+            );
+            assert!(
+                support::log_field(l, "client").is_some_and(|c| c.starts_with("127.0.0.1:")),
+                "{l}"
+            );
+        }
+    }
+    await_value(
+        server.admin_addr(),
+        "shardhttpd_proxy_protocol_total",
+        &[("result", "refused")],
+        (FLOOD + 2) as f64,
+    );
+}
