@@ -85,7 +85,7 @@ pub(super) fn site_rules(s: &Settings) -> anyhow::Result<SiteRules> {
         .unwrap_or_default();
     let cache_control = crate::cache::CacheControl::new(&rules, s.cache_control_default.clone())
         .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("cache_control")))?;
-    let error_pages = error_pages(s.error_pages.as_ref(), &s.name("error_pages"))?;
+    let error_pages = error_pages(s)?;
     Ok(SiteRules {
         dotfile_allow,
         index_files,
@@ -122,13 +122,13 @@ fn header_rules(s: &Settings) -> anyhow::Result<crate::cache::HeaderRules> {
     HeaderRules::new(&rules).map_err(|e| anyhow::anyhow!("{}: {e}", s.name("headers")))
 }
 
-/// `error_pages`: 4xx/5xx codes to relative paths that stay inside the root.
-fn error_pages(
-    pages: Option<&BTreeMap<String, String>>,
-    name: &str,
-) -> anyhow::Result<Vec<(u16, String)>> {
+/// `error_pages`: 4xx/5xx codes to relative paths that stay inside the
+/// root; an error names the entry (`error_pages.200`), at its own line
+/// under `[error_pages]`.
+fn error_pages(s: &Settings) -> anyhow::Result<Vec<(u16, String)>> {
     let mut out = Vec::new();
-    for (code, page) in pages.into_iter().flatten() {
+    for (code, page) in s.error_pages.iter().flatten() {
+        let name = s.name_path(&format!("error_pages.{code}"));
         let n: u16 = code
             .parse()
             .ok()

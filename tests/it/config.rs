@@ -174,10 +174,16 @@ fn errors_name_the_file_and_line_and_say_how_to_fix_it() {
             2,
             "key `max_ranges`: must be at least 1",
         ),
+        // Issue 36: an entry of a table at its own line.
         (
             format!("{root}[error_pages]\n200 = \"ok.html\"\n"),
+            3,
+            "key `error_pages.200`: `200` is not a 4xx or 5xx status",
+        ),
+        (
+            format!("{root}error_pages = {{ 404 = \"../x.html\" }}\n"),
             2,
-            "key `error_pages`: `200` is not a 4xx or 5xx status",
+            "key `error_pages.404`: `../x.html` must be a file path relative to the root",
         ),
         // serde's type error, in an operator's words.
         (
