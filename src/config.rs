@@ -109,6 +109,11 @@ const AFTER_HELP: &str = "\
 Durations take units (\"500ms\", \"60s\", \"1m\", \"1h\"); sizes take \"64KiB\",
 \"1MiB\", \"1GiB\". A bare number keeps the unit in the option's name or help.
 
+Every option but --config and --check is also a key of the config file, with
+`_` for `-`; a flag overrides the file. Keys of the file only: cache_control,
+error_cache_control, error_pages, headers, tls_certificates (README,
+\"Configuration\").
+
 Exit status:
   0  stopped cleanly (SIGTERM/SIGINT), or --check found nothing wrong
   1  a fatal error while serving

@@ -147,7 +147,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("tls_key", "none".into()),
         (
             "tls_ticket_key_file",
-            "none (a random secret per process)".into(),
+            "none (a random key per 6 h period, forgotten after the next)".into(),
         ),
     ]
 }

@@ -45,6 +45,7 @@ mod pipelining;
 mod process_invariants;
 mod properties;
 mod proxy_protocol;
+mod readme_drift;
 mod redirects;
 mod reload;
 mod sendfile;
