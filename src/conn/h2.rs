@@ -104,13 +104,16 @@ impl Conn {
         }
         let sent = h2.send(&mut io.out, env.snapshot, &mut h2c, env.now);
         env.counters.h2 = h2c;
-        self.deadline = if let Some(t) = h2.stalled_since() {
-            t + env.cfg.write_timeout
+        // Idle time counts from the last whole frame or the last output:
+        // bytes that complete nothing (a TLS record a byte at a time) do
+        // not move it.
+        if let Some(t) = h2.stalled_since() {
+            self.deadline = t + env.cfg.write_timeout;
         } else if let Some(t) = h2.header_pending_since() {
-            t + env.cfg.header_timeout
-        } else {
-            env.now + env.cfg.keepalive_timeout
-        };
+            self.deadline = t + env.cfg.header_timeout;
+        } else if used > 0 || !io.out.is_empty() {
+            self.deadline = env.now + env.cfg.keepalive_timeout;
+        }
         if recv == Recv::Failed {
             self.reading = Reading::Done(CloseReason::Error);
             return false;

@@ -108,6 +108,32 @@ enum Reading {
     Proxy,
 }
 
+/// What the socket may hold unread, as far as readiness told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readable {
+    /// Drained: wait for the next edge.
+    No,
+    /// An edge came: a read shorter than the buffer drains it (the next
+    /// bytes raise a new edge).
+    Yes,
+    /// epoll announced the peer's FIN (EPOLLRDHUP, EPOLLHUP): reads go on
+    /// to the end of file, since no new edge comes for a FIN already
+    /// announced, even when a short read took the bytes before it.
+    ToEof,
+}
+
+impl Readable {
+    fn set(&mut self) {
+        if *self == Readable::No {
+            *self = Readable::Yes;
+        }
+    }
+
+    fn any(self) -> bool {
+        self != Readable::No
+    }
+}
+
 enum Fill {
     /// New bytes are in the buffer.
     Data,
@@ -157,8 +183,8 @@ pub struct Conn {
     /// When the timer wheel will next look at this connection.
     pub scheduled: Instant,
     reading: Reading,
-    /// The socket may have unread bytes (edge seen, not yet drained).
-    readable: bool,
+    /// Whether the socket may have unread bytes.
+    readable: Readable,
     /// The last write hit EAGAIN; wait for EPOLLOUT.
     write_blocked: bool,
     /// The last event stopped on its budget with work left (bytes to read or
@@ -218,7 +244,7 @@ impl Conn {
             // first event, as for any deadline earlier than `scheduled`.
             scheduled: now + NOT_SCHEDULED,
             reading,
-            readable: false,
+            readable: Readable::No,
             write_blocked: false,
             resume: false,
             parted: false,
@@ -318,8 +344,10 @@ impl Conn {
 
     /// Handle readiness `events` from epoll.
     pub fn on_ready(&mut self, events: u32, env: &mut ShardEnv<'_>) -> Step {
-        if events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR) != 0 {
-            self.readable = true;
+        if events & (EPOLLRDHUP | EPOLLHUP) != 0 {
+            self.readable = Readable::ToEof;
+        } else if events & (EPOLLIN | EPOLLERR) != 0 {
+            self.readable.set();
         }
         if events & (EPOLLOUT | EPOLLHUP | EPOLLERR) != 0 {
             self.write_blocked = false;
@@ -418,7 +446,7 @@ impl Conn {
     /// may retry (RFC 9112 §9.3.1), rather than a reset, which it sees if
     /// the socket is closed with bytes unread.
     fn part(&mut self, env: &mut ShardEnv<'_>) -> Step {
-        self.readable = true;
+        self.readable.set();
         if let Step::Close(reason) = self.drive(env) {
             return Step::Close(reason);
         }
@@ -434,7 +462,7 @@ impl Conn {
             return Step::Close(CloseReason::Shutdown);
         }
         self.reading = Reading::Lingering(CloseReason::Shutdown);
-        self.readable = true;
+        self.readable.set();
         self.deadline = env.now + LINGER_TIMEOUT;
         self.drive(env)
     }
@@ -496,7 +524,7 @@ impl Conn {
                 rounds += 1;
                 continue;
             }
-            if !(self.readable && self.wants_read(env.snapshot)) {
+            if !(self.readable.any() && self.wants_read(env.snapshot)) {
                 break;
             }
             if reads == MAX_READS_PER_EVENT {
@@ -523,6 +551,12 @@ impl Conn {
                     return Step::Close(CloseReason::Error);
                 }
             }
+        }
+        if self.write_blocked
+            && self.io.as_mut().is_some_and(|io| io.out.reached_bound())
+            && env.counters.enabled
+        {
+            env.counters.output_bound_hits += 1;
         }
         if env.stop == Stop::Draining {
             self.on_drain(env);
@@ -595,7 +629,7 @@ impl Conn {
         let io = self.io();
         io.rstart = 0;
         io.rend = 0;
-        self.readable = true;
+        self.readable.set();
         self.deadline = now
             + if self.is_h2() {
                 H2_LINGER_TIMEOUT

@@ -21,9 +21,17 @@ use crate::sys;
 /// KiB is cheaper than an extra iovec and pinning the snapshot.
 pub const COPY_MAX: usize = 16 * 1024;
 
-/// Stop answering pipelined requests once this much owned output is queued,
-/// so a client that sends without reading cannot grow the buffer unbounded.
-const HIGH_WATER: usize = 256 * 1024;
+/// Owned output a connection may hold unsent beyond what its socket took:
+/// at this much, HTTP/1 stops answering pipelined requests and HTTP/2
+/// stops reading frames and queuing DATA until the client reads. Bodies
+/// queued by reference to the snapshot do not count (the snapshot holds
+/// them anyway). A client that stops reading so costs about as much as
+/// nginx's `output_buffers` (2 × 32 KiB), not what it asked for.
+pub const HIGH_WATER: usize = 64 * 1024;
+
+/// Written bytes at the front of the owned buffer that a partial write
+/// drops (see `Output::compact`).
+const COMPACT_AT: usize = 32 * 1024;
 
 /// Most iovecs gathered into one `writev`.
 const MAX_IOVECS: usize = 64;
@@ -37,8 +45,10 @@ const SENDFILE_CHUNK: usize = 256 * 1024;
 const MAX_WRITES_PER_FLUSH: usize = 8;
 
 /// Piece size of the verified copy of large files: big enough to amortise
-/// the `pread` + `fstat` per piece, small enough not to matter per connection.
-const COPY_CHUNK: usize = 128 * 1024;
+/// the `pread` + `fstat` per piece, small enough not to matter per
+/// connection (a reader that stops holds one piece staged; over TLS also
+/// up to `tls::SEND_BUFFER` of its records).
+pub const COPY_CHUNK: usize = 32 * 1024;
 
 /// Stop answering pipelined requests while this many large-file bodies
 /// are queued. Each holds its file's fd (shared with the open-file cache
@@ -175,6 +185,9 @@ pub struct Output {
     staged: usize,
     /// `File` chunks queued (see [`MAX_QUEUED_FILES`]).
     files: usize,
+    /// [`reached_bound`](Self::reached_bound) said so since the queue was
+    /// last empty.
+    bound_seen: bool,
     /// Large-file bodies sent in full whose file had no name left when
     /// they ended (link count 0: renamed over or unlinked meanwhile), for
     /// the connection to count and reset.
@@ -292,10 +305,23 @@ impl Output {
     /// Whether new responses must wait: too much is queued, or bodies of an
     /// older snapshot than `current` are still pinned.
     pub fn is_backlogged(&self, current: &Arc<Snapshot>) -> bool {
+        self.is_full() || self.pin.as_ref().is_some_and(|p| !Arc::ptr_eq(p, current))
+    }
+
+    /// The queue holds as much as a connection may: [`HIGH_WATER`] owned
+    /// bytes, a `writev`'s worth of pieces or [`MAX_QUEUED_FILES`] files.
+    fn is_full(&self) -> bool {
         self.pending_owned() >= HIGH_WATER
             || self.chunks.len() >= MAX_IOVECS
             || self.files >= MAX_QUEUED_FILES
-            || self.pin.as_ref().is_some_and(|p| !Arc::ptr_eq(p, current))
+    }
+
+    /// The queue is full for the first time since it was last empty (for
+    /// `shardhttpd_output_bound_hits_total`: one count per episode).
+    pub fn reached_bound(&mut self) -> bool {
+        let first = self.is_full() && !self.bound_seen;
+        self.bound_seen |= first;
+        first
     }
 
     /// The unsent queue in order (see [`Piece`]).
@@ -483,6 +509,7 @@ impl Output {
         self.sent = 0;
         self.chunks.clear();
         self.files = 0;
+        self.bound_seen = false;
         self.pin = None;
     }
 
@@ -561,7 +588,28 @@ impl Output {
             return Err(io::Error::from(io::ErrorKind::WriteZero).into());
         }
         self.advance(written);
+        self.compact();
         Ok(true)
+    }
+
+    /// Drop written bytes from the front of the owned buffer once there
+    /// are [`COMPACT_AT`] of them. A queue that never empties (an HTTP/2
+    /// connection refilled with frames while its client reads a little at
+    /// a time, or rustls taking a record at a time) is never reset, and
+    /// would otherwise keep everything it ever sent: 3 MiB per stalled
+    /// HTTP/2 reader over TLS on io_uring.
+    fn compact(&mut self) {
+        let n = self.sent;
+        if n < COMPACT_AT || self.lent.is_some() || n == self.buf.len() {
+            return;
+        }
+        self.buf.drain(..n);
+        self.sent = 0;
+        for chunk in &mut self.chunks {
+            if let Chunk::Own { end } = chunk {
+                *end -= n;
+            }
+        }
     }
 
     /// Consume `n` written bytes from the front of the queue.
@@ -757,6 +805,65 @@ mod tests {
         );
         assert_eq!(out.lent(), Some(7));
         (out, buf, start)
+    }
+
+    /// A sink that takes at most `per_write` bytes a call and keeps them.
+    struct Trickle {
+        per_write: usize,
+        got: Vec<u8>,
+    }
+
+    impl Sink for Trickle {
+        fn write_vectored(&mut self, iov: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+            let mut n = 0;
+            for b in iov {
+                let take = b.len().min(self.per_write - n);
+                self.got.extend_from_slice(&b[..take]);
+                n += take;
+            }
+            Ok(n)
+        }
+
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.write_vectored(&[IoSlice::new(buf)], false)
+        }
+
+        fn sendfile(&mut self, _: &File, _: &mut u64, _: usize) -> io::Result<usize> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    /// A queue that never empties, refilled while a slow reader takes a
+    /// little at a time, keeps what is unsent, not everything it sent
+    /// (it grew by every byte before `compact`); the bytes come out whole
+    /// and in order.
+    #[test]
+    fn a_queue_refilled_while_a_slow_reader_takes_a_little_stays_bounded() {
+        let mut out = Output::default();
+        let mut sink = Trickle {
+            per_write: 1000,
+            got: Vec::new(),
+        };
+        let mut want = Vec::new();
+        for i in 0..2_000u32 {
+            let piece = i.to_be_bytes().repeat(2500);
+            out.buf().extend_from_slice(&piece);
+            want.extend_from_slice(&piece);
+            out.flush(&mut sink).unwrap();
+            assert!(
+                out.buf().capacity() <= 2 * (HIGH_WATER + COMPACT_AT),
+                "round {i}: {} B kept for {} B unsent",
+                out.buf().capacity(),
+                out.pending_owned()
+            );
+            while out.pending_owned() > HIGH_WATER {
+                out.flush(&mut sink).unwrap();
+            }
+        }
+        while !out.is_empty() {
+            out.flush(&mut sink).unwrap();
+        }
+        assert!(sink.got == want, "bytes lost or reordered");
     }
 
     #[test]

@@ -47,18 +47,18 @@ impl Conn {
         }
         match crate::sys::recv(&self.stream, &mut io.rbuf[io.rend..]) {
             Ok(0) => {
-                self.readable = false;
+                self.readable = Readable::No;
                 Ok(Fill::Eof)
             }
             Ok(n) => {
                 io.rend += n;
-                if n < spare {
-                    self.readable = false;
+                if n < spare && self.readable == Readable::Yes {
+                    self.readable = Readable::No;
                 }
                 Ok(Fill::Data)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.readable = false;
+                self.readable = Readable::No;
                 Ok(Fill::Drained)
             }
             Err(e) => Err(e),
@@ -90,13 +90,15 @@ impl Conn {
         match res? {
             TlsRead::Data { n, more } => {
                 io.rend += n;
-                if !more {
-                    self.readable = false;
+                // After a FIN, read on to the end of file (while reads
+                // bring plaintext: handshake progress alone must not loop).
+                if !more && (self.readable == Readable::Yes || n == 0) {
+                    self.readable = Readable::No;
                 }
                 Ok(Fill::Data)
             }
             TlsRead::Drained => {
-                self.readable = false;
+                self.readable = Readable::No;
                 if !pushed {
                     return Ok(Fill::Drained);
                 }
@@ -135,7 +137,7 @@ impl Conn {
                 session.flush_alert(&self.stream);
             }
         }
-        self.readable = false;
+        self.readable = Readable::No;
         Ok(Fill::Eof)
     }
 }

@@ -88,7 +88,7 @@ impl Conn {
     ///
     /// [`ring_wants`]: Self::ring_wants
     pub fn push(&mut self, bytes: &[u8], pool: &mut BufPool, cfg: &ConnConfig) {
-        self.readable = true;
+        self.readable.set();
         self.ring |= PUSHED;
         if matches!(self.reading, Reading::Lingering(_)) {
             return;
@@ -137,7 +137,7 @@ impl Conn {
 
     /// The receive ended with `res`: 0 (end of file) or `-errno`.
     pub fn push_end(&mut self, res: i32) {
-        self.readable = true;
+        self.readable.set();
         self.ring |= if res == 0 { EOF } else { FAILED };
     }
 
@@ -157,7 +157,7 @@ impl Conn {
             self.ring &= !PUSHED;
             return Ok(Fill::Data);
         }
-        self.readable = false;
+        self.readable = Readable::No;
         self.recv_end()
     }
 

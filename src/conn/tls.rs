@@ -658,7 +658,7 @@ pub(super) mod tests {
             sent.len()
         );
 
-        let answer: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        let answer: Vec<u8> = (0..32_000u32).map(|i| (i % 251) as u8).collect();
         let mut queue = Output::default();
         queue.buf().extend_from_slice(&answer);
         server.encrypt(&mut queue).unwrap();
@@ -684,7 +684,7 @@ pub(super) mod tests {
                 "the buffer comes back"
             );
         }
-        assert!(id > 9, "40 000 bytes took more than two lends");
+        assert!(id > 9, "32 000 bytes took more than two lends");
         assert!(!server.wants_write());
 
         // What the handshake left on the socket (session tickets) first.

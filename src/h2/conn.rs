@@ -13,7 +13,7 @@ use crate::conn::output::Piece;
 
 /// Output queued past this stops reading frames until it drains: a client
 /// that sends PINGs or requests without reading cannot grow it unbounded.
-const BACKLOG: usize = 256 * 1024;
+const BACKLOG: usize = crate::conn::output::HIGH_WATER;
 
 /// How many recently reset stream ids are remembered (see
 /// `H2::reset_recently`).
@@ -64,7 +64,7 @@ impl H2 {
                 continue;
             }
             let Some(head) = Head::parse(rest) else {
-                return (at, Recv::More);
+                return (at, self.unfinished(rest, now));
             };
             if head.len as usize > MAX_FRAME_IN {
                 self.fail(out.buf(), ErrorCode::FrameSize, counters);
@@ -72,12 +72,28 @@ impl H2 {
             }
             let total = frame::HEAD_LEN + head.len as usize;
             if rest.len() < total {
-                return (at, Recv::More);
+                return (at, self.unfinished(rest, now));
             }
             let payload = &rest[frame::HEAD_LEN..total];
             at += total;
+            // A block began when its first frame's first byte arrived.
+            let began = self.partial_since.take().unwrap_or(now);
             self.frame(head, payload, out, handler, counters, now);
+            if let Some(p) = &mut self.pending {
+                p.started = p.started.min(began);
+            }
         }
+    }
+
+    /// `rest` is the start of a frame still arriving: it is pending from
+    /// its first byte (see [`H2::header_pending_since`]).
+    fn unfinished(&mut self, rest: &[u8], now: Instant) -> Recv {
+        if rest.is_empty() {
+            self.partial_since = None;
+        } else if self.partial_since.is_none() {
+            self.partial_since = Some(now);
+        }
+        Recv::More
     }
 
     fn frame(
@@ -531,7 +547,9 @@ impl H2 {
                             now,
                         );
                     }
-                    if b.req.target.len() > self.cfg.max_uri {
+                    if let Some(e) = b.bad_host {
+                        handler.refuse(e.status(), e.message(), &mut self.resp)
+                    } else if b.req.target.len() > self.cfg.max_uri {
                         handler.refuse(
                             Status::UriTooLong,
                             "request target too long",

@@ -226,6 +226,8 @@ pub struct H2 {
     /// Header block being assembled (HEADERS + CONTINUATION).
     block: Vec<u8>,
     pending: Option<Pending>,
+    /// When the first bytes of a frame not yet whole arrived.
+    partial_since: Option<Instant>,
     fields: hpack::Fields,
     /// Scratch queue a response is rendered into before framing.
     resp: Output,
@@ -289,6 +291,7 @@ impl H2 {
             encoder: encode::Encoder::default(),
             block: Vec::new(),
             pending: None,
+            partial_since: None,
             fields: hpack::Fields::default(),
             resp: Output::default(),
             streams: stream::Streams::default(),
@@ -339,9 +342,15 @@ impl H2 {
             || ((self.goaway_sent || self.peer_goaway) && self.streams.is_empty())
     }
 
-    /// A header block is waiting for its CONTINUATION since then.
+    /// Since when a header block waits for its CONTINUATION, or a frame
+    /// (of any type: a DATA frame too) for the rest of its bytes: each is
+    /// due within `header_timeout` of its first byte, so a client cannot
+    /// hold a connection by sending a frame a byte at a time.
     pub fn header_pending_since(&self) -> Option<Instant> {
-        self.pending.as_ref().map(|p| p.started)
+        match (self.pending.as_ref().map(|p| p.started), self.partial_since) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Since when responses have been waiting on a closed window.

@@ -4,7 +4,7 @@
 use super::hpack;
 use super::stream::DEFAULT_URGENCY;
 use super::H2Config;
-use crate::http::request::{Method, Request, Version};
+use crate::http::request::{valid_host, Method, ParseError, Request, Version};
 
 /// A request that breaks RFC 9113 §8: a stream error PROTOCOL_ERROR.
 pub(super) struct Malformed;
@@ -15,12 +15,16 @@ pub(super) struct Built<'f> {
     pub content_length: Option<u64>,
     pub urgency: u8,
     pub incremental: bool,
+    /// The request names no host, or an invalid one: answered 400 as the
+    /// same Host would be over HTTP/1.1 (RFC 9112 §3.2), never served.
+    pub bad_host: Option<ParseError>,
 }
 
 /// RFC 9113 §8.3: pseudo-headers first, each once, `:method`, `:scheme`
 /// and a non-empty `:path` present; names lower-case; no
 /// connection-specific fields; `te` only `trailers`; values without NUL,
-/// CR or LF.
+/// CR or LF; a `host` that names another authority than `:authority`
+/// (§8.3.1).
 pub(super) fn build<'f>(
     fields: &'f hpack::Fields,
     _cfg: &H2Config,
@@ -88,7 +92,7 @@ pub(super) fn build<'f>(
     }
     let kind = Method::of(method_name);
     let mut req = Request::new(kind, method_name, path, Version::Http2, 0);
-    req.host = authority;
+    let mut host = None;
     let mut content_length = None;
     let mut urgency = DEFAULT_URGENCY;
     let mut incremental = false;
@@ -96,8 +100,10 @@ pub(super) fn build<'f>(
         let value = trim(value);
         let slot = match name {
             b"host" => {
-                if req.host.is_none() {
-                    req.host = Some(value);
+                // Two hosts would let a proxy and this server disagree on
+                // the site, as over HTTP/1.1.
+                if host.replace(value).is_some() {
+                    return Err(Malformed);
                 }
                 continue;
             }
@@ -131,11 +137,20 @@ pub(super) fn build<'f>(
             *slot = Some(value);
         }
     }
+    let bad_host = match (authority, host) {
+        (Some(a), Some(h)) if !a.eq_ignore_ascii_case(h) => return Err(Malformed),
+        (None, None) => Some(ParseError::MissingHost),
+        (Some(name), _) | (None, Some(name)) => {
+            req.host = Some(name);
+            (!valid_host(name)).then_some(ParseError::BadHost)
+        }
+    };
     Ok(Built {
         req,
         content_length,
         urgency,
         incremental,
+        bad_host,
     })
 }
 
@@ -209,7 +224,7 @@ mod tests {
     use super::{build, is_lower_token, parse_priority, trim, Malformed};
     use crate::h2::hpack::Fields;
     use crate::h2::H2Config;
-    use crate::http::request::Version;
+    use crate::http::request::{ParseError, Version};
 
     fn list(fields: &[(&[u8], &[u8])]) -> Fields {
         let mut list = Fields::default();
@@ -452,11 +467,54 @@ mod tests {
             (b":scheme", b"https"),
             (b":authority", b"a.example"),
             (b":path", b"/"),
-            (b"host", b"h.example"),
+            (b"host", b"A.example"),
         ]);
         let b = build(&fields, &cfg()).ok().unwrap();
-        assert_eq!(b.req.host, Some(&b"a.example"[..]), ":authority wins");
+        assert_eq!(b.req.host, Some(&b"a.example"[..]), ":authority names it");
         assert_eq!((b.urgency, b.incremental), (3, false));
+    }
+
+    /// The HTTP/1.1 Host rules on both of HTTP/2's names for it: neither
+    /// or an invalid one is a 400, a `host` naming another authority than
+    /// `:authority` (or a second `host`) is malformed (RFC 9113 §8.3.1).
+    #[test]
+    fn authority_and_host_are_checked_as_http1_checks_host() {
+        let auth = |a: &'static [u8]| with(&[(b":authority", a)]);
+        let host = |h: &'static [u8]| with(&[(b"host", h)]);
+        let bad = |f: &Fields| build(f, &cfg()).ok().unwrap().bad_host;
+        for ok in [
+            &b"a.example"[..],
+            b"a.example:8443",
+            b"[::1]:80",
+            b"10.0.0.1",
+        ] {
+            assert_eq!(bad(&auth(ok)), None, "{ok:?}");
+            assert_eq!(bad(&host(ok)), None, "{ok:?}");
+        }
+        for invalid in [
+            &b"evil.example/x"[..],
+            b"a@evil.example",
+            b"evil.example?",
+            b"[::1",
+            b"x y",
+            b"a.example:80:80",
+        ] {
+            assert_eq!(
+                bad(&auth(invalid)),
+                Some(ParseError::BadHost),
+                "{invalid:?}"
+            );
+            assert_eq!(
+                bad(&host(invalid)),
+                Some(ParseError::BadHost),
+                "{invalid:?}"
+            );
+        }
+        assert_eq!(bad(&with(&[])), Some(ParseError::MissingHost));
+        let differ = with(&[(b":authority", b"a.example"), (b"host", b"b.example")]);
+        assert!(matches!(build(&differ, &cfg()), Err(Malformed)));
+        let twice = with(&[(b"host", b"a.example"), (b"host", b"a.example")]);
+        assert!(matches!(build(&twice, &cfg()), Err(Malformed)));
     }
 
     #[test]

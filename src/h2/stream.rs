@@ -16,7 +16,7 @@ use std::time::Instant;
 use super::frame::{self, ErrorCode};
 use super::{H2Counters, H2, ROUND_BYTES};
 use crate::cache::{Snapshot, Witness};
-use crate::conn::output::{Output, Piece};
+use crate::conn::output::{Output, Piece, HIGH_WATER};
 
 /// RFC 9218 §4.1: the default urgency.
 pub const DEFAULT_URGENCY: u8 = 3;
@@ -268,11 +268,17 @@ impl H2 {
         let mut queued = 0;
         let max_frame = self.peer_max_frame.min(frame::DEFAULT_MAX_FRAME as usize);
         let res = loop {
-            if queued >= ROUND_BYTES {
-                break Sent::More;
-            }
             if self.send_window <= 0 {
                 break Sent::Idle;
+            }
+            // The connection's bound on owned output (frames copied from
+            // files or old snapshots) applies across calls: a client that
+            // stops reading holds at most that much, plus one frame. The
+            // same bound makes the output backlogged (`Output::is_full`),
+            // so the connection waits for the socket instead of calling
+            // again.
+            if queued >= ROUND_BYTES || out.pending_owned() >= HIGH_WATER {
+                break Sent::More;
             }
             let Some(i) = self.streams.pick() else {
                 break Sent::Idle;

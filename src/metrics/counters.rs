@@ -125,6 +125,10 @@ pub struct ShardCounters {
     /// Large-file responses cut short because the file's bytes changed in
     /// place while they were sent.
     pub downloads_cut_changed: u64,
+    /// Times a connection's unsent output reached its bound
+    /// (`conn::output::HIGH_WATER`) with the socket full, and it stopped
+    /// answering until the client read.
+    pub output_bound_hits: u64,
     /// HTTP/2 streams, resets, GOAWAYs, defences (`h2`).
     pub h2: crate::h2::H2Counters,
     /// io_uring receives that found the shard's provided buffer ring empty
@@ -151,6 +155,7 @@ impl ShardCounters {
             drain_closes: [0; 3],
             downloads_from_replaced: 0,
             downloads_cut_changed: 0,
+            output_bound_hits: 0,
             h2: crate::h2::H2Counters::default(),
             uring_recv_nobufs: 0,
         }

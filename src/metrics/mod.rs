@@ -320,6 +320,13 @@ impl Metrics {
                 &shards,
                 |c| c.downloads_cut_changed,
             ),
+            per_core(
+                "shardhttpd_output_bound_hits_total",
+                "Times a connection's unsent output reached its 64 KiB bound with the socket full (a client not reading), so it stopped answering until the client read.",
+                MetricType::COUNTER,
+                &shards,
+                |c| c.output_bound_hits,
+            ),
             info_family(&shards),
         ];
         out.extend(h2::families(&shards));

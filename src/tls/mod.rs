@@ -34,8 +34,10 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 const TLS13_TICKETS: usize = 1;
 
 /// Ciphertext rustls may hold encrypted but unsent per connection: room
-/// for a verified-copy piece (128 KiB) so one piece is one `writev`.
-pub const SEND_BUFFER: usize = 160 * 1024;
+/// for a verified-copy piece (32 KiB, `conn::output::COPY_CHUNK`) and its
+/// records' overhead, so one piece is one `writev`; bounded because a
+/// client that stops reading leaves it full.
+pub const SEND_BUFFER: usize = 34 * 1024;
 
 /// Validated TLS settings.
 #[derive(Debug, Clone)]

@@ -7,12 +7,12 @@ use crate::support;
 
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::haproxy::Haproxy;
 use support::metrics::await_value;
 use support::tls::Ca;
 use support::{poll_until, Server, Site};
@@ -328,67 +328,6 @@ fn real_ip_header_is_believed_from_trusted_peers_only() {
     }
 }
 
-/// HAProxy in TCP mode, `127.0.0.1:port` → `backend`, with `server_opts`
-/// (`send-proxy`, `send-proxy-v2`) on its server line.
-struct Haproxy {
-    child: Child,
-    addr: SocketAddr,
-    _dir: support::TempDir,
-}
-
-impl Haproxy {
-    fn start(backend: SocketAddr, server_opts: &str) -> Option<Haproxy> {
-        let Some(bin) = support::find_program(&["haproxy"]) else {
-            support::loud("SKIP: haproxy is not installed (apt-get install -y haproxy)");
-            return None;
-        };
-        let dir = support::TempDir::new("haproxy");
-        // A free port: taken and let go (HAProxy binds it right after).
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let cfg = format!(
-            "global\n  maxconn 100\n\
-             defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
-             frontend fe\n  bind {addr}\n  default_backend be\n\
-             backend be\n  server s1 {backend} {server_opts}\n"
-        );
-        let path = dir.path().join("haproxy.cfg");
-        fs::write(&path, cfg).unwrap();
-        let child = Command::new(bin)
-            .args(["-db", "-f"])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn haproxy");
-        let mut h = Haproxy {
-            child,
-            addr,
-            _dir: dir,
-        };
-        // Listening: a probe from an address the tests do not look for.
-        let up = poll_until(Duration::from_secs(10), || TcpStream::connect(addr).is_ok());
-        assert!(
-            up,
-            "haproxy did not listen on {addr}: {:?}",
-            h.child.try_wait()
-        );
-        Some(h)
-    }
-}
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The request as HAProxy's client, from [`CLIENT_IP`], over cleartext
 /// or TLS (passed through by HAProxy).
 fn via_haproxy(front: SocketAddr, tls: Option<&Arc<rustls::ClientConfig>>) -> String {
@@ -450,7 +389,7 @@ fn haproxy_send_proxy_v1_and_v2_over_cleartext_and_tls() {
         ("v1 TLS", tls.tls_addr, "send-proxy", Some(&tls.client)),
         ("v2 TLS", tls.tls_addr, "send-proxy-v2", Some(&tls.client)),
     ] {
-        let Some(h) = Haproxy::start(backend, opts) else {
+        let Some(h) = Haproxy::start("tcp", backend, opts) else {
             return;
         };
         let r = via_haproxy(h.addr, client);

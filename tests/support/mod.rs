@@ -10,6 +10,8 @@ pub mod access_log;
 pub mod caches;
 mod dates;
 pub mod h2;
+pub mod h2raw;
+pub mod haproxy;
 mod http1;
 pub mod metrics;
 pub mod pebble;

@@ -298,6 +298,22 @@ impl Wire {
         Wire::try_tls_pausing(addr, client, sni, Duration::ZERO)
     }
 
+    /// [`tls`](Self::tls) over a connected socket (one with its own options).
+    pub fn tls_on(tcp: TcpStream, client: &Arc<ClientConfig>, sni: &str) -> Wire {
+        let name = ServerName::try_from(sni.to_owned()).unwrap();
+        let conn = ClientConnection::new(Arc::clone(client), name).unwrap();
+        let mut s = StreamOwned::new(conn, tcp);
+        while s.conn.is_handshaking() {
+            s.conn
+                .complete_io(&mut s.sock)
+                .unwrap_or_else(|e| panic!("TLS handshake: {e}"));
+        }
+        Wire {
+            stream: Stream::Tls(Box::new(s)),
+            buf: Vec::new(),
+        }
+    }
+
     /// As [`try_tls`](Self::try_tls), but the client sends its ClientHello
     /// and then keeps silent for `pause` before finishing the handshake.
     pub fn try_tls_pausing(

@@ -208,7 +208,8 @@ fn headers_frames() {
     p.extend_from_slice(GET_ROOT);
     p.extend_from_slice(&[0, 0]);
     assert_eq!(after(b"", &headers(eh | frame::FLAG_PADDED, 1, &p)), Fine);
-    p[0] = 6;
+    // Padding longer than what follows its length byte.
+    p[0] = p.len() as u8;
     assert_eq!(
         after(b"", &headers(eh | frame::FLAG_PADDED, 1, &p)),
         Goaway(PROTOCOL)
@@ -558,12 +559,14 @@ fn streams_past_a_goaway_are_ignored_and_remembered_a_while() {
     assert_eq!(run_after_goaway(33, 5), Fine);
 }
 
-/// A request with `fields` after `:method GET`, `:scheme https` and
-/// `:path`, HPACK-encoded by loona-hpack; `end` sets END_STREAM.
+/// A request with `fields` after `:method GET`, `:scheme https`,
+/// `:authority` and `:path`, HPACK-encoded by loona-hpack; `end` sets
+/// END_STREAM.
 fn request(stream: u32, path: &[u8], fields: &[(&[u8], &[u8])], end: bool) -> Vec<u8> {
     let mut list: Vec<(&[u8], &[u8])> = vec![
         (b":method", b"GET"),
         (b":scheme", b"https"),
+        (b":authority", b"a.example"),
         (b":path", path),
     ];
     list.extend_from_slice(fields);

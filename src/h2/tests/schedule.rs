@@ -201,8 +201,11 @@ fn a_stream_without_window_waits_while_others_send() {
     assert!(h2.stalled_since().is_some(), "stream 1 waits on its window");
 }
 
+/// One call queues whole frames until the connection's output bound
+/// (`HIGH_WATER` owned bytes unsent) is reached or passed, then asks for
+/// a flush; the next calls, on a flushed queue, send the rest.
 #[test]
-fn one_call_queues_about_128_kib_then_asks_for_more() {
+fn one_call_queues_up_to_the_output_bound_then_asks_for_more() {
     let mut h2 = H2::new(cfg(), Instant::now());
     let mut input = get(1);
     frame::write_window_update(&mut input, 0, 1 << 20);
@@ -215,20 +218,31 @@ fn one_call_queues_about_128_kib_then_asks_for_more() {
     );
     assert_eq!(sent, Sent::More);
     let first: usize = data_frames(&got).iter().map(|f| f.1).sum();
-    // Whole frames until the budget is reached or passed.
-    assert_eq!(first, 8 * FIRST, "{first}");
-    let mut out = Output::default();
+    // Whole frames until the bound is reached or passed.
+    assert_eq!(first, 4 * FIRST, "{first}");
     let mut c = H2Counters::default();
     let snapshot = Arc::new(Snapshot::empty());
+    // An unflushed queue at the bound takes nothing more.
+    let mut full = Output::default();
+    full.buf().resize(crate::conn::output::HIGH_WATER, 0);
     assert_eq!(
-        h2.send(&mut out, &snapshot, &mut c, Instant::now()),
+        h2.send(&mut full, &snapshot, &mut c, Instant::now()),
         Sent::More
     );
-    assert_eq!(
-        h2.send(&mut out, &snapshot, &mut c, Instant::now()),
-        Sent::Idle
-    );
-    let rest: Vec<_> = data_frames(&frames(out.buf()));
+    assert_eq!(full.pending_owned(), crate::conn::output::HIGH_WATER);
+    // Each flushed queue takes four frames more, the last one the rest.
+    let mut rest = Vec::new();
+    let mut calls = Vec::new();
+    loop {
+        let mut out = Output::default();
+        let sent = h2.send(&mut out, &snapshot, &mut c, Instant::now());
+        calls.push(sent);
+        rest.extend(data_frames(&frames(out.buf())));
+        if sent == Sent::Idle {
+            break;
+        }
+    }
+    assert_eq!(calls, [Sent::More, Sent::More, Sent::More, Sent::Idle]);
     assert_eq!(first + rest.iter().map(|f| f.1).sum::<usize>(), body);
     assert_eq!(
         rest.iter().filter(|f| f.2).count(),

@@ -186,6 +186,41 @@ fn a_header_block_waiting_for_continuation_says_since_when() {
     assert_eq!(h2.header_pending_since(), Some(t));
 }
 
+/// A frame not yet whole is pending from its first byte, whatever more of
+/// it arrives later (a client dripping a HEADERS or DATA frame a byte at
+/// a time must not move its deadline); a header block that continues
+/// began with its first frame's first byte.
+#[test]
+fn a_frame_not_yet_whole_is_pending_from_its_first_byte() {
+    let t0 = Instant::now();
+    let later = |s: u64| t0 + Duration::from_secs(s);
+    for kind in [frame::HEADERS, frame::DATA, frame::PING] {
+        let mut h2 = H2::new(cfg(), t0);
+        let mut c = H2Counters::default();
+        let mut out = Output::default();
+        let mut input = open();
+        let (used, _) = h2.recv(&input, &mut out, &mut Fixed, &mut c, t0);
+        assert_eq!((used, h2.header_pending_since()), (input.len(), None));
+        input = frame_bytes(kind, 0, if kind == frame::PING { 0 } else { 1 }, &[0; 8]);
+        for (i, s) in [(3, 1), (9, 5), (12, 9)] {
+            let (used, _) = h2.recv(&input[..i], &mut out, &mut Fixed, &mut c, later(s));
+            assert_eq!(used, 0, "{kind}: nothing whole yet");
+            assert_eq!(h2.header_pending_since(), Some(later(1)), "{kind} at {s} s");
+        }
+    }
+    // A HEADERS without END_HEADERS that took 5 s to arrive: the block's
+    // deadline counts from its first byte, not from when it was whole.
+    let mut h2 = H2::new(cfg(), t0);
+    let mut c = H2Counters::default();
+    let mut out = Output::default();
+    h2.recv(&open(), &mut out, &mut Fixed, &mut c, t0);
+    let headers = frame_bytes(frame::HEADERS, frame::FLAG_END_STREAM, 1, GET_ROOT);
+    h2.recv(&headers[..4], &mut out, &mut Fixed, &mut c, later(1));
+    let (used, _) = h2.recv(&headers, &mut out, &mut Fixed, &mut c, later(6));
+    assert_eq!(used, headers.len());
+    assert_eq!(h2.header_pending_since(), Some(later(1)));
+}
+
 #[test]
 fn shrink_frees_scratch_over_a_kibibyte_but_not_a_pending_block() {
     let mut h2 = H2::new(cfg(), Instant::now());
