@@ -111,7 +111,7 @@ fn compress_min_bytes_sets_the_smallest_compressed_file() {
 
 /// `--sendfile` picks the large-file path, which shows in how each treats a
 /// file changed in place mid-response: the verified copy checks every
-/// 128 KiB piece and stops at the next one, zero-copy `sendfile` checks only
+/// 32 KiB piece and stops at the next one, zero-copy `sendfile` checks only
 /// before its last byte, so its client gets exactly one byte less than the
 /// whole (which is why zero-copy is only for roots changed by rename).
 /// Watching is off: a rebuild would replace the cached fd's stamp, and

@@ -28,7 +28,7 @@ use support::*;
 
 /// What the server may queue, from `src/conn/output.rs`: owned bytes
 /// (heads and copied bodies) before it stops answering...
-const HIGH_WATER: usize = 256 * 1024;
+const HIGH_WATER: usize = 64 * 1024;
 /// ...and queue pieces (an owned run and a referenced body per answer)...
 const MAX_IOVECS: usize = 64;
 /// ...and bodies sent from their fd (each holds the fd).
@@ -104,13 +104,14 @@ fn batch_writes(server: &Server, shard: u32, c: &mut Conn, batch: &[(&str, &[u8]
 }
 
 /// Bodies up to 16 KiB are copied into the owned buffer beside their
-/// heads: 48 pipelined answers with 2 000-byte bodies leave in one write.
-/// Were they referenced, each would add two queue pieces (the owned run
-/// before it and the body), and the 64-piece bound would split the batch.
+/// heads: 40 pipelined answers with 1 200-byte bodies (about 58 KiB, under
+/// the 64 KiB output bound) leave in one write. Were they referenced, each
+/// would add two queue pieces (the owned run before it and the body), and
+/// the 64-piece bound would split the batch.
 #[test]
 fn small_bodies_are_copied_so_a_batch_leaves_in_one_write() {
     let site = Site::new("oq-copied");
-    let small = pattern(1, 2000);
+    let small = pattern(1, 1200);
     site.write("small.bin", &small);
     // Write syscalls are what is counted: on io_uring the batch goes as
     // one ring send, and none (`uring::` checks that).
@@ -119,16 +120,16 @@ fn small_bodies_are_copied_so_a_batch_leaves_in_one_write() {
     let mut c = Conn::connect(server.plain_addr());
     // Past the accept path, on an established, registered connection.
     assert_eq!(c.roundtrip(&get("/small.bin")).body, small);
-    let batch: Vec<(&str, &[u8])> = (0..48).map(|_| ("/small.bin", &small[..])).collect();
+    let batch: Vec<(&str, &[u8])> = (0..40).map(|_| ("/small.bin", &small[..])).collect();
     let writes = batch_writes(&server, shard, &mut c, &batch);
-    assert_eq!(writes, 1, "48 answers of 2 000 bytes took {writes} writes");
+    assert_eq!(writes, 1, "40 answers of 1 200 bytes took {writes} writes");
 }
 
 /// Larger bodies in the snapshot's arena are referenced, not copied: the
 /// queue keeps an iovec per body and pins the snapshot, and goes on
 /// answering while those bodies wait (only bodies of an *older* snapshot
 /// stop it). Fourteen 20 KiB answers between fourteen small ones, 280 KiB
-/// of bodies (more than the 256 KiB the owned buffer may hold, so copying
+/// of bodies (more than the 64 KiB the owned buffer may hold, so copying
 /// them would split the batch), leave in one write.
 #[test]
 fn referenced_bodies_do_not_hold_up_a_batch() {
@@ -232,7 +233,7 @@ fn backlog_of_file_bodies_is_bounded() {
     backlog_is_bounded("oq-backlog-files", size, 16, MAX_QUEUED_FILES);
 }
 
-/// Copied bodies: the owned buffer stops answering at 256 KiB.
+/// Copied bodies: the owned buffer stops answering at 64 KiB.
 #[test]
 fn backlog_of_copied_bodies_is_bounded() {
     let size = 8000;
@@ -252,7 +253,7 @@ both_modes!(
     slow_reader_gets_the_whole_large_body,
 );
 
-/// A large body leaves in large pieces: the verified copy reads 128 KiB
+/// A large body leaves in large pieces: the verified copy reads 32 KiB
 /// per `pread`, zero-copy hands up to 256 KiB to each `sendfile`. Both are
 /// read calls to the kernel (`syscr` counts `sendfile` as a read and a
 /// write), so the shard thread's read calls for one 4 MiB body, requests
@@ -331,7 +332,7 @@ fn file_changed_mid_body(mode: Mode) {
         ),
         Mode::VerifiedCopy => {
             // What was read, what the kernel held, and the piece in hand.
-            let most = READ_FIRST + rcvbuf + tcp_wmem_max() + 64 * 1024 + 2 * 128 * 1024;
+            let most = READ_FIRST + rcvbuf + tcp_wmem_max() + 64 * 1024 + 2 * 32 * 1024;
             assert!(
                 got.len() <= most,
                 "verified copy: {} body bytes after the change, at most {most}",
