@@ -197,6 +197,9 @@ pub struct Output {
     /// ([`give_back`](Self::give_back)); answers queued meanwhile go to a
     /// new buffer, after them.
     lent: Option<u64>,
+    /// Bytes of that send: owned and unsent until it comes back, so they
+    /// count toward [`HIGH_WATER`] beside what is queued meanwhile.
+    lent_len: usize,
 }
 
 impl std::fmt::Debug for Output {
@@ -240,6 +243,7 @@ impl Output {
         debug_assert!(self.lendable() && spare.is_empty());
         let buf = std::mem::replace(&mut self.buf, spare);
         let start = std::mem::take(&mut self.sent);
+        self.lent_len = buf.len() - start;
         (buf, start)
     }
 
@@ -258,6 +262,7 @@ impl Output {
     /// of anything queued since. Returns a spare buffer, for the pool.
     pub fn give_back(&mut self, mut buf: Vec<u8>, start: usize, sent: usize) -> Vec<u8> {
         self.lent = None;
+        self.lent_len = 0;
         let done = (start + sent).min(buf.len());
         if done == buf.len() {
             buf.clear();
@@ -292,9 +297,10 @@ impl Output {
         buf
     }
 
-    /// Owned bytes not yet written; a rough measure of backlog.
+    /// Owned bytes not yet written (those lent to a ring send included);
+    /// a rough measure of backlog.
     pub fn pending_owned(&self) -> usize {
-        self.buf.len() - self.sent
+        self.buf.len() - self.sent + self.lent_len
     }
 
     /// The owned buffer, to append heads and small bodies to.
