@@ -42,7 +42,7 @@ const PARTIAL_PER_CONN: u64 = 2048;
 /// connection, a quarter of the idle budget and far below any buffer.
 const ALLOWANCE: u64 = 64 * 1024;
 
-fn rss_bytes(pid: u32) -> u64 {
+pub fn rss_bytes(pid: u32) -> u64 {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: u64 = status
         .lines()
@@ -54,7 +54,7 @@ fn rss_bytes(pid: u32) -> u64 {
 
 /// RSS once it has stopped changing (the shard has handled every event the
 /// test caused): the same reading 300 ms apart, within 10 s.
-fn settled_rss(pid: u32) -> u64 {
+pub fn settled_rss(pid: u32) -> u64 {
     let end = Instant::now() + Duration::from_secs(10);
     let mut last = rss_bytes(pid);
     loop {

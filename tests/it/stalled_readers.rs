@@ -12,11 +12,11 @@
 
 use crate::support;
 
-use std::fs;
+use crate::memory_per_connection::settled_rss;
+
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use support::h2raw::RawH2;
@@ -33,30 +33,6 @@ const CONNS: usize = 100;
 const PER_CONN: u64 = 192 * 1024;
 /// The large body: past `sendfile_threshold`, served from its fd.
 const BIG: usize = 8 << 20;
-
-fn rss_bytes(pid: u32) -> u64 {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status");
-    kib * 1024
-}
-
-/// RSS once it has stopped changing: the same reading 300 ms apart.
-fn settled_rss(pid: u32) -> u64 {
-    let end = Instant::now() + Duration::from_secs(10);
-    let mut last = rss_bytes(pid);
-    loop {
-        thread::sleep(Duration::from_millis(300));
-        let now = rss_bytes(pid);
-        if now == last || Instant::now() >= end {
-            return now;
-        }
-        last = now;
-    }
-}
 
 /// A socket with a 4 KiB receive buffer, set before connecting.
 fn small_window(addr: SocketAddr) -> TcpStream {
