@@ -19,14 +19,6 @@ use support::*;
 
 use crate::http2::{big_body, h2_site, Both};
 
-fn sha256_hex(data: &[u8]) -> String {
-    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// 100 KiB of numbered lines naming `version`, so a byte of the other
 /// version, or one out of place, shows.
 fn versioned(version: &str) -> String {

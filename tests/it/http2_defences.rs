@@ -24,14 +24,6 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// The server survived the attack and serves a fresh connection.
 #[track_caller]
 fn assert_still_serving(v: &serde_json::Value, what: &str) {

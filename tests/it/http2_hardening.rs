@@ -53,6 +53,30 @@ fn drip(c: &mut RawH2, start: &[u8], what: &str) -> (f64, Option<u32>) {
     }
 }
 
+/// Drip `start` (see [`drip`]): the server closes once `header_timeout`
+/// (1 s) has passed since its first byte, after a GOAWAY NO_ERROR, and
+/// counts the `closes`-th header-timeout close.
+fn closed_at_the_header_timeout(
+    server: &Server,
+    c: &mut RawH2,
+    start: &[u8],
+    what: &str,
+    closes: f64,
+) {
+    let (took, goaway) = drip(c, start, what);
+    assert!(
+        (0.9..3.0).contains(&took),
+        "{what}: closed after {took:.2} s"
+    );
+    assert_eq!(goaway, Some(0), "{what}: GOAWAY NO_ERROR before the close");
+    metrics::await_value(
+        server.admin_addr(),
+        CLOSED,
+        &[("reason", "header_timeout")],
+        closes,
+    );
+}
+
 /// A client that declares a 16 384-byte HEADERS frame, sends 8 000 bytes
 /// of it and then one byte every 200 ms (the review used 5 s against the
 /// 10 s default) is sent GOAWAY and closed once `header_timeout` has
@@ -89,18 +113,12 @@ fn a_frame_sent_a_byte_at_a_time_is_closed_at_the_header_timeout() {
         let mut c = open();
         let mut start = h2raw::frame_head(h2raw::HEADERS, h2raw::END_HEADERS, 1, 16_384);
         start.extend_from_slice(&[0u8; 8000]);
-        let what = format!("HEADERS a byte at a time over {transport}");
-        let (took, goaway) = drip(&mut c, &start, &what);
-        assert!(
-            (0.9..3.0).contains(&took),
-            "{what}: closed after {took:.2} s"
-        );
-        assert_eq!(goaway, Some(0), "{what}: GOAWAY NO_ERROR before the close");
         closes += 1.0;
-        metrics::await_value(
-            server.admin_addr(),
-            CLOSED,
-            &[("reason", "header_timeout")],
+        closed_at_the_header_timeout(
+            server,
+            &mut c,
+            &start,
+            &format!("HEADERS over {transport}"),
             closes,
         );
 
@@ -119,18 +137,12 @@ fn a_frame_sent_a_byte_at_a_time_is_closed_at_the_header_timeout() {
         );
         let mut start = h2raw::frame_head(h2raw::DATA, 0, 1, 16_384);
         start.extend_from_slice(&[b'b'; 100]);
-        let what = format!("DATA a byte at a time over {transport}");
-        let (took, goaway) = drip(&mut c, &start, &what);
-        assert!(
-            (0.9..3.0).contains(&took),
-            "{what}: closed after {took:.2} s"
-        );
-        assert_eq!(goaway, Some(0), "{what}: GOAWAY NO_ERROR before the close");
         closes += 1.0;
-        metrics::await_value(
-            server.admin_addr(),
-            CLOSED,
-            &[("reason", "header_timeout")],
+        closed_at_the_header_timeout(
+            server,
+            &mut c,
+            &start,
+            &format!("DATA over {transport}"),
             closes,
         );
     }

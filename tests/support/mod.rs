@@ -248,6 +248,15 @@ pub const STYLE_CSS: &[u8] = b"body { color: #333; background: white; }\n";
 pub const DIR_INDEX_HTML: &[u8] = b"<!doctype html><p>index of dir</p>\n";
 pub const SAME_CONTENT: &[u8] = b"two files, one content\n";
 
+/// SHA-256 of `data` in lower-case hex, as h2probe.py reports bodies.
+pub fn sha256_hex(data: &[u8]) -> String {
+    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// A small PNG-looking file (signature plus filler); the server types by
 /// extension, not content.
 pub fn png_bytes() -> Vec<u8> {
