@@ -3,19 +3,20 @@
 # behaviour the tests must pin down, each judged by the tests that cover it:
 #
 #   http      src/http/*.rs         pure parsing: the unit tables (cargo test --lib)
-#   respond   src/conn/respond.rs   request → response: the HTTP and large-file suites
-#   output    src/conn/output.rs    the output queue: large-file, pipelining, output_queue suites
+#   respond   src/serve/*.rs, src/proto/http1.rs  request → response: the HTTP
+#             and large-file suites
+#   output    src/io/output.rs  the output queue: large-file, pipelining, output_queue suites
 #   counters  src/metrics/counters.rs  per-shard counters: the exact-metrics and histogram suites
 #   tls       src/tls/*.rs, src/conn/tls.rs  TLS: the unit tests (ticket keys under a
 #             test clock, validity bounds, the sans-I/O reader) and every TLS suite
 #   acme      src/acme/*.rs, src/config/acme.rs  ACME: the unit tables and the
 #             pebble suite (tests/it/acme.rs; ~40 s a mutant, skipped without pebble)
-#   h2codec   src/h2/{huffman,frame,hpack,encode}.rs  HTTP/2's codecs: their
+#   h2codec   src/proto/h2/{huffman,frame,hpack,encode}.rs  HTTP/2's codecs: their
 #             unit tables (round trips, RFC 7541 examples, the cross-check
 #             against loona-hpack's decoder, frame layouts, the encoder's
 #             dynamic table and line cache)
-#   h2conn    src/h2/{conn,stream,request,mod}.rs  HTTP/2's connection core:
-#             the frame-level tables of h2::tests, driven with bytes (no
+#   h2conn    src/proto/h2/{conn,stream,request,mod}.rs  HTTP/2's connection core:
+#             the frame-level tables of proto::h2::tests, driven with bytes (no
 #             socket: ~3 s a mutant); the h2spec, defences and semantics
 #             suites judge the same code end to end but take minutes
 #   uring     src/sys/uring.rs, src/shard/{backend,ring}.rs  the io_uring
@@ -90,7 +91,7 @@ for set in "${sets[@]}"; do
       ;;
     respond)
       # The suites are modules of the one `it` test binary: filters pick them.
-      run respond --file src/conn/respond.rs --cargo-arg=--test=it -- -- \
+      run respond --file 'src/serve/*.rs' --file src/proto/http1.rs --cargo-arg=--test=it -- -- \
         http_semantics:: errors:: paths:: compression:: redirects:: sendfile::
       ;;
     output)
@@ -98,7 +99,7 @@ for set in "${sets[@]}"; do
       # large-file suite (both modes), the pipelining tests and the output
       # queue's own suite (copy or reference, backlog bounds, piece sizes,
       # zero-copy's last-byte check, resets) exercise every path through it.
-      run output --file src/conn/output.rs --cargo-arg=--test=it -- -- \
+      run output --file src/io/output.rs --cargo-arg=--test=it -- -- \
         sendfile:: lifecycle:: process_invariants:: output_queue:: downloads:: \
         --skip write_timeout --skip idle --skip sig --skip shutdown \
         --skip builder --skip descriptor
@@ -123,13 +124,13 @@ for set in "${sets[@]}"; do
     h2codec)
       # `h2::` selects the unit tests of every h2 module (the codecs' own
       # and the connection's frame-level tables, which decode through them).
-      run h2codec --file src/h2/huffman.rs --file src/h2/frame.rs \
-        --file src/h2/hpack.rs --file 'src/h2/encode.rs' \
+      run h2codec --file src/proto/h2/huffman.rs --file src/proto/h2/frame.rs \
+        --file src/proto/h2/hpack.rs --file 'src/proto/h2/encode.rs' \
         --cargo-arg=--lib --timeout 30 -- -- h2::
       ;;
     h2conn)
-      run h2conn --file src/h2/conn.rs --file src/h2/stream.rs \
-        --file src/h2/request.rs --file src/h2/mod.rs \
+      run h2conn --file src/proto/h2/conn.rs --file src/proto/h2/stream.rs \
+        --file src/proto/h2/request.rs --file src/proto/h2/mod.rs \
         --cargo-arg=--lib --timeout 30 -- -- h2::
       ;;
     uring | uringconn)

@@ -42,6 +42,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9180";
 /// Listen backlog; the kernel clamps it to `net.core.somaxconn`.
 pub const DEFAULT_BACKLOG: u32 = 4096;
+/// Longest `request_id_header` name accepted.
+pub const REQUEST_ID_NAME_MAX: usize = 64;
 /// nginx's `keepalive_requests` is 1000; static assets are cheap, so allow more.
 pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u32 = 10_000;
 /// More ranges than this in one request get the whole body (200) instead of

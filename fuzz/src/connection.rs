@@ -33,7 +33,7 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig};
 
 use shardhttpd::cache::{Snapshot, Store};
 use shardhttpd::config::{Config, Settings};
-use shardhttpd::conn::respond::Scratch;
+use shardhttpd::conn::Scratch;
 use shardhttpd::conn::tls::{TlsConn, PLAIN_HTTP_ANSWER};
 use shardhttpd::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step, Stop};
 use shardhttpd::http::chunked;

@@ -141,6 +141,12 @@ impl<'a> ReprRef<'a> {
         [self.frame.head(), self.own(), self.frame.tail()]
     }
 
+    /// Where its bytes are, for as long as the snapshot is borrowed.
+    #[inline]
+    pub fn body(&self) -> &'a Body {
+        &self.repr.body
+    }
+
     /// The 200 head in one piece (tests, logs).
     pub fn head_200_vec(&self) -> Vec<u8> {
         self.head_200().concat()

@@ -109,7 +109,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("h2c_only", "false".into()),
         (
             "h2_max_concurrent_streams",
-            crate::h2::DEFAULT_MAX_CONCURRENT_STREAMS.to_string(),
+            crate::proto::h2::DEFAULT_MAX_CONCURRENT_STREAMS.to_string(),
         ),
         (
             "max_connections_per_core",

@@ -78,12 +78,11 @@ pub(super) fn request_id_header(s: &Settings) -> anyhow::Result<Option<String>> 
         return Ok(None);
     };
     let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if name.is_empty() || name.len() > crate::conn::request_id::MAX_NAME || !name.bytes().all(token)
-    {
+    if name.is_empty() || name.len() > REQUEST_ID_NAME_MAX || !name.bytes().all(token) {
         bail!(
             "{}: must be a header name of at most {} characters, such as `X-Request-Id`",
             s.name("request_id_header"),
-            crate::conn::request_id::MAX_NAME
+            REQUEST_ID_NAME_MAX
         );
     }
     Ok(Some(name.clone()))

@@ -107,7 +107,7 @@ pub struct Config {
     /// Listeners expect a PROXY protocol header first.
     pub proxy_protocol: bool,
     /// Peers whose PROXY header or `real_ip_header` is believed.
-    pub trusted_proxies: Vec<crate::conn::proxy::Cidr>,
+    pub trusted_proxies: Vec<crate::proto::proxy::Cidr>,
     /// The header naming the client behind an L7 balancer.
     pub real_ip_header: Option<String>,
     /// The request-id response header.
@@ -569,7 +569,7 @@ fn limits(s: &Settings, shards: usize) -> anyhow::Result<Limits> {
                 "{}: must be at least 1",
                 s.name("h2_max_concurrent_streams")
             ),
-            v => v.unwrap_or(crate::h2::DEFAULT_MAX_CONCURRENT_STREAMS),
+            v => v.unwrap_or(crate::proto::h2::DEFAULT_MAX_CONCURRENT_STREAMS),
         },
     })
 }
@@ -701,14 +701,14 @@ fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
 /// that lets any client choose the address it is logged under.
 fn proxy_settings(
     s: &Settings,
-) -> anyhow::Result<(bool, Vec<crate::conn::proxy::Cidr>, Option<String>)> {
+) -> anyhow::Result<(bool, Vec<crate::proto::proxy::Cidr>, Option<String>)> {
     let trusted = s
         .trusted_proxies
         .iter()
         .flatten()
         .map(|c| {
             c.trim()
-                .parse::<crate::conn::proxy::Cidr>()
+                .parse::<crate::proto::proxy::Cidr>()
                 .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("trusted_proxies")))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

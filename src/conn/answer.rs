@@ -4,7 +4,7 @@
 //! stops reading.
 
 use super::*;
-use env::Meta;
+use env::{serve_env, Meta};
 use request_id::IdLine;
 
 impl Conn {
@@ -103,22 +103,16 @@ impl Conn {
             }
             Ok(Some(req)) => req,
             &Err(e) => {
-                let id = env.made_id();
-                let (status, bytes) = respond::error_with(
+                let started = started(self.reading, io.head_at, env.now);
+                let tls = self.tls.as_deref();
+                env.early_error(
                     &mut io.out,
-                    &env.cfg.server_line,
-                    env.date,
+                    &self.peer,
+                    tls,
                     e.status(),
                     e.message(),
-                    id.as_ref().map_or(b"", IdLine::line),
-                    Persist::Close,
-                    false,
+                    started,
                 );
-                let meta = Meta {
-                    started: started(self.reading, io.head_at, env.now),
-                    request_id: id.as_ref().map_or(b"", IdLine::id),
-                };
-                env.record(&self.peer, self.tls.as_deref(), None, status, bytes, meta);
                 io.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
                 return false;
@@ -140,42 +134,31 @@ impl Conn {
             Some(_) => request_id(env, &self.peer, &data[..head_len]),
             None => None,
         };
-        let mut renv = Env {
-            snapshot: env.snapshot,
-            date: env.date,
-            server_line: &env.cfg.server_line,
-            max_ranges: env.cfg.max_ranges,
-            scratch: env.scratch,
-            conn_lines: if self.tls.is_some() {
-                &env.cfg.hsts_line
-            } else {
-                b""
-            },
-            tls: self.tls.is_some(),
-            id_line: id.as_ref().map_or(b"", IdLine::line),
-        };
+        let tls = self.tls.is_some();
+        let cfg = env.cfg;
         // A body too large to read past is refused, and the connection
         // closed: where the next request would start is unknown.
-        let (status, bytes, persist, close_reason) = if body > env.cfg.max_discard {
-            let (status, bytes) = respond::error(
-                &renv,
-                &mut io.out,
-                Status::PayloadTooLarge,
-                "request body too large",
-                b"",
-                Persist::Close,
-                false,
-            );
-            (status, bytes, Persist::Close, CloseReason::Error)
+        let too_large = body > cfg.max_discard;
+        let (persist, close_reason) = if too_large {
+            (Persist::Close, CloseReason::Error)
         } else {
-            let (status, bytes) = match env.cfg.redirect_https {
-                Some(port) if self.tls.is_none() => {
-                    respond::redirect_https(req, &mut renv, persist, &mut io.out, port)
-                }
-                _ => respond::respond(req, &mut renv, persist, &mut io.out),
-            };
-            (status, bytes, persist, close_reason)
+            (persist, close_reason)
         };
+        let senv = serve_env(cfg, env.snapshot, env.date, tls);
+        let scratch = &mut env.scratch.serve;
+        let mut resp = serve::Response::new(Status::Ok, env.date);
+        match cfg.redirect_https {
+            _ if too_large => {
+                resp = serve::refuse(senv, Status::PayloadTooLarge, "request body too large");
+            }
+            Some(port) if !tls => resp = serve::redirect_https(req, senv, scratch, port),
+            _ => serve::respond_into(req, senv, scratch, &mut resp),
+        }
+        if let (Some(header), Some(id)) = (&cfg.request_id, &id) {
+            resp.request_id = Some(id.field(header));
+        }
+        let status = resp.status;
+        let bytes = http1::write(&resp, persist, &mut io.out);
         let meta = Meta {
             started,
             request_id: id.as_ref().map_or(b"", IdLine::id),

@@ -32,7 +32,7 @@ pub struct ConnConfig {
     pub h2c: bool,
     /// Cleartext connections speak only h2c (no HTTP/1).
     pub h2c_only: bool,
-    pub h2: crate::h2::H2Config,
+    pub h2: crate::proto::h2::H2Config,
     /// `proxy_protocol`: a PROXY header opens every connection.
     pub proxy_protocol: bool,
     /// `trusted_proxies`.
@@ -54,7 +54,7 @@ impl ConnConfig {
             // and for a whole HTTP/2 frame of the largest size we allow.
             read_buf: (cfg.max_head_bytes + 1)
                 .max(16 * 1024)
-                .max(crate::h2::MAX_FRAME_IN + crate::h2::frame::HEAD_LEN),
+                .max(crate::proto::h2::MAX_FRAME_IN + crate::proto::h2::frame::HEAD_LEN),
             max_discard: cfg.max_discard_bytes,
             max_requests: cfg.max_requests_per_connection,
             max_ranges: cfg.max_ranges,
@@ -80,7 +80,7 @@ impl ConnConfig {
             },
             h2c: cfg.h2c,
             h2c_only: cfg.h2c_only,
-            h2: crate::h2::H2Config {
+            h2: crate::proto::h2::H2Config {
                 max_concurrent: cfg.h2_max_concurrent_streams,
                 max_header_list: cfg.max_head_bytes,
                 max_uri: cfg.max_uri_bytes,
@@ -131,6 +131,47 @@ impl BufPool {
         };
         io.out.set_zero_copy(zero_copy);
         io
+    }
+}
+
+/// What the semantics layer needs to answer on a connection (`tls`: it
+/// has a TLS session).
+#[inline]
+pub(super) fn serve_env<'s>(
+    cfg: &'s ConnConfig,
+    snapshot: &'s Arc<Snapshot>,
+    date: &'s DateCache,
+    tls: bool,
+) -> serve::Env<'s> {
+    serve::Env {
+        snapshot,
+        date,
+        server_line: &cfg.server_line,
+        max_ranges: cfg.max_ranges,
+        conn_lines: if tls { &cfg.hsts_line } else { b"" },
+        tls,
+    }
+}
+
+/// A shard's buffers and per-shard state for its connections, reused so
+/// the hot path does not allocate.
+#[derive(Default)]
+pub struct Scratch {
+    /// The semantics layer's (`serve`).
+    pub serve: crate::serve::Scratch,
+    /// This shard's request ids (`request_id_header`).
+    pub ids: super::request_id::RequestIds,
+    /// This shard's rate-limited PROXY protocol refusal lines.
+    pub(super) proxy_refusals: super::peer::RefusalLog,
+}
+
+impl Scratch {
+    pub fn for_shard(index: usize) -> Scratch {
+        Scratch {
+            ids: super::request_id::RequestIds::new(index),
+            proxy_refusals: super::peer::RefusalLog::new(index),
+            ..Scratch::default()
+        }
     }
 }
 
@@ -203,6 +244,31 @@ impl ShardEnv<'_> {
             };
             log.line(self.date.secs(), &line);
         }
+    }
+
+    /// An error answered before (or without) a parsed request (400, 408),
+    /// closing the connection: written, counted and logged.
+    #[cold]
+    pub(super) fn early_error(
+        &mut self,
+        out: &mut Output,
+        peer: &Peer,
+        tls: Option<&TlsConn>,
+        status: Status,
+        message: &'static str,
+        started: Instant,
+    ) {
+        let id = self.made_id();
+        let mut resp = serve::error_with(&self.cfg.server_line, self.date, status, message);
+        if let (Some(header), Some(id)) = (&self.cfg.request_id, &id) {
+            resp.request_id = Some(id.field(header));
+        }
+        let bytes = http1::write(&resp, Persist::Close, out);
+        let meta = Meta {
+            started,
+            request_id: id.as_ref().map_or(b"", super::request_id::IdLine::id),
+        };
+        self.record(peer, tls, None, status, bytes, meta);
     }
 
     /// A new request id for an answer with no request to take one from

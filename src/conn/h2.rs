@@ -1,12 +1,13 @@
-//! The seam between [`Conn`] and the HTTP/2 core (`crate::h2`): choosing
+//! The seam between [`Conn`] and the HTTP/2 core (`crate::proto::h2`): choosing
 //! the protocol (ALPN `h2` after a TLS handshake, the client preface on a
-//! cleartext connection), answering through `conn::respond` with the
-//! same counting and logging as HTTP/1, timeouts, and GOAWAY on drain.
+//! cleartext connection), answering through the semantics layer (`serve`)
+//! with the same counting and logging as HTTP/1, timeouts, and GOAWAY on
+//! drain.
 
 use super::*;
-use crate::h2::encode::{Encoder, Indexing};
-use crate::h2::hpack::Fields;
-use crate::h2::{frame, Handler, Recv, Sent, H2};
+use crate::proto::h2::hpack::Fields;
+use crate::proto::h2::{frame, Handler, Recv, Sent, H2};
+use env::serve_env;
 use request_id::IdLine;
 
 impl Conn {
@@ -68,22 +69,24 @@ impl Conn {
             return false;
         };
         let mut answer = Answer {
-            cfg: env.cfg,
             snapshot: env.snapshot,
-            date: env.date,
             scratch: &mut *env.scratch,
-            counters: &mut *env.counters,
-            log: env.log.as_deref_mut(),
-            peer: &self.peer,
-            tls: self.tls.as_deref(),
-            answered: 0,
-            now: env.now,
             id: None,
+            rec: Record {
+                cfg: env.cfg,
+                date: env.date,
+                counters: &mut *env.counters,
+                log: env.log.as_deref_mut(),
+                peer: &self.peer,
+                tls: self.tls.as_deref(),
+                answered: 0,
+                now: env.now,
+            },
         };
         let input = &io.rbuf[io.rstart..io.rend];
-        let mut h2c = std::mem::take(&mut answer.counters.h2);
+        let mut h2c = std::mem::take(&mut answer.rec.counters.h2);
         let (used, recv) = h2.recv(input, &mut io.out, &mut answer, &mut h2c, env.now);
-        let answered = answer.answered;
+        let answered = answer.rec.answered;
         // Counted here: `answer` saw the shard's H2 counters taken out.
         h2c.requests += answered as u64;
         io.rstart += used;
@@ -168,7 +171,7 @@ impl Conn {
         let io = self.io();
         if let Some(h2) = io.h2.as_deref_mut() {
             if h2.goaway_now(io.out.buf()) {
-                env.counters.h2.goaways_sent[crate::h2::ErrorCode::NoError as usize] += 1;
+                env.counters.h2.goaways_sent[crate::proto::h2::ErrorCode::NoError as usize] += 1;
             }
         }
         self.flush_now();
@@ -228,13 +231,20 @@ pub(super) fn park(io: &mut ConnIo, pool: &mut BufPool) {
     }
 }
 
-/// Answers HTTP/2 requests through `conn::respond`, counted and logged as
-/// HTTP/1 ones are.
+/// Answers HTTP/2 requests through the semantics layer, counted and
+/// logged as HTTP/1 ones are.
 struct Answer<'a> {
-    cfg: &'a ConnConfig,
     snapshot: &'a Arc<Snapshot>,
-    date: &'a DateCache,
     scratch: &'a mut Scratch,
+    /// The id of the request being answered.
+    id: Option<IdLine>,
+    rec: Record<'a>,
+}
+
+/// What counts and logs the answers.
+struct Record<'a> {
+    cfg: &'a ConnConfig,
+    date: &'a DateCache,
     counters: &'a mut ShardCounters,
     log: Option<&'a mut ShardLog>,
     peer: &'a Peer,
@@ -242,13 +252,13 @@ struct Answer<'a> {
     answered: usize,
     /// The event's time: a request's HEADERS arrived in it.
     now: Instant,
-    /// The id of the request just answered, for its HEADERS.
-    id: Option<IdLine>,
 }
 
-impl Answer<'_> {
+impl Record<'_> {
+    /// Count an answer and write its access-log line.
     fn record(
         &mut self,
+        id: Option<&IdLine>,
         req: Option<&request::Request<'_>>,
         fields: Option<&Fields>,
         status: Status,
@@ -270,27 +280,9 @@ impl Answer<'_> {
                 status,
                 bytes,
                 started: self.now,
-                request_id: self.id.as_ref().map_or(b"", IdLine::id),
+                request_id: id.map_or(b"", IdLine::id),
             };
             log.line(self.date.secs(), &line);
-        }
-    }
-
-    fn env(&mut self) -> Env<'_> {
-        Env {
-            snapshot: self.snapshot,
-            date: self.date,
-            server_line: &self.cfg.server_line,
-            max_ranges: self.cfg.max_ranges,
-            scratch: &mut *self.scratch,
-            conn_lines: if self.tls.is_some() {
-                &self.cfg.hsts_line
-            } else {
-                b""
-            },
-            tls: self.tls.is_some(),
-            // Appended to the encoded head instead (`extra_fields`).
-            id_line: b"",
         }
     }
 
@@ -298,10 +290,12 @@ impl Answer<'_> {
     /// from a trusted peer, else a new one.
     #[cold]
     #[inline(never)]
-    fn choose_id(&mut self, fields: Option<&Fields>) {
-        let Some(header) = &self.cfg.request_id else {
-            return;
-        };
+    fn choose_id(
+        &self,
+        fields: Option<&Fields>,
+        ids: &mut request_id::RequestIds,
+    ) -> Option<IdLine> {
+        let header = self.cfg.request_id.as_ref()?;
         let ip = self.peer.get().map(|a| a.ip());
         let trusted = &self.cfg.trusted_proxies;
         let incoming = match (ip, fields) {
@@ -310,13 +304,37 @@ impl Answer<'_> {
             }
             _ => None,
         };
-        self.id = Some(request_id::choose(
-            header,
-            trusted,
-            ip,
-            incoming,
-            &mut self.scratch.ids,
-        ));
+        Some(request_id::choose(header, trusted, ip, incoming, ids))
+    }
+}
+
+impl<'a> Answer<'a> {
+    /// Answer through `answer` (the semantics layer, given its `Env`),
+    /// with the request's id; counted and logged before it is encoded.
+    fn answer<'s>(
+        &'s mut self,
+        req: Option<&request::Request<'_>>,
+        fields: Option<&Fields>,
+        answer: impl FnOnce(serve::Env<'s>, &'s mut serve::Scratch) -> serve::Response<'s>,
+    ) -> serve::Response<'s> {
+        let Answer {
+            snapshot,
+            scratch,
+            id,
+            rec,
+        } = self;
+        *id = None;
+        if rec.cfg.request_id.is_some() {
+            *id = rec.choose_id(fields, &mut scratch.ids);
+        }
+        let (cfg, date) = (rec.cfg, rec.date);
+        let tls = rec.tls.is_some();
+        let mut resp = answer(serve_env(cfg, snapshot, date, tls), &mut scratch.serve);
+        rec.record(id.as_ref(), req, fields, resp.status, resp.body_len());
+        if let (Some(header), Some(id)) = (&cfg.request_id, id.as_ref()) {
+            resp.request_id = Some(id.field(header));
+        }
+        resp
     }
 }
 
@@ -338,46 +356,19 @@ fn real_peer(peer: &Peer, fields: &Fields, name: &str, trusted: &[proxy::Cidr]) 
 }
 
 impl Handler for Answer<'_> {
-    fn respond(
-        &mut self,
-        req: &request::Request<'_>,
-        fields: &Fields,
-        resp: &mut Output,
-    ) -> (Status, u64) {
-        if self.cfg.request_id.is_some() {
-            self.choose_id(Some(fields));
-        }
-        let redirect = self.cfg.redirect_https.filter(|_| self.tls.is_none());
-        let mut env = self.env();
-        let (status, bytes) = match redirect {
-            Some(port) => respond::redirect_https(req, &mut env, Persist::KeepAlive11, resp, port),
-            None => respond::respond(req, &mut env, Persist::KeepAlive11, resp),
-        };
-        self.record(Some(req), Some(fields), status, bytes);
-        (status, bytes)
+    fn respond(&mut self, req: &request::Request<'_>, fields: &Fields) -> serve::Response<'_> {
+        let redirect = self
+            .rec
+            .cfg
+            .redirect_https
+            .filter(|_| self.rec.tls.is_none());
+        self.answer(Some(req), Some(fields), |env, scratch| match redirect {
+            Some(port) => serve::redirect_https(req, env, scratch, port),
+            None => serve::respond(req, env, scratch),
+        })
     }
 
-    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
-        if self.cfg.request_id.is_some() {
-            self.choose_id(None);
-        }
-        let env = self.env();
-        let (status, bytes) = respond::error(
-            &env,
-            resp,
-            status,
-            message,
-            b"",
-            Persist::KeepAlive11,
-            false,
-        );
-        self.record(None, None, status, bytes);
-        (status, bytes)
-    }
-
-    fn extra_fields(&mut self, encoder: &mut Encoder, block: &mut Vec<u8>) {
-        if let (Some(header), Some(id)) = (&self.cfg.request_id, self.id.take()) {
-            encoder.field(&header.lower, id.id(), Indexing::Without, block);
-        }
+    fn refuse(&mut self, status: Status, message: &'static str) -> serve::Response<'_> {
+        self.answer(None, None, |env, _| serve::refuse(env, status, message))
     }
 }

@@ -12,12 +12,9 @@
 mod answer;
 mod env;
 mod h2;
-pub mod output;
 mod peer;
-pub mod proxy;
 mod read;
 pub mod request_id;
-pub mod respond;
 mod ring;
 pub mod tls;
 
@@ -32,14 +29,16 @@ use crate::http::chunked;
 use crate::http::date::DateCache;
 use crate::http::request::{self, Limits, Version};
 use crate::http::Status;
+use crate::io::output::{Flush, Output, WriteError};
 use crate::metrics::access_log::ShardLog;
 use crate::metrics::{CloseReason, ShardCounters};
+use crate::proto::http1::{self, Persist};
+use crate::proto::proxy;
+use crate::serve;
 use crate::sys::{EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
-use output::{Flush, Output, WriteError};
-use respond::{Env, Persist, Scratch};
 use tls::{TlsConn, TlsRead};
 
-pub use env::{BufPool, ConnConfig, ShardEnv, Stop};
+pub use env::{BufPool, ConnConfig, Scratch, ShardEnv, Stop};
 use peer::Peer;
 pub use ring::{RingLeftovers, RingWants};
 
@@ -166,7 +165,7 @@ struct ConnIo {
     unflushed: u64,
     /// The HTTP/2 state of a connection that speaks it (`conn/h2.rs`); an
     /// HTTP/2 connection keeps its `ConnIo` while idle.
-    h2: Option<Box<crate::h2::H2>>,
+    h2: Option<Box<crate::proto::h2::H2>>,
 }
 
 pub struct Conn {
@@ -377,26 +376,21 @@ impl Conn {
             Reading::Head | Reading::Discard | Reading::DiscardChunked => {
                 self.unpark(env);
                 self.prepare_out(env.pool);
-                let id = env.made_id();
-                let (status, bytes) = respond::error_with(
-                    &mut self.io().out,
-                    &env.cfg.server_line,
-                    env.date,
+                let started = if self.reading == Reading::Head {
+                    self.io().head_at
+                } else {
+                    env.now
+                };
+                let io = self.io.as_deref_mut().expect("unparked above");
+                let tls = self.tls.as_deref();
+                env.early_error(
+                    &mut io.out,
+                    &self.peer,
+                    tls,
                     Status::RequestTimeout,
                     "timed out reading the request",
-                    id.as_ref().map_or(b"", request_id::IdLine::line),
-                    Persist::Close,
-                    false,
+                    started,
                 );
-                let meta = env::Meta {
-                    started: if self.reading == Reading::Head {
-                        self.io().head_at
-                    } else {
-                        env.now
-                    },
-                    request_id: id.as_ref().map_or(b"", request_id::IdLine::id),
-                };
-                env.record(&self.peer, self.tls.as_deref(), None, status, bytes, meta);
                 // Best effort: the client has been silent, don't wait for it.
                 self.flush_now();
                 Step::Close(CloseReason::HeaderTimeout)

@@ -1,6 +1,6 @@
 //! The client's address: the socket's peer, or the one a PROXY header
 //! (v1/v2, from a trusted balancer) or `real_ip_header` names. The pure
-//! parsing is in `conn::proxy`; here it meets the connection, and a
+//! parsing is in `proto::proxy`; here it meets the connection, and a
 //! refused one gets its rate-limited warn line.
 
 use super::*;
@@ -60,7 +60,7 @@ impl Peer {
     }
 
     /// The address to log for a request with raw `head`: from a trusted
-    /// peer, the client `real_ip_header` names (`conn::proxy::real_ip`).
+    /// peer, the client `real_ip_header` names (`proto::proxy::real_ip`).
     /// Only called with `real_ip_header` set and an access log open.
     #[cold]
     #[inline(never)]

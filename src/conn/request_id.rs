@@ -16,7 +16,7 @@ use super::proxy;
 /// Longest id kept from a trusted proxy; a longer one is replaced.
 pub const MAX_INCOMING: usize = 128;
 /// Longest `request_id_header` name (checked by the config).
-pub const MAX_NAME: usize = 64;
+pub const MAX_NAME: usize = crate::config::REQUEST_ID_NAME_MAX;
 /// Room for the whole response line: name, `: `, id, CRLF.
 const LINE_MAX: usize = MAX_NAME + 2 + MAX_INCOMING + 2;
 /// Digits of a made id.
@@ -122,6 +122,15 @@ impl IdLine {
     /// The id alone.
     pub fn id(&self) -> &[u8] {
         &self.buf[self.at..self.len - 2]
+    }
+
+    /// The id as a response field, for every protocol.
+    pub fn field<'a>(&'a self, header: &'a IdHeader) -> crate::serve::RequestId<'a> {
+        crate::serve::RequestId {
+            line: self.line(),
+            lower_name: &header.lower,
+            id: self.id(),
+        }
     }
 }
 

@@ -21,7 +21,8 @@ use std::time::Instant;
 
 use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection};
 
-use super::output::{Flush, Output, Sink, WriteError};
+use crate::io::output::{Flush, Output, Sink, WriteError};
+use crate::metrics::Handshake;
 
 /// Ciphertext read per `read`: one maximal TLS record plus its header and
 /// expansion, so a full record never needs two reads.
@@ -50,26 +51,6 @@ pub enum TlsRead {
     Eof,
     /// The first bytes are a cleartext HTTP request, not a ClientHello.
     PlainHttp,
-}
-
-/// How a handshake ended, for the metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handshake {
-    Full,
-    Resumed,
-    Failed,
-}
-
-impl Handshake {
-    pub const ALL: [Handshake; 3] = [Handshake::Full, Handshake::Resumed, Handshake::Failed];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Handshake::Full => "full",
-            Handshake::Resumed => "resumed",
-            Handshake::Failed => "failed",
-        }
-    }
 }
 
 /// Ciphertext buffers (16.5 KiB each) of sessions that hold no

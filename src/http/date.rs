@@ -39,8 +39,9 @@ impl DateCache {
         self.secs
     }
 
-    /// The whole header line, CRLF included.
-    pub fn line(&self) -> &[u8] {
+    /// The whole header line, CRLF included (a fixed size: copied
+    /// without a call).
+    pub fn line(&self) -> &[u8; LEN] {
         &self.line
     }
 }

@@ -2,8 +2,27 @@
 //! it, published to the shared registry on a tick. Nothing here is atomic,
 //! so the request path never writes a cache line another core reads.
 
-use crate::conn::tls::Handshake;
 use crate::http::Status;
+
+/// How a handshake ended, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    Full,
+    Resumed,
+    Failed,
+}
+
+impl Handshake {
+    pub const ALL: [Handshake; 3] = [Handshake::Full, Handshake::Resumed, Handshake::Failed];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Handshake::Full => "full",
+            Handshake::Resumed => "resumed",
+            Handshake::Failed => "failed",
+        }
+    }
+}
 
 /// Number of distinct [`Status`] values.
 pub const STATUSES: usize = Status::ALL.len();
@@ -115,7 +134,7 @@ pub struct ShardCounters {
     pub handshake_sum: f64,
     /// Times the shard stopped accepting at `max_connections_per_core`.
     pub conn_limit_hits: u64,
-    /// PROXY protocol headers: [accepted, refused] (`conn::proxy`).
+    /// PROXY protocol headers: [accepted, refused] (`proto::proxy`).
     pub proxy_protocol: [u64; 2],
     /// Connections closed by the shutdown, by [`DrainClose`].
     pub drain_closes: [u64; 3],
@@ -126,11 +145,11 @@ pub struct ShardCounters {
     /// place while they were sent.
     pub downloads_cut_changed: u64,
     /// Times a connection's unsent output reached its bound
-    /// (`conn::output::HIGH_WATER`) with the socket full, and it stopped
+    /// (`io::output::HIGH_WATER`) with the socket full, and it stopped
     /// answering until the client read.
     pub output_bound_hits: u64,
     /// HTTP/2 streams, resets, GOAWAYs, defences (`h2`).
-    pub h2: crate::h2::H2Counters,
+    pub h2: crate::proto::h2::H2Counters,
     /// io_uring receives that found the shard's provided buffer ring empty
     /// (`ENOBUFS`; armed again).
     pub uring_recv_nobufs: u64,
@@ -156,7 +175,7 @@ impl ShardCounters {
             downloads_from_replaced: 0,
             downloads_cut_changed: 0,
             output_bound_hits: 0,
-            h2: crate::h2::H2Counters::default(),
+            h2: crate::proto::h2::H2Counters::default(),
             uring_recv_nobufs: 0,
         }
     }

@@ -5,7 +5,7 @@
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::{per_core, per_core_by, ShardRow};
-use crate::h2::{Defence, ErrorCode};
+use crate::proto::h2::{Defence, ErrorCode};
 
 pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
     vec![

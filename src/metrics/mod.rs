@@ -22,7 +22,8 @@ use prometheus::proto::{
 use prometheus::{Encoder, Registry, TextEncoder};
 
 pub use counters::{
-    CloseReason, DrainClose, ShardCounters, DURATION_BUCKETS, HANDSHAKE_BUCKETS, STATUSES,
+    CloseReason, DrainClose, Handshake, ShardCounters, DURATION_BUCKETS, HANDSHAKE_BUCKETS,
+    STATUSES,
 };
 
 use crate::cache::StoreStats;
@@ -288,7 +289,7 @@ impl Metrics {
                 &shards,
                 "result",
                 |c| {
-                    crate::conn::tls::Handshake::ALL
+                    counters::Handshake::ALL
                         .map(|k| (k.label(), c.handshakes[k as usize]))
                         .to_vec()
                 },

@@ -18,11 +18,12 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::{ArcSwap, Cache};
 
 use crate::cache::Snapshot;
-use crate::conn::respond::Scratch;
-use crate::conn::tls::{Handshake, TlsConn};
+use crate::conn::tls::TlsConn;
+use crate::conn::Scratch;
 use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step, Stop};
 use crate::http::date::DateCache;
 use crate::metrics::access_log::ShardLog;
+use crate::metrics::Handshake;
 use crate::metrics::{CloseReason, DrainClose, Metrics, ShardCounters, PUBLISH_INTERVAL};
 use crate::sys::{self, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP, REARM};
 use backend::Poller;
@@ -454,7 +455,7 @@ impl Shard {
                     }
                     if self.cfg.proxy_protocol
                         && !peer.is_some_and(|p| {
-                            crate::conn::proxy::trusted(&self.cfg.trusted_proxies, p.ip())
+                            crate::proto::proxy::trusted(&self.cfg.trusted_proxies, p.ip())
                         })
                     {
                         // Not a trusted balancer: its PROXY header would

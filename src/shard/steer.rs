@@ -12,14 +12,7 @@
 //! index (a listener closed while draining) the kernel ignores the answer
 //! and falls back to its flow hash.
 
-/// One classic BPF instruction (`struct sock_filter` of `linux/filter.h`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Insn {
-    pub code: u16,
-    pub jt: u8,
-    pub jf: u8,
-    pub k: u32,
-}
+pub use crate::sys::Insn;
 
 // Opcodes of linux/bpf_common.h: stable kernel ABI.
 const BPF_LD: u16 = 0x00;

@@ -1,4 +1,4 @@
-//! The output queue (`src/conn/output.rs`) seen from outside, over
+//! The output queue (`src/io/output.rs`) seen from outside, over
 //! cleartext sockets and through `/proc`:
 //!
 //! - which bodies are copied beside their heads and which are referenced,
@@ -26,7 +26,7 @@ use support::procfs;
 use support::sendfile_mode::{both_modes, Mode};
 use support::*;
 
-/// What the server may queue, from `src/conn/output.rs`: owned bytes
+/// What the server may queue, from `src/io/output.rs`: owned bytes
 /// (heads and copied bodies) before it stops answering...
 const HIGH_WATER: usize = 64 * 1024;
 /// ...and queue pieces (an owned run and a referenced body per answer)...

@@ -1,6 +1,6 @@
 //! Clients that ask for a large body and stop reading (issue 35): what the
 //! server holds for each is bounded by its output bound (64 KiB of owned
-//! bytes beyond what the socket took, `conn::output::HIGH_WATER`), plus the
+//! bytes beyond what the socket took, `io::output::HIGH_WATER`), plus the
 //! connection's own state (read buffer, TLS session, HTTP/2 tables), on
 //! every protocol; the review measured 85–370 KB per such connection, and
 //! gigabytes at the default connection cap. HTTP/2 connections, which

@@ -15,8 +15,25 @@ use std::time::Instant;
 
 use super::frame::{self, ErrorCode};
 use super::{H2Counters, H2, ROUND_BYTES};
-use crate::cache::{Snapshot, Witness};
-use crate::conn::output::{Output, Piece, HIGH_WATER};
+use crate::cache::{Body, Snapshot, Witness};
+use crate::io::output::{Output, COPY_MAX, HIGH_WATER};
+use crate::serve::{Part, Payload};
+
+/// A body small enough to copy rather than reference (as HTTP/1 copies it
+/// into its output): its bytes, in two slices.
+pub fn copied<'r>(body: &'r Payload<'_>) -> Option<[&'r [u8]; 2]> {
+    match body {
+        Payload::Message(m) => Some([m.as_bytes(), b"\n"]),
+        Payload::Bytes(b) => Some([b, b""]),
+        Payload::Snapshot(s) => match s.body {
+            Body::Mem { off } if s.len as usize <= COPY_MAX => {
+                Some([s.snapshot.mem(off + s.start as usize, s.len as usize), b""])
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
 
 /// RFC 9218 §4.1: the default urgency.
 pub const DEFAULT_URGENCY: u8 = 3;
@@ -107,38 +124,70 @@ impl Stream {
         !self.body.is_empty()
     }
 
-    /// Take the body of a response rendered into `resp` after its first
-    /// `head_len` bytes.
-    pub fn set_body(&mut self, resp: &Output, head_len: usize) {
-        let mut skip = head_len;
-        resp.for_each_piece(|piece| match piece {
-            Piece::Bytes(b) => {
-                let k = skip.min(b.len());
-                skip -= k;
-                let b = &b[k..];
-                if !b.is_empty() {
-                    self.own.extend_from_slice(b);
-                    match self.body.back_mut() {
-                        Some(Src::Own(len)) => *len += b.len(),
-                        _ => self.body.push_back(Src::Own(b.len())),
-                    }
+    /// Take a response's body.
+    pub fn set_body(&mut self, body: &Payload<'_>) {
+        if let Some(parts) = copied(body) {
+            self.push_own(parts[0]);
+            self.push_own(parts[1]);
+            return;
+        }
+        match body {
+            Payload::Snapshot(s) => {
+                self.push_slice(s.snapshot, s.body, s.start, s.len, s.file.as_ref())
+            }
+            Payload::Multipart(m) => m.for_each_part(|part| match part {
+                Part::Bytes(b) => self.push_own(b),
+                Part::Range { start, len } => {
+                    self.push_slice(m.snapshot, m.body, start, len, m.file.as_ref());
+                }
+            }),
+            _ => {}
+        }
+    }
+
+    fn push_own(&mut self, b: &[u8]) {
+        if b.is_empty() {
+            return;
+        }
+        self.own.extend_from_slice(b);
+        match self.body.back_mut() {
+            Some(Src::Own(len)) => *len += b.len(),
+            _ => self.body.push_back(Src::Own(b.len())),
+        }
+    }
+
+    /// `len` bytes of a snapshot body from `start`: the arena range (the
+    /// stream pins its snapshot), or the large file from the fd the
+    /// response took.
+    fn push_slice(
+        &mut self,
+        snapshot: &Arc<Snapshot>,
+        body: &Body,
+        start: u64,
+        len: u64,
+        opened: Option<&Arc<File>>,
+    ) {
+        if len == 0 {
+            return;
+        }
+        self.body.push_back(match body {
+            Body::Mem { off } => {
+                self.pin = Some(Arc::clone(snapshot));
+                Src::Mem {
+                    off: off + start as usize,
+                    len: len as usize,
                 }
             }
-            Piece::Mem { off, len } => self.body.push_back(Src::Mem { off, len }),
-            Piece::File {
-                file,
-                witness,
-                off,
-                len,
-            } => self.body.push_back(Src::File {
-                file: Arc::clone(file),
-                witness,
-                off,
-                len,
-            }),
-            Piece::Cut => self.body.push_back(Src::Cut),
+            Body::File(large) => match opened.map_or_else(|| large.file(), |f| Ok(Arc::clone(f))) {
+                Ok(file) => Src::File {
+                    file,
+                    witness: large.stamp.witness(),
+                    off: start,
+                    len,
+                },
+                Err(_) => Src::Cut,
+            },
         });
-        self.pin = resp.pinned().cloned();
     }
 
     /// Forget the response (the stream was reset).

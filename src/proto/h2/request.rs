@@ -222,9 +222,9 @@ pub(super) fn parse_priority(value: &[u8]) -> (u8, bool) {
 #[cfg(test)]
 mod tests {
     use super::{build, is_lower_token, parse_priority, trim, Malformed};
-    use crate::h2::hpack::Fields;
-    use crate::h2::H2Config;
     use crate::http::request::{ParseError, Version};
+    use crate::proto::h2::hpack::Fields;
+    use crate::proto::h2::H2Config;
 
     fn list(fields: &[(&[u8], &[u8])]) -> Fields {
         let mut list = Fields::default();

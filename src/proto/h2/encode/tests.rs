@@ -200,7 +200,7 @@ fn bytes_without_a_blank_line_are_not_a_head_and_change_nothing() {
 fn a_head_with_more_lines_than_are_remembered_encodes_them_all() {
     let mut head = String::from("HTTP/1.1 200 OK\r\n");
     let mut want = vec![(":status".to_string(), "200".to_string())];
-    for i in 0..HEAD_LINES + 9 {
+    for i in 0..41 {
         head.push_str(&format!("X-Field-{i}: value {i}\r\n"));
         want.push((format!("x-field-{i}"), format!("value {i}")));
     }

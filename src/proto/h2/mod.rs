@@ -6,8 +6,8 @@
 //!
 //! Requests take the same path as HTTP/1 ones: the decoded pseudo-headers
 //! and fields become a [`Request`](crate::http::request::Request), answered
-//! by `conn::respond` into a scratch [`Output`]; the rendered head becomes
-//! an HPACK block (`hpack`), the body DATA frames (`stream`).
+//! by the semantics layer with a typed [`Response`]; its fields become an
+//! HPACK block (`encode`), its body DATA frames (`stream`).
 //!
 //! - `frame`: pure frame decode/encode.
 //! - `hpack`: header block decode (loona-hpack).
@@ -30,9 +30,10 @@ mod stream;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::conn::output::Output;
 use crate::http::request::Request;
 use crate::http::Status;
+use crate::io::output::Output;
+use crate::serve::Response;
 
 pub use frame::{ErrorCode, PREFACE};
 pub use stream::Sent;
@@ -74,7 +75,7 @@ const WINDOW_BATCH: i64 = frame::DEFAULT_WINDOW / 2;
 const DRAIN_PING: &[u8; 8] = b"draining";
 
 /// Scratch capacity an idle connection keeps (header block, decoded
-/// fields, rendered response); more is freed by [`H2::shrink`].
+/// fields); more is freed by [`H2::shrink`].
 const SCRATCH_KEEP: usize = 1024;
 
 /// Settings of HTTP/2 connections, derived once from `Config`.
@@ -90,23 +91,13 @@ pub struct H2Config {
     pub max_body: u64,
 }
 
-/// What answers the requests: `conn` implements it over `conn::respond`
-/// (and counts and logs each answer).
+/// What answers the requests: `conn` implements it over the semantics
+/// layer (and counts and logs each answer).
 pub trait Handler {
-    /// Answer `req` (built from `fields`) into `resp` (empty); returns
-    /// what was queued.
-    fn respond(
-        &mut self,
-        req: &Request<'_>,
-        fields: &hpack::Fields,
-        resp: &mut Output,
-    ) -> (Status, u64);
+    /// Answer `req` (built from `fields`).
+    fn respond(&mut self, req: &Request<'_>, fields: &hpack::Fields) -> Response<'_>;
     /// An error answer for a request that could not be built (431, 414…).
-    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64);
-    /// Fields for the answer just given, appended to its encoded head
-    /// through the connection's `encoder` (the request id, with
-    /// `Indexing::Without`); none by default.
-    fn extra_fields(&mut self, _encoder: &mut encode::Encoder, _block: &mut Vec<u8>) {}
+    fn refuse(&mut self, status: Status, message: &'static str) -> Response<'_>;
 }
 
 /// HTTP/2 counters of a shard, published with the others.
@@ -229,8 +220,6 @@ pub struct H2 {
     /// When the first bytes of a frame not yet whole arrived.
     partial_since: Option<Instant>,
     fields: hpack::Fields,
-    /// Scratch queue a response is rendered into before framing.
-    resp: Output,
     streams: stream::Streams,
     /// Highest client stream id seen: every lower one is open or closed.
     last_stream: u32,
@@ -293,7 +282,6 @@ impl H2 {
             pending: None,
             partial_since: None,
             fields: hpack::Fields::default(),
-            resp: Output::default(),
             streams: stream::Streams::default(),
             last_stream: 0,
             reset_recently: VecDeque::new(),
@@ -394,9 +382,6 @@ impl H2 {
         }
         if self.fields.capacity() > SCRATCH_KEEP {
             self.fields = hpack::Fields::default();
-        }
-        if self.resp.buf().capacity() > SCRATCH_KEEP {
-            self.resp = Output::default();
         }
     }
 }

@@ -9,11 +9,10 @@ use super::frame::{self, ErrorCode, Head};
 use super::request::{build, parse_priority, Malformed};
 use super::stream::Stream;
 use super::*;
-use crate::conn::output::Piece;
 
 /// Output queued past this stops reading frames until it drains: a client
 /// that sends PINGs or requests without reading cannot grow it unbounded.
-const BACKLOG: usize = crate::conn::output::HIGH_WATER;
+const BACKLOG: usize = crate::io::output::HIGH_WATER;
 
 /// How many recently reset stream ids are remembered (see
 /// `H2::reset_recently`).
@@ -521,13 +520,11 @@ impl H2 {
     ) {
         let mut stream = Stream::new(id, self.peer_initial_window);
         stream.recv_closed = end_stream;
-        self.resp.clear();
-        let (status, _) = if self.fields.too_large {
+        let resp = if self.fields.too_large {
             counters.defences[Defence::HeaderList as usize] += 1;
             handler.refuse(
                 Status::HeaderFieldsTooLarge,
                 "request header fields too large",
-                &mut self.resp,
             )
         } else {
             match build(&self.fields, &self.cfg) {
@@ -548,79 +545,43 @@ impl H2 {
                         );
                     }
                     if let Some(e) = b.bad_host {
-                        handler.refuse(e.status(), e.message(), &mut self.resp)
+                        handler.refuse(e.status(), e.message())
                     } else if b.req.target.len() > self.cfg.max_uri {
-                        handler.refuse(
-                            Status::UriTooLong,
-                            "request target too long",
-                            &mut self.resp,
-                        )
+                        handler.refuse(Status::UriTooLong, "request target too long")
                     } else if b.content_length.is_some_and(|cl| cl > self.cfg.max_body) {
-                        handler.refuse(
-                            Status::PayloadTooLarge,
-                            "request body too large",
-                            &mut self.resp,
-                        )
+                        handler.refuse(Status::PayloadTooLarge, "request body too large")
                     } else {
-                        handler.respond(&b.req, &self.fields, &mut self.resp)
+                        handler.respond(&b.req, &self.fields)
                     }
                 }
             }
         };
-        let _ = status;
-        // The head `conn::respond` rendered (the start of its first
-        // piece), as an HPACK block.
         let mut block = std::mem::take(&mut self.block);
         block.clear();
-        let mut head = None;
-        let mut first = true;
-        let encoder = &mut self.encoder;
-        self.resp.for_each_piece(|p| {
-            if let (true, Piece::Bytes(b)) = (first, p) {
-                head = encoder.head(b, &mut block);
-            }
-            first = false;
-        });
-        let Some((_, head_len)) = head else {
-            self.block = block;
-            return self.reset_stream(out.buf(), id, ErrorCode::Internal, counters);
-        };
-        // Fields a response carries beyond its rendered head (a
-        // per-response value, never entered into the table).
-        handler.extra_fields(&mut self.encoder, &mut block);
-        // The common small answer: the body is owned bytes that fit the
-        // windows and one frame, so it goes out at once, without being
-        // copied into the stream first.
-        let mut owned = 0;
-        let mut only_owned = true;
-        self.resp.for_each_piece(|p| match p {
-            Piece::Bytes(b) => owned += b.len(),
-            _ => only_owned = false,
-        });
-        let body_len = owned.saturating_sub(head_len);
-        let fits = (body_len as i64) <= stream.send_window.min(self.send_window)
-            && body_len <= self.peer_max_frame.min(frame::DEFAULT_MAX_FRAME as usize);
-        if only_owned && body_len > 0 && fits {
-            let buf = out.buf();
-            frame::write_headers(buf, id, &block, false, self.peer_max_frame);
-            frame::write_head(buf, body_len, frame::DATA, frame::FLAG_END_STREAM, id);
-            self.resp.for_each_piece(|p| {
-                if let Piece::Bytes(b) = p {
-                    buf.extend_from_slice(&b[head_len.min(b.len())..]);
+        self.encoder.response(&resp, &mut block);
+        // The common small answer: a body that fits the windows and one
+        // frame goes out at once, without being copied into the stream.
+        if let Some(parts) = stream::copied(&resp.body) {
+            let body_len = parts[0].len() + parts[1].len();
+            let fits = (body_len as i64) <= stream.send_window.min(self.send_window)
+                && body_len <= self.peer_max_frame.min(frame::DEFAULT_MAX_FRAME as usize);
+            if body_len > 0 && fits {
+                let buf = out.buf();
+                frame::write_headers(buf, id, &block, false, self.peer_max_frame);
+                frame::write_head(buf, body_len, frame::DATA, frame::FLAG_END_STREAM, id);
+                buf.extend_from_slice(parts[0]);
+                buf.extend_from_slice(parts[1]);
+                stream.send_window -= body_len as i64;
+                self.send_window -= body_len as i64;
+                self.block = block;
+                stream.send_closed = true;
+                if !stream.done() {
+                    self.streams.insert(stream);
                 }
-            });
-            stream.send_window -= body_len as i64;
-            self.send_window -= body_len as i64;
-            self.resp.clear();
-            self.block = block;
-            stream.send_closed = true;
-            if !stream.done() {
-                self.streams.insert(stream);
+                return;
             }
-            return;
         }
-        stream.set_body(&self.resp, head_len);
-        self.resp.clear();
+        stream.set_body(&resp.body);
         let no_body = stream.body_is_empty();
         frame::write_headers(out.buf(), id, &block, no_body, self.peer_max_frame);
         self.block = block;

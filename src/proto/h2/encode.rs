@@ -1,6 +1,7 @@
-//! Response header blocks (RFC 7541 encoder side). A response head, as
-//! `conn::respond` renders it for HTTP/1, becomes an HPACK block: `:status`
-//! first, names lower-cased, connection-specific fields dropped.
+//! Response header blocks (RFC 7541 encoder side). A typed
+//! [`Response`](crate::serve::Response) becomes an HPACK block: `:status`
+//! from its status, then its head's lines (names lower-cased, any
+//! connection-specific field dropped), then its typed fields.
 //!
 //! Each connection keeps an encoder dynamic table ([`Encoder`]), as h2o
 //! does: a field seen before on the connection (`server`, `content-type`,
@@ -20,8 +21,10 @@
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
+use std::io::Write;
 
 use super::hpack::{connection_specific, integer};
+use crate::serve::Response;
 
 /// Our encoder table's bound: the protocol default (and h2o's), so no size
 /// update is needed with a client that keeps the default. Each entry costs
@@ -43,11 +46,6 @@ const DYNAMIC_BASE: usize = 62;
 /// has about ten lines, so a third line in one bucket is rare, and costs
 /// only the walk the table saves. 4 bytes each, in the connection's `H2`.
 const LINE_SLOTS: usize = 64;
-
-/// Most header lines a head may have for [`Encoder::head`] to remember
-/// where they end while it looks for the blank line; past them it finds
-/// the remaining lines again.
-const HEAD_LINES: usize = 32;
 
 /// One dynamic table entry: name and value in one allocation.
 struct Entry {
@@ -251,13 +249,50 @@ impl Encoder {
         None
     }
 
-    /// Encode an HTTP/1 response head (`HTTP/1.1 200 OK\r\n…\r\n\r\n`, as
-    /// `conn::respond` renders it, perhaps followed by its body) as the
-    /// start of a header block. Returns the status code and the head's
-    /// length (through its blank line), or `None` (nothing written, the
-    /// table untouched) for bytes that do not start with a complete head.
-    /// Fields a response adds beyond its head follow through
-    /// [`Encoder::field`] (see `h2::conn`'s `request`).
+    /// Encode `resp`'s head as a header block.
+    pub fn response(&mut self, resp: &Response<'_>, out: &mut Vec<u8>) {
+        self.begin(out);
+        self.status(resp.status.code(), out);
+        let mut skip = resp.has_status_line();
+        for &piece in resp.pieces() {
+            let mut lines = piece;
+            if skip {
+                skip = false;
+                let eol = memchr::memchr(b'\n', lines).map_or(lines.len(), |e| e + 1);
+                lines = &lines[eol..];
+            }
+            self.lines(lines, out);
+        }
+        self.lines(resp.date.line(), out);
+        if let Some(len) = resp.content_length {
+            let mut line = [0u8; 40];
+            let mut w = &mut line[..];
+            let _ = write!(w, "Content-Length: {len}");
+            let n = 40 - w.len();
+            self.line(&line[..n], out);
+        }
+        // A per-response value, never entered into the table.
+        if let Some(id) = &resp.request_id {
+            self.field(id.lower_name, id.id, Indexing::Without, out);
+        }
+    }
+
+    /// Header lines, each `Name: value\r\n`.
+    fn lines(&mut self, mut lines: &[u8], out: &mut Vec<u8>) {
+        while let Some(eol) = memchr::memchr(b'\n', lines) {
+            let line = &lines[..eol];
+            self.line(line.strip_suffix(b"\r").unwrap_or(line), out);
+            lines = &lines[eol + 1..];
+        }
+    }
+
+    /// Encode an HTTP/1 response head (`HTTP/1.1 200 OK\r\n…\r\n\r\n`,
+    /// perhaps followed by a body) as the start of a header block, as
+    /// [`Encoder::response`] encodes a response's lines. Returns the status
+    /// code and the head's length (through its blank line), or `None`
+    /// (nothing written, the table untouched) for bytes that do not start
+    /// with a complete head.
+    #[cfg(test)]
     pub fn head(&mut self, head: &[u8], out: &mut Vec<u8>) -> Option<(u16, usize)> {
         let eol = memchr::memchr(b'\n', head)?;
         let status_line = &head[..eol];
@@ -266,34 +301,17 @@ impl Encoder {
             return None;
         }
         let status = code.iter().fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
-        // The blank line is found before anything is encoded, remembering
-        // where the first lines end.
-        let mut ends = [0u32; HEAD_LINES];
-        let mut lines = 0;
         let mut at = eol + 1;
         let len = loop {
             let end = at + memchr::memchr(b'\n', &head[at..])?;
             if end == at || (end == at + 1 && head[at] == b'\r') {
                 break end + 1;
             }
-            if let Some(slot) = ends.get_mut(lines) {
-                *slot = end as u32;
-            }
-            lines += 1;
             at = end + 1;
         };
         self.begin(out);
         self.status(status, out);
-        let mut at = eol + 1;
-        for i in 0..lines {
-            let end = match ends.get(i) {
-                Some(&end) => end as usize,
-                None => at + memchr::memchr(b'\n', &head[at..]).unwrap_or(0),
-            };
-            let line = &head[at..end];
-            at = end + 1;
-            self.line(line.strip_suffix(b"\r").unwrap_or(line), out);
-        }
+        self.lines(&head[eol + 1..at], out);
         Some((status, len))
     }
 

@@ -1,5 +1,5 @@
 //! The connection core driven with bytes, no socket: a handler that
-//! renders a fixed HTTP/1 answer, and the frames that come out.
+//! gives a fixed answer, and the frames that come out.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,29 +7,36 @@ use std::time::Instant;
 use super::frame::{self, ErrorCode, Head};
 use super::*;
 use crate::cache::Snapshot;
-use crate::conn::output::Piece;
+use crate::io::output::Piece;
+use crate::serve::{Multipart, Payload, Slice};
 
 /// Answers every request with `200` and a 5-byte body.
 struct Fixed;
 
 impl Handler for Fixed {
-    fn respond(
-        &mut self,
-        _req: &Request<'_>,
-        _fields: &hpack::Fields,
-        resp: &mut Output,
-    ) -> (Status, u64) {
-        resp.buf().extend_from_slice(
-            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello",
-        );
-        (Status::Ok, 5)
+    fn respond(&mut self, _req: &Request<'_>, _fields: &hpack::Fields) -> Response<'_> {
+        // A connection-specific line among the pieces: the encoder drops it.
+        let mut resp = Response::new(Status::Ok, &DATE);
+        resp.lines(b"Connection: keep-alive\r\n");
+        resp.content_length = Some(5);
+        resp.body = Payload::Bytes(b"hello");
+        resp
     }
 
-    fn refuse(&mut self, status: Status, _message: &str, resp: &mut Output) -> (Status, u64) {
-        resp.buf().extend_from_slice(status.line());
-        resp.buf().extend_from_slice(b"Content-Length: 0\r\n\r\n");
-        (status, 0)
+    fn refuse(&mut self, status: Status, _message: &'static str) -> Response<'_> {
+        refused(status)
     }
+}
+
+/// The Date every test response carries (the epoch's).
+static DATE: std::sync::LazyLock<crate::http::date::DateCache> =
+    std::sync::LazyLock::new(|| crate::http::date::DateCache::new(std::time::UNIX_EPOCH));
+
+/// Every test handler's refusal: `status` with an empty body.
+fn refused(status: Status) -> Response<'static> {
+    let mut resp = Response::new(status, &DATE);
+    resp.content_length = Some(0);
+    resp
 }
 
 fn cfg() -> H2Config {
@@ -296,30 +303,31 @@ fn snapshot_with(tag: &str, body: &[u8]) -> (Root, Arc<Snapshot>) {
     (root, snap)
 }
 
-/// Answers every request with `/body.bin` of `snap`, its body queued as
-/// `conn::respond` queues it (by reference from the arena, or as a large
-/// file's piece).
+/// Answers every request with `/body.bin` of `snap`, its body a slice of
+/// the snapshot as the semantics layer gives it (by reference from the
+/// arena, or as a large file's piece).
 struct FromSnapshot(Arc<Snapshot>);
 
 impl Handler for FromSnapshot {
-    fn respond(
-        &mut self,
-        _req: &Request<'_>,
-        _fields: &hpack::Fields,
-        resp: &mut Output,
-    ) -> (Status, u64) {
+    fn respond(&mut self, _req: &Request<'_>, _fields: &hpack::Fields) -> Response<'_> {
         let Some(crate::cache::Resource::File(idx)) = self.0.resolve(b"/body.bin") else {
             panic!("no /body.bin in the snapshot");
         };
         let repr = self.0.entry(idx).identity();
-        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", repr.len);
-        resp.buf().extend_from_slice(head.as_bytes());
-        resp.push_body(&self.0, &repr.body, 0, repr.len, None);
-        (Status::Ok, repr.len)
+        let mut resp = Response::new(Status::Ok, &DATE);
+        resp.content_length = Some(repr.len);
+        resp.body = Payload::Snapshot(Slice {
+            snapshot: &self.0,
+            body: repr.body(),
+            start: 0,
+            len: repr.len,
+            file: None,
+        });
+        resp
     }
 
-    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
-        Fixed.refuse(status, message, resp)
+    fn refuse(&mut self, status: Status, _message: &'static str) -> Response<'_> {
+        refused(status)
     }
 }
 
@@ -426,30 +434,29 @@ fn data_is_copied_while_the_output_pins_another_snapshot() {
     assert!(got == body);
 }
 
-/// Answers with a head, 2 000 bytes of `/body.bin` by reference, then
-/// `tail`: the pieces a multipart answer interleaves.
-struct Interleaved(Arc<Snapshot>);
+/// Answers with 2 000 bytes of `/body.bin` as the one part of a
+/// multipart body: owned bytes, a range by reference, owned bytes.
+struct Interleaved(Arc<Snapshot>, [crate::http::range::ByteRange; 1]);
 
 impl Handler for Interleaved {
-    fn respond(
-        &mut self,
-        _req: &Request<'_>,
-        _fields: &hpack::Fields,
-        resp: &mut Output,
-    ) -> (Status, u64) {
-        let crate::cache::Body::Mem { off } = self.0.entry(snap_index(&self.0)).identity().body
-        else {
-            panic!("not in memory");
-        };
-        resp.buf()
-            .extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 2004\r\n\r\n");
-        assert!(resp.push_mem(&self.0, off, 2000));
-        resp.buf().extend_from_slice(b"tail");
-        (Status::Ok, 2004)
+    fn respond(&mut self, _req: &Request<'_>, _fields: &hpack::Fields) -> Response<'_> {
+        let repr = self.0.entry(snap_index(&self.0)).identity();
+        let mut resp = Response::new(Status::Ok, &DATE);
+        resp.body = Payload::Multipart(Box::new(Multipart {
+            snapshot: &self.0,
+            body: repr.body(),
+            file: None,
+            ranges: &self.1,
+            total: repr.len,
+            content_type: b"application/octet-stream",
+            boundary: [b'b'; 32],
+        }));
+        resp.content_length = Some(resp.body_len());
+        resp
     }
 
-    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
-        Fixed.refuse(status, message, resp)
+    fn refuse(&mut self, status: Status, _message: &'static str) -> Response<'_> {
+        refused(status)
     }
 }
 
@@ -462,13 +469,23 @@ fn owned_bytes_after_a_range_are_sent_too() {
     let mut input = open();
     input.extend(get(1));
     let mut out = Output::default();
-    let mut handler = Interleaved(Arc::clone(&snap));
+    let range = crate::http::range::ByteRange {
+        start: 0,
+        end: 1999,
+    };
+    let mut handler = Interleaved(Arc::clone(&snap), [range]);
     h2.recv(&input, &mut out, &mut handler, &mut c, Instant::now());
     h2.send(&mut out, &snap, &mut c, Instant::now());
     let (bytes, _) = flatten(&out);
     let got = data_payload(frames(&bytes));
-    let mut want = body[..2000].to_vec();
-    want.extend_from_slice(b"tail");
+    let bb = "b".repeat(32);
+    let mut want = format!(
+        "\r\n--{bb}\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes 0-1999/{}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    want.extend_from_slice(&body[..2000]);
+    want.extend_from_slice(format!("\r\n--{bb}--\r\n").as_bytes());
     assert!(got == want, "{} bytes", got.len());
 }
 
@@ -540,7 +557,7 @@ fn a_large_file_goes_out_whole_by_the_verified_copy() {
         let sent = h2.send(&mut out, &snap, &mut c, Instant::now());
         let (written, ranges) = flatten(&out);
         assert_eq!(ranges, 0, "copied, not by reference");
-        assert!(out.pending_owned() < crate::conn::output::HIGH_WATER + 16_400);
+        assert!(out.pending_owned() < crate::io::output::HIGH_WATER + 16_400);
         bytes.extend(written);
         out = Output::default();
         if sent == Sent::Idle {

@@ -6,24 +6,25 @@ use std::time::Instant;
 
 use super::*;
 
-/// Answers every request with `self.0` owned body bytes.
-struct Sized(usize);
+/// Answers every request with these owned body bytes.
+struct Sized(Vec<u8>);
+
+impl Sized {
+    fn new(len: usize) -> Sized {
+        Sized((0..len).map(|i| (i % 251) as u8).collect())
+    }
+}
 
 impl Handler for Sized {
-    fn respond(
-        &mut self,
-        _req: &Request<'_>,
-        _fields: &hpack::Fields,
-        resp: &mut Output,
-    ) -> (Status, u64) {
-        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", self.0);
-        resp.buf().extend_from_slice(head.as_bytes());
-        resp.buf().extend((0..self.0).map(|i| (i % 251) as u8));
-        (Status::Ok, self.0 as u64)
+    fn respond(&mut self, _req: &Request<'_>, _fields: &hpack::Fields) -> Response<'_> {
+        let mut resp = Response::new(Status::Ok, &DATE);
+        resp.content_length = Some(self.0.len() as u64);
+        resp.body = crate::serve::Payload::Bytes(&self.0);
+        resp
     }
 
-    fn refuse(&mut self, status: Status, message: &str, resp: &mut Output) -> (Status, u64) {
-        Fixed.refuse(status, message, resp)
+    fn refuse(&mut self, status: Status, _message: &'static str) -> Response<'_> {
+        refused(status)
     }
 }
 
@@ -65,7 +66,13 @@ fn schedule(
     all.extend_from_slice(input);
     let mut c = H2Counters::default();
     let mut out = Output::default();
-    let (used, recv) = h2.recv(&all, &mut out, &mut Sized(body), &mut c, Instant::now());
+    let (used, recv) = h2.recv(
+        &all,
+        &mut out,
+        &mut Sized::new(body),
+        &mut c,
+        Instant::now(),
+    );
     assert_eq!((used, recv), (all.len(), Recv::More));
     let snapshot = Arc::new(Snapshot::empty());
     let sent = h2.send(&mut out, &snapshot, &mut c, Instant::now());
@@ -224,12 +231,12 @@ fn one_call_queues_up_to_the_output_bound_then_asks_for_more() {
     let snapshot = Arc::new(Snapshot::empty());
     // An unflushed queue at the bound takes nothing more.
     let mut full = Output::default();
-    full.buf().resize(crate::conn::output::HIGH_WATER, 0);
+    full.buf().resize(crate::io::output::HIGH_WATER, 0);
     assert_eq!(
         h2.send(&mut full, &snapshot, &mut c, Instant::now()),
         Sent::More
     );
-    assert_eq!(full.pending_owned(), crate::conn::output::HIGH_WATER);
+    assert_eq!(full.pending_owned(), crate::io::output::HIGH_WATER);
     // Each flushed queue takes four frames more, the last one the rest.
     let mut rest = Vec::new();
     let mut calls = Vec::new();
