@@ -708,20 +708,10 @@ impl Output {
         };
         let n = (*len as usize).min(COPY_CHUNK);
         self.stage.resize(n, 0);
-        match file.read_exact_at(&mut self.stage, *off) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                return Err(WriteError::FileChanged)
-            }
-            Err(e) => return Err(e.into()),
-        }
-        let meta = file.metadata()?;
-        if Witness::of(&meta) != *witness {
-            return Err(WriteError::FileChanged);
-        }
+        let unlinked = read_verified(file, witness, *off, &mut self.stage)?;
         *off += n as u64;
         *len -= n as u64;
-        if *len == 0 && meta.nlink() == 0 {
+        if *len == 0 && unlinked {
             self.from_replaced += 1;
         }
         self.staged = 0;
@@ -759,14 +749,10 @@ impl Output {
             }
         }
         let mut last = [0u8; 1];
-        let read = file.read_at(&mut last, *off)?;
-        let meta = file.metadata()?;
-        if read != 1 || Witness::of(&meta) != *witness {
-            return Err(WriteError::FileChanged);
-        }
+        let unlinked = read_verified(file, witness, *off, &mut last)?;
         match stream.write(&last) {
             Ok(1) => {
-                if meta.nlink() == 0 {
+                if unlinked {
                     self.from_replaced += 1;
                 }
                 self.pop_file();
@@ -783,6 +769,31 @@ impl Output {
         self.chunks.pop_front();
         self.files -= 1;
     }
+}
+
+/// The verified copy's one check, for every protocol: `buf.len()` bytes
+/// of `file` from `off`, read with `pread` and kept only if `fstat` then
+/// shows the file unchanged since the build (`witness`: a write updates
+/// the mtime, a truncate the size, before any byte changes). Returns
+/// whether the file's name was renamed over or unlinked meanwhile (link
+/// count 0): the bytes are still the snapshot's, from the inode the
+/// response started on.
+pub fn read_verified(
+    file: &File,
+    witness: &Witness,
+    off: u64,
+    buf: &mut [u8],
+) -> Result<bool, WriteError> {
+    match file.read_exact_at(buf, off) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(WriteError::FileChanged),
+        Err(e) => return Err(e.into()),
+    }
+    let meta = file.metadata()?;
+    if Witness::of(&meta) != *witness {
+        return Err(WriteError::FileChanged);
+    }
+    Ok(meta.nlink() == 0)
 }
 
 #[cfg(test)]

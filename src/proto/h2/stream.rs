@@ -8,15 +8,13 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::frame::{self, ErrorCode};
 use super::{H2Counters, H2, ROUND_BYTES};
 use crate::cache::{Body, Snapshot, Witness};
-use crate::io::output::{Output, COPY_MAX, HIGH_WATER};
+use crate::io::output::{read_verified, Output, COPY_MAX, HIGH_WATER};
 use crate::serve::{Part, Payload};
 
 /// A body small enough to copy rather than reference (as HTTP/1 copies it
@@ -446,20 +444,17 @@ fn copy_front(s: &mut Stream, n: usize, out: &mut Vec<u8>) -> Result<Copied, ()>
             off,
             len,
         } => {
-            // The verified copy, as `conn::output` does it for HTTP/1: read
-            // from the fd the response started on (a rename or unlink of
-            // the file cannot cut it), then check its bytes did not change
-            // in place.
+            // The output queue's verified copy, as for HTTP/1: read from
+            // the fd the response started on (a rename or unlink of the
+            // file cannot cut it), kept only if its bytes did not change in
+            // place. Checked before the frame goes out, so a change resets
+            // this stream rather than the connection.
             let at = out.len();
             out.resize(at + n, 0);
-            let read: io::Result<()> = file.read_exact_at(&mut out[at..], *off);
-            let meta = file.metadata().map_err(|_| ())?;
-            if read.is_err() || Witness::of(&meta) != *witness {
-                return Err(());
-            }
+            let unlinked = read_verified(file, witness, *off, &mut out[at..]).map_err(|_| ())?;
             *off += n as u64;
             *len -= n as u64;
-            if *len == 0 && meta.nlink() == 0 {
+            if *len == 0 && unlinked {
                 copied = Copied::FromReplaced;
             }
         }
