@@ -2,7 +2,7 @@
 # bench/mutants.sh: mutation testing with cargo-mutants on the files whose
 # behaviour the tests must pin down, each judged by the tests that cover it:
 #
-#   http      src/http/*.rs         pure parsing: the unit tables (cargo test --lib)
+#   http      crates/http/src/*.rs  pure parsing: the unit tables (its crate's unit tests)
 #   respond   src/serve/*.rs, src/proto/http1.rs  request → response: the HTTP
 #             and large-file suites
 #   output    src/io/output.rs  the output queue: large-file, pipelining, output_queue suites
@@ -87,7 +87,7 @@ for set in "${sets[@]}"; do
     http)
       # The unit tables take ~2 s; a mutant that loops (split_tag returning
       # a fixed tag) would otherwise hold the run for the 60 s minimum.
-      run http --file 'src/http/*.rs' --cargo-arg=--lib --timeout 20
+      run http --file 'crates/http/src/*.rs' --cargo-arg=--lib --timeout 20
       ;;
     respond)
       # The suites are modules of the one `it` test binary: filters pick them.

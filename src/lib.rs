@@ -29,7 +29,7 @@ pub mod activation;
 pub mod cache;
 pub mod config;
 pub mod conn;
-pub mod http;
+pub use shardhttpd_http as http;
 pub mod io;
 pub mod logging;
 pub mod metrics;

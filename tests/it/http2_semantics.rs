@@ -453,7 +453,7 @@ const TABLE: &[Row] = &[
         INDEX_304,
     ),
     // Encodings: the server prefers br, then zstd, then gzip; a header
-    // that refuses everything still gets identity (src/http/accept.rs).
+    // that refuses everything still gets identity (crates/http/src/accept.rs).
     row("GET", "/app.js", &[], APP_JS),
     row(
         "GET",

@@ -100,7 +100,7 @@ impl Decoder {
     /// the count is meaningless, and the connection must close.
     ///
     /// ```
-    /// use shardhttpd::http::chunked::{Decoder, Progress};
+    /// use shardhttpd_http::chunked::{Decoder, Progress};
     ///
     /// let mut d = Decoder::new(1024);
     /// let wire = b"4;name=value\r\nWiki\r\n0\r\nExpires: never\r\n\r\nGET /";

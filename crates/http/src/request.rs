@@ -387,7 +387,7 @@ impl Codings {
 
 impl<'b> Request<'b> {
     /// A request with no fields yet (HTTP/2 fills them from its header list).
-    pub(crate) fn new(
+    pub fn new(
         method: Method,
         method_name: &'b str,
         target: &'b [u8],

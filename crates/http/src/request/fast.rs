@@ -210,7 +210,7 @@ mod tests {
     /// cut short).
     #[test]
     fn common_heads_parse_as_httparse_does() {
-        use crate::http::request::{parse_common, parse_httparse, Limits};
+        use crate::request::{parse_common, parse_httparse, Limits};
         const HEADS: [&[u8]; 3] = [
             b"GET /a/b.html HTTP/1.1\r\nHost: example.com:8080\r\nUser-Agent: x y\r\n\
               Accept: */*\r\nConnection: keep-alive, close\r\nContent-Length: 0\r\n\

@@ -136,7 +136,7 @@ fn http_date(value: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::request::{Method, Version};
+    use crate::request::{Method, Version};
 
     /// Sun, 06 Nov 1994 08:49:37 GMT
     const T: u64 = 784_111_777;

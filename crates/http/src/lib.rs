@@ -1,5 +1,7 @@
-//! Pure HTTP/1.x code: no sockets here, only bytes in and bytes out, so every
+//! shardhttpd's pure HTTP layer, a crate of its own so that it cannot
+//! import the server. No sockets here, only bytes in and bytes out, so every
 //! rule can be tested from a table.
+#![forbid(unsafe_code)]
 
 pub mod accept;
 pub mod chunked;

@@ -37,7 +37,7 @@ enum Spec {
 /// Parse `header` for a representation of `len` bytes into `out` (cleared first).
 ///
 /// ```
-/// use shardhttpd::http::range::{parse, ByteRange, RangeOutcome};
+/// use shardhttpd_http::range::{parse, ByteRange, RangeOutcome};
 ///
 /// let mut out = Vec::new();
 /// assert_eq!(parse(b"bytes=0-4,-3", 10, 16, &mut out), RangeOutcome::Partial);

@@ -32,7 +32,7 @@ impl PathError {
 /// `/..`), and drops the query and fragment. A backslash is an ordinary byte.
 ///
 /// ```
-/// use shardhttpd::http::path::{normalize, PathError};
+/// use shardhttpd_http::path::{normalize, PathError};
 ///
 /// let mut out = Vec::new();
 /// normalize(b"/docs/./a//b%20c.html?v=2", &mut out).unwrap();
