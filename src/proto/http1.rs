@@ -32,7 +32,7 @@ impl Persist {
 }
 
 /// Append `resp` to `out`. Returns the body bytes queued.
-#[inline]
+#[inline(always)]
 pub fn write(resp: &Response<'_>, persist: Persist, out: &mut Output) -> u64 {
     let buf = out.buf();
     if !resp.has_status_line() {
