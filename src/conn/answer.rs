@@ -3,9 +3,18 @@
 //! counted, in order, until the output is backlogged or the connection
 //! stops reading.
 
-use super::*;
-use env::{serve_env, Meta};
-use request_id::IdLine;
+use std::time::Instant;
+
+use super::env::{serve_env, Meta, ShardEnv};
+use super::request_id::{self, IdLine};
+use super::{Conn, Reading};
+use crate::http::chunked;
+use crate::http::request::{self, Version};
+use crate::http::Status;
+use crate::metrics::CloseReason;
+use crate::proto::http1::{self, Persist};
+use crate::proto::proxy;
+use crate::serve;
 
 impl Conn {
     /// Answer every complete request in the buffer, in order, until the

@@ -3,7 +3,23 @@
 //! ([`BufPool`]), the shard's state for one event ([`ShardEnv`]) and where
 //! the server is in stopping ([`Stop`]).
 
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::peer::Peer;
+use super::tls::{self, TlsConn};
+use super::{ConnIo, POOLED_WRITE_MAX, POOL_MAX};
+use crate::cache::Snapshot;
+use crate::config::Config;
+use crate::http::date::DateCache;
+use crate::http::request::{self, Limits};
+use crate::http::Status;
+use crate::io::output::Output;
+use crate::metrics::access_log::ShardLog;
+use crate::metrics::ShardCounters;
+use crate::proto::http1::{self, Persist};
+use crate::proto::proxy;
+use crate::serve;
 
 /// Connection settings, derived once from [`Config`].
 #[derive(Debug, Clone)]

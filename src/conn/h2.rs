@@ -4,11 +4,25 @@
 //! with the same counting and logging as HTTP/1, timeouts, and GOAWAY on
 //! drain.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::env::{serve_env, BufPool, ConnConfig, Scratch, ShardEnv};
+use super::peer::Peer;
+use super::request_id::{self, IdLine};
+use super::tls::TlsConn;
+use super::{Conn, ConnIo, Reading, Step, POOLED_WRITE_MAX, POOL_MAX};
+use crate::cache::Snapshot;
+use crate::http::date::DateCache;
+use crate::http::request;
+use crate::http::Status;
+use crate::io::output::Flush;
+use crate::metrics::access_log::ShardLog;
+use crate::metrics::{CloseReason, ShardCounters};
 use crate::proto::h2::hpack::Fields;
 use crate::proto::h2::{frame, Handler, Recv, Sent, H2};
-use env::serve_env;
-use request_id::IdLine;
+use crate::proto::proxy;
+use crate::serve;
 
 impl Conn {
     #[inline]

@@ -18,25 +18,18 @@ pub mod request_id;
 mod ring;
 pub mod tls;
 
-use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cache::Snapshot;
-use crate::config::Config;
 use crate::http::chunked;
-use crate::http::date::DateCache;
-use crate::http::request::{self, Limits, Version};
 use crate::http::Status;
 use crate::io::output::{Flush, Output, WriteError};
-use crate::metrics::access_log::ShardLog;
-use crate::metrics::{CloseReason, ShardCounters};
-use crate::proto::http1::{self, Persist};
+use crate::metrics::CloseReason;
 use crate::proto::proxy;
-use crate::serve;
 use crate::sys::{EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
-use tls::{TlsConn, TlsRead};
+use tls::TlsConn;
 
 pub use env::{BufPool, ConnConfig, Scratch, ShardEnv, Stop};
 use peer::Peer;

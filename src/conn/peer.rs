@@ -3,7 +3,14 @@
 //! parsing is in `proto::proxy`; here it meets the connection, and a
 //! refused one gets its rate-limited warn line.
 
-use super::*;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::env::{Scratch, ShardEnv};
+use super::{Conn, Reading, Step};
+use crate::metrics::{CloseReason, ShardCounters};
+use crate::proto::proxy;
 
 /// The client's address, packed into 24 bytes (`Option<SocketAddr>` takes
 /// 32) to keep [`Conn`] small. The IPv6 flow label is not kept: nothing

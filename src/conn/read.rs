@@ -3,7 +3,13 @@
 //! plaintext (connections driven by io_uring completions take pushed bytes
 //! instead, `ring.rs`).
 
-use super::*;
+use std::io::{self, Write};
+
+use super::env::{self, ShardEnv};
+use super::tls::{self, TlsRead};
+use super::{Conn, Fill, Readable, Reading};
+use crate::http::Status;
+use crate::metrics::CloseReason;
 
 impl Conn {
     /// One `read` into the buffer.

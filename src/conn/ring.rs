@@ -16,7 +16,12 @@
 //! bodies by reference and files are encrypted and written by syscall,
 //! as on epoll.
 
-use super::*;
+use std::io;
+
+use super::env::{BufPool, ConnConfig, ShardEnv};
+use super::{Conn, Fill, Readable, Reading, Step};
+use crate::io::output::{Flush, WriteError};
+use crate::metrics::CloseReason;
 use crate::sys::Lent;
 
 /// Driven by completions (set once, at accept).
@@ -355,6 +360,7 @@ mod tests {
     use super::*;
     use crate::config::{Config, Settings};
     use std::io::Read;
+    use std::time::Instant;
     use std::net::{TcpListener, TcpStream};
 
     /// A connection on a loopback socket, driven by completions, with the
