@@ -22,7 +22,7 @@ use super::env::{BufPool, ConnConfig, ShardEnv};
 use super::{Conn, Fill, Readable, Reading, Step};
 use crate::io::output::{Flush, WriteError};
 use crate::metrics::CloseReason;
-use crate::sys::Lent;
+use crate::sys::{Lent, SendId};
 
 /// Driven by completions (set once, at accept).
 const COMPLETIONS: u16 = 1;
@@ -62,7 +62,7 @@ pub struct RingWants {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RingLeftovers {
     pub recv: bool,
-    pub send: Option<u64>,
+    pub send: Option<SendId>,
     pub pollout: bool,
 }
 
@@ -308,7 +308,7 @@ impl Conn {
     }
 
     /// The lent bytes are with ring send `id`.
-    pub fn lent_as(&mut self, id: u64) {
+    pub fn lent_as(&mut self, id: SendId) {
         if let Some(tls) = self.tls.as_deref_mut() {
             tls.lent_as(id);
         } else if let Some(io) = self.io.as_deref_mut() {
@@ -360,8 +360,8 @@ mod tests {
     use super::*;
     use crate::config::{Config, Settings};
     use std::io::Read;
-    use std::time::Instant;
     use std::net::{TcpListener, TcpStream};
+    use std::time::Instant;
 
     /// A connection on a loopback socket, driven by completions, with the
     /// default settings.
@@ -613,8 +613,8 @@ mod tests {
         let lent = c.lend(&mut pool).expect("owned bytes");
         assert_eq!(&lent.buf[lent.start..lent.start + lent.len], b"0123456789");
         assert_eq!(c.ring_leftovers().send, None, "not with a send yet");
-        c.lent_as(77);
-        assert_eq!(c.ring_leftovers().send, Some(77));
+        c.lent_as(SendId::for_tests(77));
+        assert_eq!(c.ring_leftovers().send, Some(SendId::for_tests(77)));
         // While lent, a flush waits for the send.
         assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
         assert_eq!(c.ring & SEND_WANTED, 0);
@@ -669,7 +669,7 @@ mod tests {
         c.io = Some(pool.take_io(false));
         c.io().out.buf().extend_from_slice(b"first");
         let lent = c.lend(&mut pool).expect("owned bytes");
-        c.lent_as(1);
+        c.lent_as(SendId::for_tests(1));
         c.io().out.buf().extend_from_slice(b"408");
         c.flush_now();
         assert_eq!(arrived(&mut client), b"", "written past the lent bytes");
@@ -716,7 +716,7 @@ mod tests {
         c.io().out.buf().extend_from_slice(b"first");
         assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
         let _lent = c.lend(&mut pool).expect("records to lend");
-        c.lent_as(2);
+        c.lent_as(SendId::for_tests(2));
         c.io().out.buf().extend_from_slice(b"408");
         c.flush_now();
         assert_eq!(

@@ -23,6 +23,7 @@ use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection};
 
 use crate::io::output::{Flush, Output, Sink, WriteError};
 use crate::metrics::Handshake;
+use crate::sys::SendId;
 
 /// Ciphertext read per `read`: one maximal TLS record plus its header and
 /// expansion, so a full record never needs two reads.
@@ -98,7 +99,7 @@ pub struct TlsConn {
     /// before anything else (empty, no allocation, otherwise).
     sendq: Vec<u8>,
     /// The ring send the session's ciphertext is lent to.
-    lent: Option<u64>,
+    lent: Option<SendId>,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -379,12 +380,12 @@ impl TlsConn {
     }
 
     /// The lent ciphertext is with ring send `id`.
-    pub fn lent_as(&mut self, id: u64) {
+    pub fn lent_as(&mut self, id: SendId) {
         self.lent = Some(id);
     }
 
     /// The ring send the ciphertext is lent to.
-    pub fn lent(&self) -> Option<u64> {
+    pub fn lent(&self) -> Option<SendId> {
         self.lent
     }
 
@@ -646,8 +647,8 @@ pub(super) mod tests {
         assert!(queue.is_empty() && server.wants_write());
         let first = server.lend(Vec::new).expect("records to lend");
         assert!(first.len() <= CIPHER_BUF, "a lend takes the buffer's room");
-        server.lent_as(7);
-        assert_eq!(server.lent(), Some(7));
+        server.lent_as(SendId::for_tests(7));
+        assert_eq!(server.lent(), Some(SendId::for_tests(7)));
         assert!(server.lend(Vec::new).is_none(), "lent twice");
         // The kernel took 1000 bytes: the rest goes first next time.
         let mut wire = first[..1000].to_vec();
@@ -657,7 +658,7 @@ pub(super) mod tests {
         let mut id = 8;
         while let Some(next) = server.lend(Vec::new) {
             wire.extend_from_slice(&next);
-            server.lent_as(id);
+            server.lent_as(SendId::for_tests(id));
             id += 1;
             let spare = server.give_back(next, usize::MAX);
             assert!(

@@ -15,7 +15,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
 
 use crate::cache::{Body, Snapshot, Witness};
-use crate::sys;
+use crate::sys::{self, SendId};
 
 /// Bodies up to this size are copied into the output buffer: a copy of a few
 /// KiB is cheaper than an extra iovec and pinning the snapshot.
@@ -196,7 +196,7 @@ pub struct Output {
     /// completions): nothing is written until they come back
     /// ([`give_back`](Self::give_back)); answers queued meanwhile go to a
     /// new buffer, after them.
-    lent: Option<u64>,
+    lent: Option<SendId>,
     /// Bytes of that send: owned and unsent until it comes back, so they
     /// count toward [`HIGH_WATER`] beside what is queued meanwhile.
     lent_len: usize,
@@ -248,12 +248,12 @@ impl Output {
     }
 
     /// The send the owned bytes are lent to, once it has an id.
-    pub fn set_lent(&mut self, id: u64) {
+    pub fn set_lent(&mut self, id: SendId) {
         self.lent = Some(id);
     }
 
     /// The ring send the queue's bytes are lent to.
-    pub fn lent(&self) -> Option<u64> {
+    pub fn lent(&self) -> Option<SendId> {
         self.lent
     }
 
@@ -815,12 +815,12 @@ mod tests {
         out.buf().extend_from_slice(bytes);
         assert!(out.lendable());
         let (buf, start) = out.lend(Vec::with_capacity(64));
-        out.set_lent(7);
+        out.set_lent(SendId::for_tests(7));
         assert!(
             !out.is_empty() && !out.lendable(),
             "lent bytes are still owed"
         );
-        assert_eq!(out.lent(), Some(7));
+        assert_eq!(out.lent(), Some(SendId::for_tests(7)));
         (out, buf, start)
     }
 

@@ -27,7 +27,7 @@ pub use net::{
     set_incoming_cpu, write, writev, Insn,
 };
 pub use thread::{cap_arenas, cores, fix_mmap_threshold, lower_thread_priority, trim_heap};
-pub use uring::{Done, Lent, Ring, TaskRun, REARM};
+pub use uring::{Done, Lent, Ring, SendId, TaskRun, REARM};
 
 /// Run a libc call, mapping `-1` to `io::Error::last_os_error()` and
 /// retrying on EINTR.

@@ -31,25 +31,94 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use super::Events;
 
-/// `user_data` of the ring's own operations (poll cancellations, the
-/// self-check's no-op), whose completions are not events. Shard tokens
-/// never take it: a connection's generation stays below `u32::MAX`, and
-/// the listeners' and the wake-up's tokens are at the top of the range.
-const INTERNAL: u64 = 0xFFFF_FFFF_0000_0000;
-
 /// Set in an event's readiness when its multishot poll ended (the kernel
 /// posted its last completion): the shard arms a new one if the fd is still
 /// its. A bit epoll never reports (`EPOLLONESHOT` is a request flag).
 pub const REARM: u32 = libc::EPOLLONESHOT as u32;
 
-/// `user_data` bit of a connection's multishot receive (its token below).
-/// Connection tokens keep their slab index below 2^30 (see
-/// `shard::slab`), so these bits are free in them.
-const RECV: u64 = 1 << 31;
-/// `user_data` bit of a send: its slot in `Ring::sends` below it, and the
-/// slot's generation in the top half (so a cancel for a send that already
-/// completed cannot reach the next send in its slot).
-const SEND: u64 = 1 << 30;
+/// What a ring operation is for. An operation's `user_data` is
+/// [`Op::user_data`] and a completion's is decoded once, by [`Op::of`]:
+/// nothing else packs or reads its bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// The ring's own operations, whose completions are not events: a
+    /// cancellation, the self-check's no-op, the final cancel-all.
+    Internal(Internal),
+    /// A poll of the shard's `token` (a listener, the wake-up, a
+    /// connection's readiness).
+    Poll(u64),
+    /// A connection's multishot receive; its token is a slab index below
+    /// 2^30 (see `shard::slab`).
+    Recv(u64),
+    /// A send, from the ring's slab of sends.
+    Send(SendId),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Internal {
+    Cancel = 0,
+    SelfCheck = 1,
+    CancelAll = 2,
+}
+
+/// A send in flight: its slot in the ring's slab of sends, and the slot's
+/// generation, so a cancel for a send that already completed cannot reach
+/// the next send in its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendId {
+    slot: u32,
+    gen: u32,
+}
+
+impl SendId {
+    /// An id no ring gave, for tests that drive a connection without one.
+    #[cfg(test)]
+    pub fn for_tests(slot: u32) -> SendId {
+        SendId { slot, gen: 0 }
+    }
+}
+
+impl Op {
+    /// `user_data` of the ring's own operations: the top of the range,
+    /// which shard tokens leave free (a connection's generation stays below
+    /// `u32::MAX`; the listeners' and the wake-up's tokens are above
+    /// `INTERNAL + 16`).
+    const INTERNAL: u64 = 0xFFFF_FFFF_0000_0000;
+    /// The receive bit, and the send bit (a send's slot below it, its
+    /// generation in the top half, kept below `u32::MAX`).
+    const RECV: u64 = 1 << 31;
+    const SEND: u64 = 1 << 30;
+
+    fn user_data(self) -> u64 {
+        match self {
+            Op::Internal(i) => Op::INTERNAL + i as u64,
+            Op::Poll(token) => token,
+            Op::Recv(token) => {
+                debug_assert!(token & (Op::RECV | Op::SEND) == 0 && token < Op::INTERNAL);
+                token | Op::RECV
+            }
+            Op::Send(SendId { slot, gen }) => (u64::from(gen) << 32) | Op::SEND | u64::from(slot),
+        }
+    }
+
+    fn of(user_data: u64) -> Op {
+        match user_data {
+            u if (Op::INTERNAL..Op::INTERNAL + 16).contains(&u) => {
+                Op::Internal(match u - Op::INTERNAL {
+                    1 => Internal::SelfCheck,
+                    2 => Internal::CancelAll,
+                    _ => Internal::Cancel,
+                })
+            }
+            u if u < Op::INTERNAL && u & Op::RECV != 0 => Op::Recv(u & !Op::RECV),
+            u if u < Op::INTERNAL && u & Op::SEND != 0 => Op::Send(SendId {
+                slot: (u & (Op::SEND - 1)) as u32,
+                gen: (u >> 32) as u32,
+            }),
+            u => Op::Poll(u),
+        }
+    }
+}
 
 /// Provided receive buffers shared by the shard's connections (a power of
 /// two): the kernel takes one per receive completion.
@@ -299,7 +368,11 @@ impl Ring {
     /// A no-op submitted and its completion reaped by the same enter the
     /// loop uses, with its timeout: a ring that cannot do this is not used.
     fn self_check(&mut self) -> io::Result<()> {
-        self.push(&opcode::Nop::new().build().user_data(INTERNAL + 1))?;
+        self.push(
+            &opcode::Nop::new()
+                .build()
+                .user_data(Op::Internal(Internal::SelfCheck).user_data()),
+        )?;
         let ts = types::Timespec::from(Duration::from_secs(1));
         let args = types::SubmitArgs::new().timespec(&ts);
         self.ring
@@ -307,7 +380,12 @@ impl Ring {
             .submit_with_args(1, &args)
             .map_err(|e| io::Error::new(e.kind(), format!("self-check enter: {e}")))?;
         match self.ring.completion().next() {
-            Some(c) if c.user_data() == INTERNAL + 1 && c.result() == 0 => Ok(()),
+            Some(c)
+                if Op::of(c.user_data()) == Op::Internal(Internal::SelfCheck)
+                    && c.result() == 0 =>
+            {
+                Ok(())
+            }
             Some(c) => Err(io::Error::other(format!(
                 "self-check: unexpected completion {:#x} result {}",
                 c.user_data(),
@@ -347,7 +425,7 @@ impl Ring {
         let poll = opcode::PollAdd::new(types::Fd(fd), interest)
             .multi(true)
             .build()
-            .user_data(token);
+            .user_data(Op::Poll(token).user_data());
         self.push(&poll)
     }
 
@@ -362,11 +440,11 @@ impl Ring {
     /// until its shard ended. A cancellation marks the poll and the
     /// pending wake-up ends it.
     pub fn remove(&mut self, token: u64) -> io::Result<()> {
-        let cancel = types::CancelBuilder::user_data(token).all();
+        let cancel = types::CancelBuilder::user_data(Op::Poll(token).user_data()).all();
         self.push(
             &opcode::AsyncCancel2::new(cancel)
                 .build()
-                .user_data(INTERNAL),
+                .user_data(Op::Internal(Internal::Cancel).user_data()),
         )
     }
 
@@ -375,7 +453,7 @@ impl Ring {
     pub fn add_once(&mut self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
         let poll = opcode::PollAdd::new(types::Fd(fd), interest)
             .build()
-            .user_data(token);
+            .user_data(Op::Poll(token).user_data());
         self.push(&poll)
     }
 
@@ -383,10 +461,9 @@ impl Ring {
     /// the provided buffer ring); completions are [`Done::Recv`] with
     /// `token`, which must be a connection's (slab index below 2^30).
     pub fn recv(&mut self, fd: RawFd, token: u64) -> io::Result<()> {
-        debug_assert!(token & (RECV | SEND) == 0 && token < INTERNAL);
         let e = opcode::RecvMulti::new(types::Fd(fd), GROUP)
             .build()
-            .user_data(token | RECV);
+            .user_data(Op::Recv(token).user_data());
         self.push(&e)
     }
 
@@ -394,16 +471,16 @@ impl Ring {
     /// `more`), after any it had posted.
     pub fn cancel_recv(&mut self, token: u64) -> io::Result<()> {
         self.push(
-            &opcode::AsyncCancel::new(token | RECV)
+            &opcode::AsyncCancel::new(Op::Recv(token).user_data())
                 .build()
-                .user_data(INTERNAL),
+                .user_data(Op::Internal(Internal::Cancel).user_data()),
         )
     }
 
     /// Send `lent.buf[lent.start..][..lent.len]` on `fd`: the bytes belong
     /// to the ring until the send's [`Done::Sent`] gives them back. Returns
     /// the send's id, to [`cancel_send`](Self::cancel_send) it.
-    pub fn send(&mut self, fd: RawFd, token: u64, lent: Lent) -> io::Result<u64> {
+    pub fn send(&mut self, fd: RawFd, token: u64, lent: Lent) -> io::Result<SendId> {
         let Some(bytes) = lent.buf.get(lent.start..lent.start + lent.len) else {
             return Err(io::Error::other("lent range outside its buffer"));
         };
@@ -417,13 +494,13 @@ impl Ring {
             }
         };
         let gen = &mut self.send_gens[slot as usize];
-        // Below u32::MAX: the id stays under `INTERNAL`.
+        // Below u32::MAX: the id stays under `Op::INTERNAL`.
         *gen = if *gen >= u32::MAX - 1 { 0 } else { *gen + 1 };
-        let id = (u64::from(*gen) << 32) | SEND | u64::from(slot);
+        let id = SendId { slot, gen: *gen };
         let e = opcode::Send::new(types::Fd(fd), ptr, len)
             .flags(libc::MSG_NOSIGNAL)
             .build()
-            .user_data(id);
+            .user_data(Op::Send(id).user_data());
         // Owned by the slot from here until the completion: `ptr` stays
         // valid (the heap block does not move with the `Vec`).
         self.sends[slot as usize] = Some((token, lent));
@@ -437,8 +514,12 @@ impl Ring {
 
     /// Cancel send `id`; its completion still comes (`-ECANCELED`, or what
     /// it sent before), with its bytes.
-    pub fn cancel_send(&mut self, id: u64) -> io::Result<()> {
-        self.push(&opcode::AsyncCancel::new(id).build().user_data(INTERNAL))
+    pub fn cancel_send(&mut self, id: SendId) -> io::Result<()> {
+        self.push(
+            &opcode::AsyncCancel::new(Op::Send(id).user_data())
+                .build()
+                .user_data(Op::Internal(Internal::Cancel).user_data()),
+        )
     }
 
     /// The bytes a [`Done::Recv`] put in buffer `bid`.
@@ -496,26 +577,22 @@ impl Ring {
                 break;
             };
             self.reaped += 1;
-            let token = cqe.user_data();
-            if (INTERNAL..INTERNAL + 16).contains(&token) {
-                continue;
-            }
             let res = cqe.result();
-            if token < INTERNAL && token & (RECV | SEND) != 0 {
-                let flags = cqe.flags();
-                if token & RECV != 0 {
+            let token = match Op::of(cqe.user_data()) {
+                Op::Internal(_) => continue,
+                Op::Recv(token) => {
+                    let flags = cqe.flags();
                     self.done.push(Done::Recv {
-                        token: token & !RECV,
+                        token,
                         res,
                         bid: cqueue::buffer_select(flags),
                         more: cqueue::more(flags),
                     });
-                } else {
-                    let slot = (token & (SEND - 1)) as usize;
-                    let current = self
-                        .send_gens
-                        .get(slot)
-                        .is_some_and(|&g| u64::from(g) == token >> 32);
+                    continue;
+                }
+                Op::Send(SendId { slot, gen }) => {
+                    let slot = slot as usize;
+                    let current = self.send_gens.get(slot) == Some(&gen);
                     let taken = if current {
                         self.sends.get_mut(slot).and_then(Option::take)
                     } else {
@@ -525,9 +602,10 @@ impl Ring {
                         self.free_sends.push(slot as u32);
                         self.done.push(Done::Sent { token, res, lent });
                     }
+                    continue;
                 }
-                continue;
-            }
+                Op::Poll(token) => token,
+            };
             let ready = if res >= 0 {
                 res as u32
             } else if res == -libc::ECANCELED || res == -libc::ENOENT {
@@ -559,7 +637,7 @@ impl Ring {
     pub fn settle(&mut self, within: Duration) {
         let any = opcode::AsyncCancel2::new(types::CancelBuilder::any())
             .build()
-            .user_data(INTERNAL + 2);
+            .user_data(Op::Internal(Internal::CancelAll).user_data());
         if self.push(&any).is_err() {
             return;
         }
@@ -759,6 +837,30 @@ mod tests {
         );
     }
 
+    /// Every operation's `user_data` decodes to what it was made from, and
+    /// the shard's top-of-range tokens (listeners, the wake-up) are polls.
+    #[test]
+    fn user_data_round_trips_through_op() {
+        let ops = [
+            Op::Internal(Internal::Cancel),
+            Op::Internal(Internal::SelfCheck),
+            Op::Internal(Internal::CancelAll),
+            Op::Poll(5),
+            Op::Poll(u64::MAX - 1),
+            Op::Recv((1 << 30) - 1),
+            Op::Send(SendId { slot: 3, gen: 9 }),
+            Op::Send(SendId {
+                slot: 0,
+                gen: u32::MAX - 1,
+            }),
+        ];
+        for op in ops {
+            assert_eq!(Op::of(op.user_data()), op, "{:#x}", op.user_data());
+        }
+        let ids: std::collections::HashSet<u64> = ops.iter().map(|o| o.user_data()).collect();
+        assert_eq!(ids.len(), ops.len(), "no two operations share a user_data");
+    }
+
     /// Two sends in turn use the same slot with different ids (its
     /// generation): a cancel meant for the first, arriving after it
     /// completed, cannot reach the second. Each completion brings its
@@ -776,8 +878,8 @@ mod tests {
                 len: 5,
             };
             let id = ring.send(a.as_raw_fd(), 42, lent).unwrap();
-            assert_eq!(id & SEND, SEND, "{id:#x}");
-            assert!(id < INTERNAL, "{id:#x}");
+            assert_eq!(Op::of(Op::Send(id).user_data()), Op::Send(id));
+            assert!(Op::Send(id).user_data() < Op::INTERNAL, "{id:?}");
             ids.push(id);
             let mut done = Vec::new();
             for _ in 0..20 {
@@ -802,10 +904,10 @@ mod tests {
             b.read_exact(&mut got).unwrap();
             assert_eq!(got, [b'0' + round; 5]);
         }
-        assert_eq!(ids[0] as u32, ids[1] as u32, "the same slot");
+        assert_eq!(ids[0].slot, ids[1].slot, "the same slot");
         assert!(
             ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2],
-            "{ids:x?}"
+            "{ids:?}"
         );
     }
 
