@@ -33,6 +33,7 @@ use tls::TlsConn;
 
 pub use env::{BufPool, ConnConfig, Scratch, ShardEnv, Stop};
 use peer::Peer;
+use ring::RingState;
 pub use ring::{RingLeftovers, RingWants};
 
 /// After the last response of a connection closed by the server with
@@ -186,8 +187,8 @@ pub struct Conn {
     /// requests (for the drain-close metric).
     parted: bool,
     /// Driven by io_uring completions, and what it wants of the ring
-    /// (`conn/ring.rs`); 0 on readiness.
-    ring: u16,
+    /// (`conn/ring.rs`); empty on readiness.
+    ring: RingState,
 }
 
 impl std::fmt::Debug for Conn {
@@ -240,7 +241,7 @@ impl Conn {
             write_blocked: false,
             resume: false,
             parted: false,
-            ring: 0,
+            ring: RingState::default(),
         }
     }
 
@@ -321,7 +322,7 @@ impl Conn {
     /// Write what is queued, through TLS when the connection has it.
     #[inline]
     fn flush_out(&mut self) -> Result<Flush, WriteError> {
-        if self.ring != 0 {
+        if self.ring.completions() {
             return self.flush_ring();
         }
         let io = self

@@ -15,7 +15,7 @@ impl Conn {
     /// One `read` into the buffer.
     pub(super) fn fill(&mut self, env: &mut ShardEnv<'_>) -> io::Result<Fill> {
         let lingering = matches!(self.reading, Reading::Lingering(_));
-        if self.ring != 0 && (self.tls.is_none() || lingering) {
+        if self.ring.completions() && (self.tls.is_none() || lingering) {
             // Driven by completions: the bytes were pushed (over TLS,
             // decrypted below).
             return self.fill_pushed();
@@ -83,7 +83,7 @@ impl Conn {
             .as_deref_mut()
             .expect("connection I/O state taken before use");
         let mut done = None;
-        let pushed = self.ring != 0;
+        let pushed = self.ring.completions();
         let res = session.read(
             (!pushed).then_some(&self.stream),
             &mut io.rbuf[io.rend..],

@@ -45,6 +45,92 @@ const POLLOUT_WANTED: u16 = 1 << 8;
 /// A one-shot `EPOLLOUT` poll is armed.
 const POLLOUT_ARMED: u16 = 1 << 9;
 
+/// What a connection driven by completions has live on the ring and
+/// wants of it at the end of an event: each transition is a method, the
+/// bits stay here. Empty on readiness.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RingState(u16);
+
+impl RingState {
+    /// Driven by completions from now on; a write that blocked waits for
+    /// `EPOLLOUT` on the ring.
+    fn driven(write_blocked: bool) -> RingState {
+        RingState(COMPLETIONS | if write_blocked { POLLOUT_WANTED } else { 0 })
+    }
+
+    #[inline]
+    pub(super) fn completions(self) -> bool {
+        self.0 & COMPLETIONS != 0
+    }
+
+    fn set(&mut self, bits: u16) {
+        self.0 |= bits;
+    }
+
+    fn clear(&mut self, bits: u16) {
+        self.0 &= !bits;
+    }
+
+    fn has(self, bits: u16) -> bool {
+        self.0 & bits != 0
+    }
+
+    /// Whether bytes were pushed since the last look (and forget them).
+    fn take_pushed(&mut self) -> bool {
+        let pushed = self.has(PUSHED);
+        self.clear(PUSHED);
+        pushed
+    }
+
+    /// How the receive ended, if it did (`Drained` while it goes on).
+    fn recv_end(self) -> io::Result<Fill> {
+        if self.has(FAILED) {
+            return Err(io::ErrorKind::ConnectionReset.into());
+        }
+        if self.has(EOF) {
+            return Ok(Fill::Eof);
+        }
+        Ok(Fill::Drained)
+    }
+
+    /// A send is wanted or listed for this turn.
+    fn send_pending(self) -> bool {
+        self.has(SEND_WANTED | SEND_LISTED)
+    }
+
+    /// The receive is live and not being cancelled.
+    fn recv_live(self) -> bool {
+        self.0 & (ARMED | CANCELLING) == ARMED
+    }
+
+    /// What to ask of the ring now, given whether the connection reads
+    /// on; the state moves as if the shard did it (it must).
+    fn wants(&mut self, reading: bool) -> RingWants {
+        let mut wants = RingWants::default();
+        let reading = reading && !self.has(EOF | FAILED);
+        if reading && !self.has(ARMED) {
+            self.set(ARMED);
+            wants.arm_recv = true;
+        } else if !reading && self.recv_live() {
+            self.set(CANCELLING);
+            wants.cancel_recv = true;
+        }
+        if self.has(SEND_WANTED) {
+            self.clear(SEND_WANTED);
+            self.set(SEND_LISTED);
+            wants.send = true;
+        }
+        if self.has(POLLOUT_WANTED) {
+            self.clear(POLLOUT_WANTED);
+            if !self.has(POLLOUT_ARMED) {
+                self.set(POLLOUT_ARMED);
+                wants.pollout = true;
+            }
+        }
+        wants
+    }
+}
+
 /// What a connection wants of the ring after an event.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RingWants {
@@ -72,16 +158,13 @@ impl Conn {
     /// without PROXY header on a ring that has them). A write that blocked
     /// then waits for `EPOLLOUT` on the ring.
     pub fn use_completions(&mut self) {
-        self.ring = COMPLETIONS;
-        if self.write_blocked {
-            self.ring |= POLLOUT_WANTED;
-        }
+        self.ring = RingState::driven(self.write_blocked);
     }
 
     /// Driven by completions.
     #[inline]
     pub fn completions(&self) -> bool {
-        self.ring & COMPLETIONS != 0
+        self.ring.completions()
     }
 
     /// Bytes of its multishot receive: into the read buffer (taken from
@@ -94,7 +177,7 @@ impl Conn {
     /// [`ring_wants`]: Self::ring_wants
     pub fn push(&mut self, bytes: &[u8], pool: &mut BufPool, cfg: &ConnConfig) {
         self.readable.set();
-        self.ring |= PUSHED;
+        self.ring.set(PUSHED);
         if matches!(self.reading, Reading::Lingering(_)) {
             return;
         }
@@ -143,23 +226,22 @@ impl Conn {
     /// The receive ended with `res`: 0 (end of file) or `-errno`.
     pub fn push_end(&mut self, res: i32) {
         self.readable.set();
-        self.ring |= if res == 0 { EOF } else { FAILED };
+        self.ring.set(if res == 0 { EOF } else { FAILED });
     }
 
     /// The receive posted its last completion (ended, or cancelled).
     pub fn recv_ended(&mut self) {
-        self.ring &= !(ARMED | CANCELLING);
+        self.ring.clear(ARMED | CANCELLING);
     }
 
     /// The one-shot `EPOLLOUT` poll fired (or ended).
     pub fn pollout_ended(&mut self) {
-        self.ring &= !POLLOUT_ARMED;
+        self.ring.clear(POLLOUT_ARMED);
     }
 
     /// `fill` on this backend: what the pushes brought.
     pub(super) fn fill_pushed(&mut self) -> io::Result<Fill> {
-        if self.ring & PUSHED != 0 {
-            self.ring &= !PUSHED;
+        if self.ring.take_pushed() {
             return Ok(Fill::Data);
         }
         self.readable = Readable::No;
@@ -169,13 +251,7 @@ impl Conn {
     /// Nothing pushed is left: how the receive ended (`Drained` while it
     /// goes on).
     pub(super) fn recv_end(&self) -> io::Result<Fill> {
-        if self.ring & FAILED != 0 {
-            return Err(io::ErrorKind::ConnectionReset.into());
-        }
-        if self.ring & EOF != 0 {
-            return Ok(Fill::Eof);
-        }
-        Ok(Fill::Drained)
+        self.ring.recv_end()
     }
 
     /// `flush_out` on this backend: owned bytes are lent to a ring send
@@ -188,7 +264,7 @@ impl Conn {
             .as_deref_mut()
             .expect("connection I/O state taken before use");
         if let Some(tls) = self.tls.as_deref_mut() {
-            if tls.lent().is_some() || self.ring & (SEND_WANTED | SEND_LISTED) != 0 {
+            if tls.lent().is_some() || self.ring.send_pending() {
                 return Ok(Flush::Blocked);
             }
             if io.out.is_empty() || io.out.lendable() {
@@ -196,7 +272,7 @@ impl Conn {
                 // the records are lent at the end of the turn.
                 tls.encrypt(&mut io.out)?;
                 if tls.wants_write() {
-                    self.ring |= SEND_WANTED;
+                    self.ring.set(SEND_WANTED);
                     return Ok(Flush::Blocked);
                 }
                 return Ok(if io.out.is_empty() {
@@ -209,20 +285,20 @@ impl Conn {
             // epoll, a round of records per `writev`.
             let flushed = tls.flush(&mut io.out, &self.stream);
             if let Ok(Flush::Blocked) = flushed {
-                self.ring |= POLLOUT_WANTED;
+                self.ring.set(POLLOUT_WANTED);
             }
             return flushed;
         }
-        if io.out.lent().is_some() || self.ring & (SEND_WANTED | SEND_LISTED) != 0 {
+        if io.out.lent().is_some() || self.ring.send_pending() {
             return Ok(Flush::Blocked);
         }
         if io.out.lendable() {
-            self.ring |= SEND_WANTED;
+            self.ring.set(SEND_WANTED);
             return Ok(Flush::Blocked);
         }
         let flushed = io.out.flush(&mut &self.stream);
         if let Ok(Flush::Blocked) = flushed {
-            self.ring |= POLLOUT_WANTED;
+            self.ring.set(POLLOUT_WANTED);
         }
         flushed
     }
@@ -250,34 +326,12 @@ impl Conn {
     /// What the connection wants of the ring now; the flags are updated as
     /// if the shard did it (it must).
     pub fn ring_wants(&mut self, read_buf: usize) -> RingWants {
-        let mut wants = RingWants::default();
-        let reading = self.ring & (EOF | FAILED) == 0
-            && match self.reading {
-                Reading::Done(_) => false,
-                Reading::Lingering(_) => true,
-                _ => {
-                    self.buffered() < read_buf && self.tls.as_ref().is_none_or(|t| !t.cipher_full())
-                }
-            };
-        if reading && self.ring & ARMED == 0 {
-            self.ring |= ARMED;
-            wants.arm_recv = true;
-        } else if !reading && self.ring & (ARMED | CANCELLING) == ARMED {
-            self.ring |= CANCELLING;
-            wants.cancel_recv = true;
-        }
-        if self.ring & SEND_WANTED != 0 {
-            self.ring = (self.ring & !SEND_WANTED) | SEND_LISTED;
-            wants.send = true;
-        }
-        if self.ring & POLLOUT_WANTED != 0 {
-            self.ring &= !POLLOUT_WANTED;
-            if self.ring & POLLOUT_ARMED == 0 {
-                self.ring |= POLLOUT_ARMED;
-                wants.pollout = true;
-            }
-        }
-        wants
+        let reading = match self.reading {
+            Reading::Done(_) => false,
+            Reading::Lingering(_) => true,
+            _ => self.buffered() < read_buf && self.tls.as_ref().is_none_or(|t| !t.cipher_full()),
+        };
+        self.ring.wants(reading)
     }
 
     /// At the end of the turn: the owned output to send (none if it went
@@ -286,7 +340,7 @@ impl Conn {
     ///
     /// [`lent_as`]: Self::lent_as
     pub fn lend(&mut self, pool: &mut BufPool) -> Option<Lent> {
-        self.ring &= !(SEND_WANTED | SEND_LISTED);
+        self.ring.clear(SEND_WANTED | SEND_LISTED);
         if let Some(tls) = self.tls.as_deref_mut() {
             let buf = tls.lend(|| pool.write.pop().unwrap_or_default())?;
             let len = buf.len();
@@ -343,12 +397,12 @@ impl Conn {
     /// Closing: what is still live on the ring for it.
     pub fn ring_leftovers(&self) -> RingLeftovers {
         RingLeftovers {
-            recv: self.ring & (ARMED | CANCELLING) == ARMED,
+            recv: self.ring.recv_live(),
             send: match &self.tls {
                 Some(tls) => tls.lent(),
                 None => self.io.as_ref().and_then(|io| io.out.lent()),
             },
-            pollout: self.ring & POLLOUT_ARMED != 0,
+            pollout: self.ring.has(POLLOUT_ARMED),
         }
     }
 }
@@ -465,11 +519,11 @@ mod tests {
             "an armed poll is left to cancel"
         );
         // Wanted again before it fired: still the one poll.
-        c.ring |= POLLOUT_WANTED;
+        c.ring.set(POLLOUT_WANTED);
         assert!(!c.ring_wants(cfg.read_buf).pollout);
         c.pollout_ended();
         assert!(!c.ring_leftovers().pollout);
-        c.ring |= POLLOUT_WANTED;
+        c.ring.set(POLLOUT_WANTED);
         assert!(c.ring_wants(cfg.read_buf).pollout, "armed again");
     }
 
@@ -484,7 +538,7 @@ mod tests {
         assert!(!c.ring_wants(cfg.read_buf).send, "listed already");
         let lent = c.lend(&mut pool).expect("owned output to lend");
         assert_eq!(lent.len, 38, "both answers in the one send");
-        assert_eq!(c.ring & (SEND_WANTED | SEND_LISTED), 0);
+        assert!(!c.ring.send_pending());
     }
 
     /// The read buffer's bytes, as `fill` leaves them for the parser.
@@ -617,7 +671,7 @@ mod tests {
         assert_eq!(c.ring_leftovers().send, Some(SendId::for_tests(77)));
         // While lent, a flush waits for the send.
         assert!(matches!(c.flush_ring(), Ok(Flush::Blocked)));
-        assert_eq!(c.ring & SEND_WANTED, 0);
+        assert!(!c.ring.has(SEND_WANTED));
         assert!(c.lend(&mut pool).is_none(), "one send at a time");
     }
 
