@@ -34,13 +34,13 @@ suites() {
     08) echo live_reload ;;           # watch=false rescans every 2 s anyway
     09) echo metrics_values ;;        # active gauge never decremented
     10) echo paths ;;                 # `..` above root clamped instead of refused
-    11) echo errors ;;                # Transfer-Encoding alone accepted
+    11) echo errors ;;                # Transfer-Encoding from HTTP/1.0 accepted
     *) return 1 ;;
   esac
 }
 
-if ! git diff --quiet -- src; then
-  echo "src/ has uncommitted changes; refusing to mutate over them" >&2
+if ! git diff --quiet -- src crates; then
+  echo "src/ or crates/ has uncommitted changes; refusing to mutate over them" >&2
   exit 2
 fi
 
