@@ -9,7 +9,7 @@
 #   counters  src/metrics/counters.rs  per-shard counters: the exact-metrics and histogram suites
 #   tls       src/tls/*.rs, src/conn/tls.rs  TLS: the unit tests (ticket keys under a
 #             test clock, validity bounds, the sans-I/O reader) and every TLS suite
-#   acme      src/acme/*.rs, src/config/acme.rs  ACME: the unit tables and the
+#   acme      src/acme/*.rs, src/challenge.rs, src/config/acme.rs  ACME: the unit tables and the
 #             pebble suite (tests/it/acme.rs; ~40 s a mutant, skipped without pebble)
 #   h2codec   src/proto/h2/{huffman,frame,hpack,encode}.rs  HTTP/2's codecs: their
 #             unit tables (round trips, RFC 7541 examples, the cross-check
@@ -117,9 +117,9 @@ for set in "${sets[@]}"; do
         --cargo-arg=--lib --cargo-arg=--test=it -- -- tls --skip tls_scan
       ;;
     acme)
-      # `acme` selects the unit tests of acme::* and the acme suite.
-      run acme --file 'src/acme/*.rs' --file src/config/acme.rs \
-        --cargo-arg=--lib --cargo-arg=--test=it -- -- acme
+      # `acme` and `challenge::` select the unit tests of acme::* and challenge, and the acme suite.
+      run acme --file 'src/acme/*.rs' --file src/challenge.rs --file src/config/acme.rs \
+        --cargo-arg=--lib --cargo-arg=--test=it -- -- acme challenge::
       ;;
     h2codec)
       # `h2::` selects the unit tests of every h2 module (the codecs' own

@@ -7,6 +7,7 @@ mod help;
 mod host;
 mod locate;
 mod logs;
+pub use logs::log_options;
 mod site;
 mod suggest;
 mod tls;

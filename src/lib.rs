@@ -27,6 +27,7 @@
 pub mod acme;
 pub mod activation;
 pub mod cache;
+pub mod challenge;
 pub mod config;
 pub mod conn;
 pub use shardhttpd_http as http;

@@ -14,8 +14,6 @@ use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::config::Settings;
-
 /// How the error log is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Format {
@@ -73,9 +71,13 @@ impl Default for Options {
 }
 
 impl Options {
-    /// The options `s` names; an error is (key, what is wrong).
-    pub fn of(s: &Settings) -> Result<Options, (&'static str, String)> {
-        let format = match s.log_format.as_deref() {
+    /// The options `log_format` and `log_level` name (unset: the
+    /// defaults); an error is (key, what is wrong).
+    pub fn of(
+        log_format: Option<&str>,
+        log_level: Option<&str>,
+    ) -> Result<Options, (&'static str, String)> {
+        let format = match log_format {
             None | Some("text") => Format::Text,
             Some("json") => Format::Json,
             Some(other) => {
@@ -85,7 +87,7 @@ impl Options {
                 ))
             }
         };
-        let level = s.log_level.clone().unwrap_or_else(|| "info".to_owned());
+        let level = log_level.unwrap_or("info").to_owned();
         // A bare word is a target to EnvFilter; here it must be a level.
         let levels = ["off", "error", "warn", "info", "debug", "trace"];
         let bare_word = level.split(',').find(|d| {
@@ -106,7 +108,7 @@ impl Options {
                 ),
             ));
         }
-        let source = if s.log_level.is_some() {
+        let source = if log_level.is_some() {
             LevelSource::File
         } else {
             LevelSource::Default
@@ -118,35 +120,23 @@ impl Options {
         })
     }
 
-    /// The options from the flags over the file they name, as far as they
-    /// can be read before validation: what cannot be read yet is left at
-    /// its default (validation reports it, in that default format). The
-    /// level is the flag's, else the file's, else `rust_log` (the
-    /// environment's `RUST_LOG`), else `info`.
-    pub fn peek(flags: &Settings, rust_log: Option<&str>) -> Options {
-        let file = flags
-            .config
-            .as_deref()
-            .and_then(|p| Settings::from_file(p).ok())
-            .unwrap_or_default();
-        let format = Settings {
-            log_format: flags.log_format.clone().or(file.log_format),
-            ..Settings::default()
-        };
-        let format = Options::of(&format).map_or(Format::default(), |o| o.format);
-        let written = [
-            (LevelSource::Flag, flags.log_level.clone()),
-            (LevelSource::File, file.log_level),
-        ];
+    /// The options as far as they can be read before validation, from the
+    /// format the flags or the file give and the levels `written` there
+    /// (the flag's first): what cannot be read yet is left at its default
+    /// (validation reports it, in that default format). The level is the
+    /// first valid one written, else `rust_log` (the environment's
+    /// `RUST_LOG`), else `info`.
+    pub fn peek(
+        format: Option<&str>,
+        written: [(LevelSource, Option<&str>); 2],
+        rust_log: Option<&str>,
+    ) -> Options {
+        let format = Options::of(format, None).map_or(Format::default(), |o| o.format);
         for (source, level) in written {
             let Some(level) = level else { continue };
-            let s = Settings {
-                log_level: Some(level),
-                ..Settings::default()
-            };
             // An invalid level is a configuration error that validation
             // reports; until then the next source applies.
-            if let Ok(o) = Options::of(&s) {
+            if let Ok(o) = Options::of(None, Some(level)) {
                 return Options {
                     format,
                     level: o.level,
@@ -289,43 +279,46 @@ mod tests {
     /// The level's precedence: flag, file, `RUST_LOG`, `info`.
     #[test]
     fn level_comes_from_flag_then_file_then_rust_log() {
-        let dir = std::env::temp_dir().join(format!("shardhttpd-logging-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("level.toml");
-        std::fs::write(&file, "log_level = \"warn\"\n").unwrap();
-        let flags = |level: Option<&str>, config: bool| Settings {
-            log_level: level.map(str::to_owned),
-            config: config.then(|| file.clone()),
-            ..Settings::default()
+        let written = |flag: Option<&'static str>, file: Option<&'static str>| {
+            [(LevelSource::Flag, flag), (LevelSource::File, file)]
         };
         let cases = [
             (
-                flags(Some("debug"), true),
+                written(Some("debug"), Some("warn")),
                 Some("trace"),
                 "debug",
                 LevelSource::Flag,
             ),
-            (flags(None, true), Some("trace"), "warn", LevelSource::File),
-            (flags(None, false), Some("trace"), "trace", LevelSource::Env),
-            (flags(None, false), Some(" "), "info", LevelSource::Default),
-            (flags(None, false), None, "info", LevelSource::Default),
+            (
+                written(None, Some("warn")),
+                Some("trace"),
+                "warn",
+                LevelSource::File,
+            ),
+            (
+                written(None, None),
+                Some("trace"),
+                "trace",
+                LevelSource::Env,
+            ),
+            (written(None, None), Some(" "), "info", LevelSource::Default),
+            (written(None, None), None, "info", LevelSource::Default),
             // An invalid flag is refused by validation; meanwhile the next
             // source applies.
             (
-                flags(Some("verbose"), true),
+                written(Some("verbose"), Some("warn")),
                 None,
                 "warn",
                 LevelSource::File,
             ),
         ];
-        for (flags, env, level, source) in cases {
-            let o = Options::peek(&flags, env);
+        for (written, env, level, source) in cases {
+            let o = Options::peek(None, written, env);
             assert_eq!(
                 (o.level.as_str(), o.source),
                 (level, source),
-                "{flags:?} {env:?}"
+                "{written:?} {env:?}"
             );
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

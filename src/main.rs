@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         Ok(flags) => flags,
         Err(e) => return usage_error(e),
     };
-    let log = logging::Options::peek(&flags, std::env::var("RUST_LOG").ok().as_deref());
+    let log = shardhttpd::config::log_options(&flags, std::env::var("RUST_LOG").ok().as_deref());
     logging::init(&log);
     let check = flags.check;
     // Before the configuration is loaded: a reload compares against this.

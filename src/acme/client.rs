@@ -18,7 +18,8 @@ use instant_acme::{
     ExternalAccountKey, HttpClient, Identifier, NewAccount, NewOrder, OrderStatus, Problem,
 };
 
-use super::{challenge, state, AcmeSettings, ChallengeKind};
+use super::{state, AcmeSettings, ChallengeKind};
+use crate::challenge;
 
 /// Longest answer read from the CA (a chain is a few KiB).
 const MAX_RESPONSE: u64 = 1 << 20;
@@ -243,7 +244,7 @@ async fn order_async(
                 published.tokens.push(ch.token.clone());
             }
             ChallengeKind::TlsAlpn01 => {
-                let cert = challenge::alpn_certificate(name, key_auth.digest().as_ref())?;
+                let cert = alpn_certificate(name, key_auth.digest().as_ref())?;
                 challenge::add_alpn(name, cert);
                 published.names.push(name.to_owned());
             }
@@ -314,4 +315,17 @@ async fn invalid_reason(order: &mut instant_acme::Order) -> String {
         }
     }
     "the order became invalid (no problem document)".to_owned()
+}
+
+/// The TLS-ALPN-01 certificate for `name`: self-signed, the name as its
+/// only subjectAltName, and the critical acmeIdentifier extension holding
+/// the SHA-256 of the key authorization (RFC 8737 §3).
+fn alpn_certificate(name: &str, digest: &[u8]) -> anyhow::Result<Arc<rustls::sign::CertifiedKey>> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()])?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest));
+    let cert = params.self_signed(&key)?;
+    state::certified_key(cert.der().to_vec(), key.serialize_der())
 }

@@ -13,10 +13,9 @@
 //! order one at a time under its lock file, and pick up each other's
 //! certificates through the certificate watcher.
 //!
-//! `challenge` holds the answers the shards give; `client` talks to the
+//! `crate::challenge` holds the answers the shards give; `client` talks to the
 //! CA; `state` is the directory.
 
-pub mod challenge;
 mod client;
 pub mod state;
 

@@ -13,7 +13,8 @@ pub(super) struct Logs {
 
 /// The error log's options and the access log's format.
 pub(super) fn logs(s: &Settings) -> anyhow::Result<Logs> {
-    crate::logging::Options::of(s).map_err(|(key, e)| anyhow::anyhow!("{}: {e}", s.name(key)))?;
+    crate::logging::Options::of(s.log_format.as_deref(), s.log_level.as_deref())
+        .map_err(|(key, e)| anyhow::anyhow!("{}: {e}", s.name(key)))?;
     let access_log_format = match s.access_log_format.as_deref() {
         None | Some("combined") => LogFormat::Combined,
         Some("combined_timed") => LogFormat::CombinedTimed,
@@ -86,4 +87,22 @@ pub(super) fn request_id_header(s: &Settings) -> anyhow::Result<Option<String>> 
         );
     }
     Ok(Some(name.clone()))
+}
+
+/// The error log's options as far as they can be read before validation:
+/// the flags over the file they name (read here, errors left to
+/// validation), then `rust_log` (see `logging::Options::peek`).
+pub fn log_options(flags: &Settings, rust_log: Option<&str>) -> crate::logging::Options {
+    use crate::logging::{LevelSource, Options};
+    let file = flags
+        .config
+        .as_deref()
+        .and_then(|p| Settings::from_file(p).ok())
+        .unwrap_or_default();
+    let format = flags.log_format.as_deref().or(file.log_format.as_deref());
+    let written = [
+        (LevelSource::Flag, flags.log_level.as_deref()),
+        (LevelSource::File, file.log_level.as_deref()),
+    ];
+    Options::peek(format, written, rust_log)
 }

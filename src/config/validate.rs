@@ -9,6 +9,7 @@ use super::logs::{logs, request_id_header};
 use super::site::site_rules;
 use super::tls::{https, tls_settings};
 use super::*;
+pub use crate::metrics::access_log::LogFormat;
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
@@ -132,18 +133,6 @@ pub enum IoBackend {
     Auto,
     Epoll,
     Uring,
-}
-
-/// Access log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// The NCSA combined format nginx and Apache write by default.
-    Combined,
-    /// Combined, then the host, the request time in microseconds, the
-    /// request id and the time with milliseconds.
-    CombinedTimed,
-    /// One JSON object per line.
-    Json,
 }
 
 /// Longest accepted duration for timeouts and intervals.

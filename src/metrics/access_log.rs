@@ -18,9 +18,20 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::LogFormat;
 use crate::http::request::{Request, Version};
 use crate::http::Status;
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// The NCSA combined format nginx and Apache write by default.
+    Combined,
+    /// Combined, then the host, the request time in microseconds, the
+    /// request id and the time with milliseconds.
+    CombinedTimed,
+    /// One JSON object per line.
+    Json,
+}
 
 /// A shard hands its buffer over once it holds this much.
 const FLUSH_BYTES: usize = 64 * 1024;

@@ -148,7 +148,7 @@ pub fn respond_into<'a>(
     }
     // ACME HTTP-01 tokens ahead of the snapshot; the map is read only for
     // paths under the challenge prefix.
-    if let Some(key_authorization) = crate::acme::challenge::http01(path) {
+    if let Some(key_authorization) = crate::challenge::http01(path) {
         let body: &'a str = token.insert(key_authorization);
         *resp = acme_token(env, head_only, body);
         return;
@@ -407,9 +407,7 @@ pub fn redirect_https<'a>(
     // The CA's HTTP-01 validation is answered on the cleartext port, not
     // sent away (the redirect would work too, but only once a certificate
     // is served on the TLS port).
-    if path::path_part(req.target)
-        .is_ok_and(|p| p.starts_with(crate::acme::challenge::HTTP01_PREFIX))
-    {
+    if path::path_part(req.target).is_ok_and(|p| p.starts_with(crate::challenge::HTTP01_PREFIX)) {
         return respond(req, env, scratch);
     }
     let head_only = req.method == Method::Head;

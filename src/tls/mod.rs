@@ -215,13 +215,8 @@ impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         // A TLS-ALPN-01 validation offers `acme-tls/1` alone: it gets the
         // pending challenge certificate for its name, or no handshake.
-        if hello
-            .alpn()
-            .is_some_and(crate::acme::challenge::offers_only_acme)
-        {
-            return hello
-                .server_name()
-                .and_then(crate::acme::challenge::alpn_cert);
+        if hello.alpn().is_some_and(crate::challenge::offers_only_acme) {
+            return hello.server_name().and_then(crate::challenge::alpn_cert);
         }
         let set = self.0.current.load();
         Some(Arc::clone(
@@ -290,7 +285,7 @@ impl Tls {
         if settings.acme_tls_alpn {
             config
                 .alpn_protocols
-                .push(crate::acme::challenge::ACME_TLS_ALPN.to_vec());
+                .push(crate::challenge::ACME_TLS_ALPN.to_vec());
         }
         // The suites' order is the server's (see `provider`).
         config.ignore_client_order = true;

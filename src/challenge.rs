@@ -1,6 +1,6 @@
 //! The challenge answers the shards give while an order is pending:
 //! HTTP-01 key authorizations by token (RFC 8555 §8.3) and TLS-ALPN-01
-//! certificates by name (RFC 8737). Written by the ACME thread, read by
+//! certificates by name (RFC 8737). Written by the ACME thread (`acme`), read by
 //! the shards through `ArcSwap`s: a request reads the token map only when
 //! its path is under [`HTTP01_PREFIX`], a handshake reads the certificate
 //! map only when its ClientHello offers nothing but `acme-tls/1`.
@@ -49,7 +49,7 @@ pub fn offers_only_acme<'a>(mut alpn: impl Iterator<Item = &'a [u8]>) -> bool {
     alpn.next() == Some(ACME_TLS_ALPN) && alpn.next().is_none()
 }
 
-pub(super) fn add_http01(token: &str, key_authorization: &str) {
+pub fn add_http01(token: &str, key_authorization: &str) {
     PENDING.http.rcu(|m| {
         let mut m = HashMap::clone(m);
         m.insert(token.into(), key_authorization.into());
@@ -57,7 +57,7 @@ pub(super) fn add_http01(token: &str, key_authorization: &str) {
     });
 }
 
-pub(super) fn remove_http01(token: &str) {
+pub fn remove_http01(token: &str) {
     PENDING.http.rcu(|m| {
         let mut m = HashMap::clone(m);
         m.remove(token);
@@ -65,7 +65,7 @@ pub(super) fn remove_http01(token: &str) {
     });
 }
 
-pub(super) fn add_alpn(name: &str, key: Arc<CertifiedKey>) {
+pub fn add_alpn(name: &str, key: Arc<CertifiedKey>) {
     PENDING.alpn.rcu(|m| {
         let mut m = HashMap::clone(m);
         m.insert(name.into(), Arc::clone(&key));
@@ -73,25 +73,12 @@ pub(super) fn add_alpn(name: &str, key: Arc<CertifiedKey>) {
     });
 }
 
-pub(super) fn remove_alpn(name: &str) {
+pub fn remove_alpn(name: &str) {
     PENDING.alpn.rcu(|m| {
         let mut m = HashMap::clone(m);
         m.remove(name);
         m
     });
-}
-
-/// The TLS-ALPN-01 certificate for `name`: self-signed, the name as its
-/// only subjectAltName, and the critical acmeIdentifier extension holding
-/// the SHA-256 of the key authorization (RFC 8737 §3).
-pub(super) fn alpn_certificate(name: &str, digest: &[u8]) -> anyhow::Result<Arc<CertifiedKey>> {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()])?;
-    params
-        .custom_extensions
-        .push(rcgen::CustomExtension::new_acme_identifier(digest));
-    let cert = params.self_signed(&key)?;
-    super::state::certified_key(cert.der().to_vec(), key.serialize_der())
 }
 
 #[cfg(test)]
