@@ -31,6 +31,7 @@ mod http2_rfc;
 mod http2_semantics;
 mod http_semantics;
 mod large_variants;
+mod layers;
 mod lifecycle;
 mod live_reload;
 mod memory_per_connection;
