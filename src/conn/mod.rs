@@ -494,11 +494,9 @@ impl Conn {
                     Err(WriteError::Io(_)) => return Step::Close(CloseReason::Error),
                 }
             }
-            if self.out_empty() {
-                if let Reading::Done(reason) = self.reading {
-                    if !self.linger(reason, env.now) {
-                        return Step::Close(reason);
-                    }
+            if let Reading::Done(reason) = self.reading {
+                if self.out_empty() && !self.linger(reason, env.now) {
+                    return Step::Close(reason);
                 }
             }
             // Requests left buffered behind a backlog are answered as soon
