@@ -113,9 +113,9 @@ impl From<io::Error> for WriteError {
     }
 }
 
-/// One piece of a queued response, as [`Output::for_each_piece`] lists
-/// them: HTTP/2 takes a response rendered by `conn::respond` apart into a
-/// header block and DATA frames.
+/// One piece of the queue, as [`Output::for_each_piece`] lists them for
+/// the tests that look at what would be written.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy)]
 pub enum Piece<'a> {
     Bytes(&'a [u8]),
@@ -331,6 +331,7 @@ impl Output {
     }
 
     /// The unsent queue in order (see [`Piece`]).
+    #[cfg(test)]
     pub fn for_each_piece(&self, mut f: impl FnMut(Piece<'_>)) {
         let mut cursor = self.sent;
         for chunk in &self.chunks {
@@ -362,6 +363,7 @@ impl Output {
     }
 
     /// The snapshot the queue's `Mem` and `File` pieces belong to.
+    #[cfg(test)]
     pub fn pinned(&self) -> Option<&Arc<Snapshot>> {
         self.pin.as_ref()
     }

@@ -34,7 +34,7 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 const TLS13_TICKETS: usize = 1;
 
 /// Ciphertext rustls may hold encrypted but unsent per connection: room
-/// for a verified-copy piece (32 KiB, `conn::output::COPY_CHUNK`) and its
+/// for a verified-copy piece (32 KiB, `io::output::COPY_CHUNK`) and its
 /// records' overhead, so one piece is one `writev`; bounded because a
 /// client that stops reading leaves it full.
 pub const SEND_BUFFER: usize = 34 * 1024;

@@ -1,4 +1,5 @@
-//! A decoded header list → the [`Request`] `conn::respond` takes, with
+//! A decoded header list → the [`Request`] the semantics layer (`serve`)
+//! answers, with
 //! RFC 9113 §8's validity rules and the RFC 9218 priority field.
 
 use super::hpack;
