@@ -156,12 +156,12 @@ impl Conn {
         let senv = serve_env(cfg, env.snapshot, env.date, tls);
         let scratch = &mut env.scratch.serve;
         let mut resp = serve::Response::new(Status::Ok, env.date);
-        match cfg.redirect_https {
-            _ if too_large => {
-                resp = serve::refuse(senv, Status::PayloadTooLarge, "request body too large");
-            }
-            Some(port) if !tls => resp = serve::redirect_https(req, senv, scratch, port),
-            _ => serve::respond_into(req, senv, scratch, &mut resp),
+        if too_large {
+            resp = serve::refuse(senv, Status::PayloadTooLarge, "request body too large");
+        } else if let Some(port) = cfg.redirect_https.filter(|_| !tls) {
+            resp = serve::redirect_https(req, senv, scratch, port);
+        } else {
+            serve::respond_into(req, senv, scratch, &mut resp);
         }
         if let (Some(header), Some(id)) = (&cfg.request_id, &id) {
             resp.request_id = Some(id.field(header));
