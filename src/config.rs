@@ -9,6 +9,8 @@ mod locate;
 mod logs;
 pub use logs::log_options;
 mod site;
+mod sites;
+pub use sites::{SiteConfig, SiteSettings, UnknownHost};
 mod suggest;
 mod tls;
 pub mod units;
@@ -165,6 +167,10 @@ pub struct Settings {
     #[arg(skip)]
     #[serde(skip)]
     pub key_lines: Option<std::sync::Arc<KeyLines>>,
+    /// Before every key an error names: `sites[1].` for a site's settings.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub key_prefix: String,
 
     /// Document root.
     #[arg(long, value_name = "DIR")]
@@ -396,6 +402,15 @@ pub struct Settings {
     /// Serve `/index.html` (200) for unknown paths without an extension.
     #[arg(long, value_name = "BOOL")]
     pub spa_fallback: Option<bool>,
+    /// Virtual hosts (config file only): `[[sites]]` tables of `names`
+    /// (exact and `*.` wildcards), `root`, their own response rules and
+    /// certificates (README, "Sites"). The top level is the default site.
+    #[arg(skip)]
+    pub sites: Option<Vec<SiteSettings>>,
+    /// What a request for a name no site claims gets: `default` (the
+    /// default site answers), `421` (Misdirected Request) or `404`.
+    #[arg(long, value_name = "POLICY")]
+    pub unknown_host: Option<String>,
     /// Address to serve HTTPS on; repeat for several. Needs a certificate
     /// (`--tls-cert`/`--tls-key` or `[[tls_certificates]]`).
     #[arg(long, value_name = "ADDR")]
@@ -527,6 +542,7 @@ macro_rules! overlay {
             check: $flags.check,
             from_flags,
             key_lines: $file.key_lines,
+            key_prefix: String::new(),
             $($field: $flags.$field.or($file.$field),)*
         }
     }};
@@ -621,7 +637,7 @@ impl Settings {
             watch, watch_debounce_ms, rescan_interval, write_settle_max, max_open_files,
             preload_max_files, compress, compress_min_bytes,
             brotli_level, gzip_level, zstd_level, compress_fast_above, compress_max_file_bytes, cache_control, cache_control_default,
-            error_pages, spa_fallback, dotfile_allow, index_files, default_type,
+            error_pages, spa_fallback, sites, unknown_host, dotfile_allow, index_files, default_type,
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
             max_connections_per_core, hsts, redirect_https, h2, h2c, h2c_only, h2_max_concurrent_streams,
@@ -636,18 +652,17 @@ impl Settings {
     pub fn name(&self, key: &'static str) -> String {
         if self.from_flags.contains(key) {
             format!("flag `--{}`", key.replace('_', "-"))
-        } else if let Some(lines) = &self.key_lines {
-            lines.name(key)
         } else {
-            format!("config key `{key}`")
+            self.name_path(key)
         }
     }
 
     /// How an error names a part of a file-only table key, such as
     /// `headers[1].set.X-Bad`: by file and line when a file sets it.
     pub fn name_path(&self, path: &str) -> String {
+        let path = format!("{}{path}", self.key_prefix);
         match &self.key_lines {
-            Some(lines) => lines.name(path),
+            Some(lines) => lines.name(&path),
             None => format!("config key `{path}`"),
         }
     }

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use shardhttpd::config::{Config, Settings, EXIT_CONFIG};
+use shardhttpd::config::{Config, Settings, UnknownHost, EXIT_CONFIG};
 use shardhttpd::logging;
 use shardhttpd::preflight::{self, Preflight};
 
@@ -84,6 +84,24 @@ fn run_check(config: &Config, format: logging::Format) -> ExitCode {
                     .join(" "),
                 config.admin
             );
+            for site in &config.sites {
+                println!(
+                    "site {}: names {}, root {}",
+                    site.label,
+                    site.names.join(" "),
+                    site.root.display()
+                );
+            }
+            if !config.sites.is_empty() {
+                println!(
+                    "unknown hosts: {}",
+                    match config.unknown_host {
+                        UnknownHost::Default => "the default site (root) answers",
+                        UnknownHost::Misdirected => "421 Misdirected Request",
+                        UnknownHost::NotFound => "404 Not Found",
+                    }
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -174,6 +174,9 @@ impl Preflight {
     pub fn run(&self, config: &Config) -> anyhow::Result<(Claims, Vec<String>)> {
         let mut notes = Vec::new();
         check_root(&config.root).map_err(|e| at_key(config, "root", e))?;
+        for (i, site) in config.sites.iter().enumerate() {
+            check_root(&site.root).map_err(|e| at_key(config, &format!("sites[{i}].root"), e))?;
+        }
         if let Some(path) = &config.access_log {
             check_access_log(path).map_err(|e| at_key(config, "access_log", e))?;
         }

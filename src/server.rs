@@ -30,11 +30,13 @@ use crate::cache::watch::Watcher;
 use crate::cache::Store;
 use crate::config::{Config, Steer};
 use crate::conn::ConnConfig;
+use crate::http::host::Names;
 use crate::metrics::access_log::AccessLog;
 use crate::metrics::{admin, Metrics};
 use crate::notify::notify;
 use crate::preflight::{self, Claims, Preflight, SetupError};
 use crate::reload;
+use crate::serve::sites::{Site, Sites};
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 use crate::tls::Tls;
@@ -153,8 +155,9 @@ struct Bound {
     tls: Option<Tls>,
     /// The admin listener's duplicate, for a handover.
     admin_dup: TcpListener,
-    /// The store, for the admin thread, once the first build is done.
-    published: Arc<OnceLock<Arc<Store>>>,
+    /// Every site's store, for the admin thread, once the first build is
+    /// done.
+    published: Arc<OnceLock<Vec<Arc<Store>>>>,
     signals: Signals,
     per_shard: Vec<Lists>,
     access_log: Option<AccessLog>,
@@ -171,7 +174,7 @@ fn bind_all(config: &Config, claimed: Claimed) -> anyhow::Result<Bound> {
         adopted_admin,
         mut claims,
     } = claimed;
-    let metrics = Metrics::new(&config.cpus, config.metrics);
+    let metrics = Metrics::new(&config.cpus, config.metrics, config.site_labels());
     // At 0 from the start even without ACME, as every counter is.
     let acme_metrics = crate::acme::AcmeMetrics::new();
     for c in acme_metrics.collectors() {
@@ -192,7 +195,7 @@ fn bind_all(config: &Config, claimed: Claimed) -> anyhow::Result<Bound> {
         }
     };
     let admin_dup = admin_listener.try_clone()?;
-    let published: Arc<OnceLock<Arc<Store>>> = Arc::new(OnceLock::new());
+    let published: Arc<OnceLock<Vec<Arc<Store>>>> = Arc::new(OnceLock::new());
     spawn_admin(admin_listener, &metrics, &published)?;
     // Register before any shard runs, so an early signal is not lost.
     let signals = Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2])
@@ -246,12 +249,16 @@ fn load_tls(
 fn spawn_admin(
     listener: TcpListener,
     metrics: &Arc<Metrics>,
-    published: &Arc<OnceLock<Arc<Store>>>,
+    published: &Arc<OnceLock<Vec<Arc<Store>>>>,
 ) -> anyhow::Result<()> {
     let metrics = Arc::clone(metrics);
     let published = Arc::clone(published);
-    let source: admin::SnapshotSource =
-        Box::new(move || published.get().map(|s| s.stats()).unwrap_or_default());
+    let source: admin::SnapshotSource = Box::new(move || {
+        published
+            .get()
+            .map(|stores| stores.iter().map(|s| s.stats()).collect())
+            .unwrap_or_default()
+    });
     std::thread::Builder::new()
         .name("admin".into())
         .spawn(move || admin::serve(listener, metrics, source))
@@ -278,33 +285,78 @@ fn open_access_log(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<
     Ok(Some(log))
 }
 
-/// The first snapshot, and the watcher that saw the root while it was
-/// built.
+/// Every site's first snapshot (the default site's first), and the
+/// watcher that saw each root while it was built.
 struct Built {
-    store: Arc<Store>,
-    watcher: Option<Watcher>,
+    stores: Vec<Arc<Store>>,
+    watchers: Vec<Option<Watcher>>,
 }
 
-/// Build the first snapshot and publish it to the admin thread. `None`: a
-/// stop signal came first.
+/// Build every site's first snapshot and publish them to the admin
+/// thread. `None`: a stop signal came first.
 fn build(config: &Config, bound: &mut Bound) -> anyhow::Result<Option<Built>> {
     // Watches first: every change made during or after the initial walk is
     // then an event, and none falls between the walk and its watch.
-    let watcher = config
-        .watch
-        .then(|| Watcher::establish(&config.root, config.watch_options()));
-    let hook = watcher.as_ref().and_then(|w| w.dir_hook());
-    let Some(store) = first_build::first_build(config, hook, &mut bound.signals)? else {
+    let mut watchers = Vec::new();
+    let mut sites = Vec::new();
+    for (label, opts) in config
+        .site_labels()
+        .into_iter()
+        .zip(config.sites_build_options())
+    {
+        let watcher = config
+            .watch
+            .then(|| Watcher::establish(&opts.root, config.watch_options()));
+        let hook = watcher.as_ref().and_then(|w| w.dir_hook());
+        watchers.push(watcher);
+        sites.push(first_build::SiteBuild { label, opts, hook });
+    }
+    let Some(stores) = first_build::first_build(sites, &mut bound.signals)? else {
         return Ok(None);
     };
     config
         .cache_control
-        .warn_uncovered(store.load().file_urls());
+        .warn_uncovered(stores[0].load().file_urls());
+    for (site, store) in config.sites.iter().zip(&stores[1..]) {
+        site.cache_control.warn_uncovered(store.load().file_urls());
+    }
     bound
         .metrics
-        .register(Box::new(store.rebuild_duration.clone()));
-    let _ = bound.published.set(Arc::clone(&store));
-    Ok(Some(Built { store, watcher }))
+        .register(Box::new(stores[0].rebuild_duration.clone()));
+    let _ = bound.published.set(stores.clone());
+    Ok(Some(Built { stores, watchers }))
+}
+
+/// The table of sites the shards answer from: each site's snapshot,
+/// settings and names.
+fn site_table(config: &Config, stores: &[Arc<Store>]) -> anyhow::Result<Sites> {
+    let hsts_line = |hsts: &Option<String>| {
+        hsts.as_ref()
+            .map(|v| format!("Strict-Transport-Security: {v}\r\n").into_bytes())
+            .unwrap_or_default()
+    };
+    let mut list = vec![Site {
+        label: "default".into(),
+        snapshot: stores[0].shared(),
+        hsts_line: hsts_line(&config.hsts),
+        redirect_https: config.redirect_https,
+    }];
+    let mut names = Names::default();
+    for (i, (site, store)) in config.sites.iter().zip(&stores[1..]).enumerate() {
+        let index = u32::try_from(i + 1).context("too many sites")?;
+        for name in &site.names {
+            names
+                .insert(name, index)
+                .map_err(|e| anyhow::anyhow!("site {}: `{name}` {e}", site.label))?;
+        }
+        list.push(Site {
+            label: site.label.as_str().into(),
+            snapshot: store.shared(),
+            hsts_line: hsts_line(&site.hsts),
+            redirect_https: site.redirect_https,
+        });
+    }
+    Ok(Sites::new(list, names, config.unknown_host))
 }
 
 /// What [`serve`] leaves running, for the signal loop and the drain.
@@ -342,15 +394,17 @@ fn serve(
         per_shard,
         access_log,
     } = bound;
-    let Built { store, watcher } = built;
-    first_build::spawn_background_build(&store)?;
-    if let Some(watcher) = watcher {
-        watcher
-            .spawn(Arc::clone(&store))
-            .context("spawning the watcher thread")?;
+    let Built { stores, watchers } = built;
+    for (store, watcher) in stores.iter().zip(watchers) {
+        first_build::spawn_background_build(store)?;
+        if let Some(watcher) = watcher {
+            watcher
+                .spawn(Arc::clone(store))
+                .context("spawning the watcher thread")?;
+        }
     }
     let shared = Arc::new(Shared {
-        snapshot: store.shared(),
+        sites: Arc::new(site_table(config, &stores)?),
         closing: AtomicBool::new(false),
         draining: AtomicBool::new(false),
         shutdown_grace: config.shutdown_grace,
@@ -364,10 +418,8 @@ fn serve(
     }
 
     let mut conn_cfg = ConnConfig::new(config);
-    if conn_cfg.redirect_https.is_some() {
-        // The port the first TLS listener got (port 0 picks at bind).
-        conn_cfg.redirect_https = addrs.tls().first().map(|a| a.port());
-    }
+    // The port the first TLS listener got (port 0 picks at bind).
+    conn_cfg.https_port = addrs.tls().first().map(|a| a.port());
     let common = ShardCommon {
         shared: &shared,
         conn_cfg: &conn_cfg,
@@ -382,7 +434,7 @@ fn serve(
     // by then.
     let upgrade = Arc::new(UpgradeState::new());
     let rebuild_tx =
-        signals::spawn_rebuild_thread(&store, tls.as_ref(), &metrics, &upgrade, source)?;
+        signals::spawn_rebuild_thread(&stores, tls.as_ref(), &metrics, &upgrade, source)?;
     for addr in addrs.cleartext() {
         tracing::info!(shards = shards.threads.len(), "listening addr={addr}");
     }

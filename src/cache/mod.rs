@@ -181,6 +181,10 @@ pub struct Snapshot {
     spa_index: Option<u32>,
     /// `Cache-Control` lines of error and redirect responses.
     status_cache_control: StatusCacheControl,
+    /// A newer generation replaced this one (set once by the store, after
+    /// the swap): connections still sending its bodies finish them before
+    /// they answer more (`io::output::Output::is_backlogged`).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 impl Snapshot {
@@ -242,6 +246,18 @@ impl Snapshot {
         self.entries.is_empty()
     }
 
+    /// A newer generation is being served instead.
+    #[inline]
+    pub fn retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Mark this generation replaced (the store, after a swap).
+    pub fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// An empty snapshot, generation 0.
     pub fn empty() -> Self {
         Snapshot {
@@ -258,6 +274,7 @@ impl Snapshot {
             error_pages: Vec::new(),
             spa_index: None,
             status_cache_control: StatusCacheControl::default(),
+            retired: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }

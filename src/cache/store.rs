@@ -351,7 +351,7 @@ impl Store {
 
     /// Publish `snapshot`; the caller holds the rebuild lock.
     fn swap(&self, snapshot: Snapshot, generation: u64, started: Instant) -> u64 {
-        self.current.store(Arc::new(snapshot));
+        self.current.swap(Arc::new(snapshot)).retire();
         self.generation.store(generation, Ordering::Relaxed);
         tracing::info!(
             elapsed_ms = started.elapsed().as_millis() as u64,

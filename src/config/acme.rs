@@ -11,9 +11,10 @@ use crate::acme::{AcmeSettings, ChallengeKind};
 pub(super) fn acme_settings(
     s: &Settings,
     tls: Option<&mut crate::tls::TlsSettings>,
+    sites: &[(String, String)],
 ) -> anyhow::Result<Option<AcmeSettings>> {
     let domains: Vec<String> = s.acme_domains.clone().unwrap_or_default();
-    if domains.is_empty() {
+    if domains.is_empty() && sites.is_empty() {
         let given = [
             ("acme_email", s.acme_email.is_some()),
             ("acme_directory", s.acme_directory.is_some()),
@@ -45,6 +46,19 @@ pub(super) fn acme_settings(
             bail!("{}: `{d}` is named twice", s.name("acme_domains"));
         }
         names.push(name);
+    }
+    // `acme = true` sites' names, named by their site in errors.
+    let mut origins: Vec<String> = (0..names.len())
+        .map(|i| format!("acme_domains[{i}]"))
+        .collect();
+    for (name, origin) in sites {
+        if let Err(why) = crate::acme::check_name(name) {
+            bail!("{}: `{name}` {why}", s.name_path(origin));
+        }
+        if !names.contains(name) {
+            names.push(name.clone());
+            origins.push(origin.clone());
+        }
     }
     let directory = s
         .acme_directory
@@ -125,12 +139,12 @@ pub(super) fn acme_settings(
         retry_min,
     };
     tls.acme_tls_alpn = challenge == ChallengeKind::TlsAlpn01;
-    for (i, name) in settings.domains.iter().enumerate() {
+    for (name, origin) in settings.domains.iter().zip(origins) {
         let file = settings.cert_file(name);
         tls.pairs.push(crate::tls::CertPaths {
             cert: file.clone(),
             key: file,
-            origin: format!("acme_domains[{i}]"),
+            origin,
         });
     }
     Ok(Some(settings))

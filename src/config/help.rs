@@ -101,6 +101,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
             format_duration(DEFAULT_FAST_START_MAX_AGE),
         ),
         ("spa_fallback", "false".into()),
+        ("unknown_host", "default".into()),
         ("tls_listen", "none (no TLS listener)".into()),
         ("hsts", "none (no Strict-Transport-Security)".into()),
         ("redirect_https", "false".into()),

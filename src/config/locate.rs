@@ -62,6 +62,13 @@ impl KeyLines {
                     for part in rest {
                         table = format!("{table}.{part}");
                     }
+                    // `[[sites.headers]]`: the next of the latest site's.
+                    if array {
+                        record(table.clone());
+                        let n = arrays.entry(table.clone()).or_default();
+                        table = format!("{table}[{n}]");
+                        *n += 1;
+                    }
                 }
                 record(table.clone());
                 continue;
@@ -258,6 +265,19 @@ mod tests {
         assert_eq!(k.line_of("headers[1].glob"), Some(9));
         assert_eq!(k.line_of("headers[1].set"), Some(10));
         assert_eq!(k.line_of("headers[1].set.Bad Name"), Some(11));
+    }
+
+    #[test]
+    fn arrays_of_tables_inside_arrays_of_tables_are_counted() {
+        let text = "[[sites]]\nnames = \"a\"\n[[sites.headers]]\nglob = \"*\"\n\
+                    [[sites]]\nnames = \"b\"\n[[sites.headers]]\nglob = \"1\"\n\
+                    [[sites.headers]]\nglob = \"2\"\n[sites.error_pages]\n404 = \"x\"\n";
+        let k = KeyLines::scan(Path::new("s.toml"), text);
+        assert_eq!(k.line_of("sites[0].headers[0].glob"), Some(4));
+        assert_eq!(k.line_of("sites[1].names"), Some(6));
+        assert_eq!(k.line_of("sites[1].headers[0].glob"), Some(8));
+        assert_eq!(k.line_of("sites[1].headers[1].glob"), Some(10));
+        assert_eq!(k.line_of("sites[1].error_pages.404"), Some(12));
     }
 
     #[test]

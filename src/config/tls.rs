@@ -59,10 +59,13 @@ pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::Tl
         return Ok(None);
     }
     // ACME's own pairs are added by `acme_settings`.
-    if pairs.is_empty() && s.acme_domains.as_ref().is_none_or(|d| d.is_empty()) {
+    let site_certs = s.sites.iter().flatten().any(|site| {
+        site.tls_cert.is_some() || site.tls_certificates.is_some() || site.acme == Some(true)
+    });
+    if pairs.is_empty() && !site_certs && s.acme_domains.as_ref().is_none_or(|d| d.is_empty()) {
         bail!(
             "{}: needs a certificate: `tls_cert` and `tls_key`, `[[tls_certificates]]`, \
-             or `acme_domains` to obtain one",
+             `acme_domains` to obtain one, or a site's own",
             s.name("tls_listen")
         );
     }

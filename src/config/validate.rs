@@ -113,6 +113,9 @@ pub struct Config {
     pub real_ip_header: Option<String>,
     /// The request-id response header.
     pub request_id_header: Option<String>,
+    /// `[[sites]]`, in file order; the top level is the default site.
+    pub sites: Vec<super::SiteConfig>,
+    pub unknown_host: super::UnknownHost,
 }
 
 /// How connections are spread over the shards' listeners.
@@ -160,7 +163,10 @@ impl Config {
         let compress = compress_options(&s)?;
         let site = site_rules(&s)?;
         let mut tls = tls_settings(&s)?;
-        let acme = super::acme::acme_settings(&s, tls.as_mut())?;
+        let mut acme_names = Vec::new();
+        let sites = super::sites::sites(&s, tls.as_mut(), &mut acme_names)?;
+        let unknown_host = super::sites::unknown_host(&s)?;
+        let acme = super::acme::acme_settings(&s, tls.as_mut(), &acme_names)?;
         let https = https(&s, tls.is_some())?;
         let root = root(&s)?;
         let net = addresses_and_cpus(&s, tls.as_ref(), allowed)?;
@@ -245,6 +251,8 @@ impl Config {
             request_id_header: request_id_header(&s)?,
             tls,
             acme,
+            sites,
+            unknown_host,
         })
     }
 
@@ -293,7 +301,7 @@ impl Config {
 }
 
 /// `root`: a directory this user can reach.
-fn root(s: &Settings) -> anyhow::Result<PathBuf> {
+pub(super) fn root(s: &Settings) -> anyhow::Result<PathBuf> {
     let root = s
         .root
         .clone()

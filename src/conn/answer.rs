@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::env::{serve_env, Meta, ShardEnv};
+use super::env::{https_redirect, serve_env, Meta, ShardEnv};
 use super::request_id::{self, IdLine};
 use super::{Conn, Reading};
 use crate::http::chunked;
@@ -15,6 +15,7 @@ use crate::metrics::CloseReason;
 use crate::proto::http1::{self, Persist};
 use crate::proto::proxy;
 use crate::serve;
+use crate::serve::sites::DEFAULT;
 
 impl Conn {
     /// Answer every complete request in the buffer, in order, until the
@@ -32,11 +33,13 @@ impl Conn {
                     if io.rstart == io.rend {
                         return false;
                     }
-                    if io.out.is_backlogged(env.snapshot) {
+                    if io.out.is_backlogged() {
                         return true;
                     }
-                    if !self.answer_one(env) {
-                        return false;
+                    match self.answer_one(env) {
+                        Answered::Next => {}
+                        Answered::Stop => return false,
+                        Answered::Wait => return true,
                     }
                 }
                 Reading::Discard | Reading::DiscardChunked => {
@@ -90,9 +93,11 @@ impl Conn {
         }
     }
 
-    /// Parse and answer one request. Returns false when no complete head is
-    /// buffered or the connection stops reading.
-    fn answer_one(&mut self, env: &mut ShardEnv<'_>) -> bool {
+    /// Parse and answer one request: `Stop` when no complete head is
+    /// buffered or the connection stops reading, `Wait` (the request left
+    /// buffered) when its site's response must wait for the bodies of
+    /// another snapshot to be sent.
+    fn answer_one(&mut self, env: &mut ShardEnv<'_>) -> Answered {
         self.prepare_out(env.pool);
         let io = self
             .io
@@ -108,7 +113,7 @@ impl Conn {
                     self.deadline = env.now + env.cfg.header_timeout;
                     io.head_at = env.now;
                 }
-                return false;
+                return Answered::Stop;
             }
             Ok(Some(req)) => req,
             &Err(e) => {
@@ -124,9 +129,23 @@ impl Conn {
                 );
                 io.queued(env.now);
                 self.reading = Reading::Done(CloseReason::Error);
-                return false;
+                return Answered::Stop;
             }
         };
+        let sites = env.sites;
+        let chosen = if sites.single() {
+            Ok(DEFAULT)
+        } else {
+            let sni = self.tls.as_deref_mut().and_then(|t| t.sni_site(sites));
+            sites.choose(req.host, sni)
+        };
+        let (site, refused) = match chosen {
+            Ok(site) => (site, None),
+            Err(status) => (DEFAULT, Some(status)),
+        };
+        if io.out.wait_for(env.snapshots.load(site)) {
+            return Answered::Wait;
+        }
         self.served += 1;
         let head_len = req.head_len;
         let body = req.content_length;
@@ -153,12 +172,15 @@ impl Conn {
         } else {
             (persist, close_reason)
         };
-        let senv = serve_env(cfg, env.snapshot, env.date, tls);
+        let site_cfg = sites.get(site);
+        let senv = serve_env(cfg, (site_cfg, env.snapshots.load(site)), env.date, tls);
         let scratch = &mut env.scratch.serve;
         let mut resp = serve::Response::new(Status::Ok, env.date);
         if too_large {
             resp = serve::refuse(senv, Status::PayloadTooLarge, "request body too large");
-        } else if let Some(port) = cfg.redirect_https.filter(|_| !tls) {
+        } else if let Some(status) = refused {
+            resp = serve::unclaimed(req, senv, scratch, status);
+        } else if let Some(port) = https_redirect(cfg, site_cfg, tls) {
             resp = serve::redirect_https(req, senv, scratch, port);
         } else {
             serve::respond_into(req, senv, scratch, &mut resp);
@@ -171,6 +193,7 @@ impl Conn {
         let meta = Meta {
             started,
             request_id: id.as_ref().map_or(b"", IdLine::id),
+            site,
         };
         if env.cfg.real_ip_header.is_some() {
             let head = &data[..head_len];
@@ -191,7 +214,7 @@ impl Conn {
         io.rstart += head_len;
         if persist == Persist::Close {
             self.reading = Reading::Done(close_reason);
-            return false;
+            return Answered::Stop;
         }
         self.reading = if is_chunked {
             // Its length shows only as it arrives: the response goes out
@@ -204,8 +227,19 @@ impl Conn {
         } else {
             Reading::Idle
         };
-        true
+        Answered::Next
     }
+}
+
+/// What [`Conn::answer_one`] did.
+enum Answered {
+    /// Answered; the next request may follow.
+    Next,
+    /// Nothing more now: no complete head, or the connection stops reading.
+    Stop,
+    /// The request stays buffered until the output lets go of another
+    /// snapshot's bodies.
+    Wait,
 }
 
 /// Whether the connection persists after the request just parsed

@@ -20,6 +20,7 @@ use crate::metrics::ShardCounters;
 use crate::proto::http1::{self, Persist};
 use crate::proto::proxy;
 use crate::serve;
+use crate::serve::sites::{Local, Site, Sites};
 
 /// Connection settings, derived once from [`Config`].
 #[derive(Debug, Clone)]
@@ -40,10 +41,9 @@ pub struct ConnConfig {
     pub zero_copy: bool,
     /// `max_connections_per_core`: the shard pauses accepting at this many.
     pub max_conns: usize,
-    /// `Strict-Transport-Security: …\r\n` for TLS responses, or empty.
-    pub hsts_line: Vec<u8>,
-    /// `redirect_https`: cleartext requests get a 301 to this HTTPS port.
-    pub redirect_https: Option<u16>,
+    /// The port of the first TLS listener: a site's `redirect_https`
+    /// sends cleartext requests there.
+    pub https_port: Option<u16>,
     /// Cleartext connections opening with the HTTP/2 preface speak h2c.
     pub h2c: bool,
     /// Cleartext connections speak only h2c (no HTTP/1).
@@ -81,19 +81,11 @@ impl ConnConfig {
             server_line: cfg.server_line.clone(),
             zero_copy: cfg.sendfile,
             max_conns: cfg.max_connections_per_core,
-            hsts_line: cfg
-                .hsts
+            https_port: cfg
+                .tls
                 .as_ref()
-                .map(|v| format!("Strict-Transport-Security: {v}\r\n").into_bytes())
-                .unwrap_or_default(),
-            redirect_https: if cfg.redirect_https {
-                cfg.tls
-                    .as_ref()
-                    .and_then(|t| t.listen.first())
-                    .map(|a| a.port())
-            } else {
-                None
-            },
+                .and_then(|t| t.listen.first())
+                .map(|a| a.port()),
             h2c: cfg.h2c,
             h2c_only: cfg.h2c_only,
             h2: crate::proto::h2::H2Config {
@@ -150,12 +142,12 @@ impl BufPool {
     }
 }
 
-/// What the semantics layer needs to answer on a connection (`tls`: it
-/// has a TLS session).
+/// What the semantics layer needs to answer for `site` on a connection
+/// (`tls`: it has a TLS session).
 #[inline]
 pub(super) fn serve_env<'s>(
     cfg: &'s ConnConfig,
-    snapshot: &'s Arc<Snapshot>,
+    (site, snapshot): (&'s Site, &'s Arc<Snapshot>),
     date: &'s DateCache,
     tls: bool,
 ) -> serve::Env<'s> {
@@ -164,9 +156,16 @@ pub(super) fn serve_env<'s>(
         date,
         server_line: &cfg.server_line,
         max_ranges: cfg.max_ranges,
-        conn_lines: if tls { &cfg.hsts_line } else { b"" },
+        conn_lines: if tls { &site.hsts_line } else { b"" },
         tls,
     }
+}
+
+/// The HTTPS port a cleartext request for `site` is redirected to, if its
+/// `redirect_https` asks for it.
+#[inline]
+pub(super) fn https_redirect(cfg: &ConnConfig, site: &Site, tls: bool) -> Option<u16> {
+    cfg.https_port.filter(|_| site.redirect_https && !tls)
 }
 
 /// A shard's buffers and per-shard state for its connections, reused so
@@ -194,7 +193,10 @@ impl Scratch {
 /// The shard's state a connection needs while handling an event.
 pub struct ShardEnv<'a> {
     pub cfg: &'a ConnConfig,
-    pub snapshot: &'a Arc<Snapshot>,
+    /// Every site's settings and names.
+    pub sites: &'a Sites,
+    /// Every site's snapshot, through this shard's caches.
+    pub snapshots: &'a mut Local,
     pub date: &'a DateCache,
     pub scratch: &'a mut Scratch,
     pub pool: &'a mut BufPool,
@@ -234,6 +236,8 @@ impl Stop {
 pub(super) struct Meta<'a> {
     pub started: Instant,
     pub request_id: &'a [u8],
+    /// The site that answered (`serve::sites`).
+    pub site: u32,
 }
 
 impl ShardEnv<'_> {
@@ -247,7 +251,7 @@ impl ShardEnv<'_> {
         bytes: u64,
         meta: Meta<'_>,
     ) {
-        self.counters.request(status, bytes);
+        self.counters.request(meta.site, status, bytes);
         if let Some(log) = self.log.as_deref_mut() {
             let line = crate::metrics::access_log::Line {
                 peer: peer.get(),
@@ -257,6 +261,7 @@ impl ShardEnv<'_> {
                 bytes,
                 started: meta.started,
                 request_id: meta.request_id,
+                site: self.sites.label(meta.site),
             };
             log.line(self.date.secs(), &line);
         }
@@ -283,6 +288,7 @@ impl ShardEnv<'_> {
         let meta = Meta {
             started,
             request_id: id.as_ref().map_or(b"", super::request_id::IdLine::id),
+            site: crate::serve::sites::DEFAULT,
         };
         self.record(peer, tls, None, status, bytes, meta);
     }

@@ -4,15 +4,13 @@
 //! with the same counting and logging as HTTP/1, timeouts, and GOAWAY on
 //! drain.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use super::env::{serve_env, BufPool, ConnConfig, Scratch, ShardEnv};
+use super::env::{https_redirect, serve_env, BufPool, ConnConfig, Scratch, ShardEnv};
 use super::peer::Peer;
 use super::request_id::{self, IdLine};
 use super::tls::TlsConn;
 use super::{Conn, ConnIo, Reading, Step, POOLED_WRITE_MAX, POOL_MAX};
-use crate::cache::Snapshot;
 use crate::http::date::DateCache;
 use crate::http::request;
 use crate::http::Status;
@@ -23,6 +21,7 @@ use crate::proto::h2::hpack::Fields;
 use crate::proto::h2::{frame, Handler, Recv, Sent, H2};
 use crate::proto::proxy;
 use crate::serve;
+use crate::serve::sites::{Local, Sites, DEFAULT};
 
 impl Conn {
     #[inline]
@@ -82,8 +81,14 @@ impl Conn {
         let Some(h2) = io.h2.as_deref_mut() else {
             return false;
         };
+        let sni = match self.tls.as_deref_mut() {
+            Some(tls) if !env.sites.single() => tls.sni_site(env.sites),
+            _ => None,
+        };
         let mut answer = Answer {
-            snapshot: env.snapshot,
+            sites: env.sites,
+            snapshots: &mut *env.snapshots,
+            sni,
             scratch: &mut *env.scratch,
             id: None,
             rec: Record {
@@ -119,7 +124,7 @@ impl Conn {
             // The first of the pair; the final one is counted.
             h2.goaway(io.out.buf());
         }
-        let sent = h2.send(&mut io.out, env.snapshot, &mut h2c, env.now);
+        let sent = h2.send(&mut io.out, &mut h2c, env.now);
         env.counters.h2 = h2c;
         // Idle time counts from the last whole frame or the last output:
         // bytes that complete nothing (a TLS record a byte at a time) do
@@ -248,7 +253,10 @@ pub(super) fn park(io: &mut ConnIo, pool: &mut BufPool) {
 /// Answers HTTP/2 requests through the semantics layer, counted and
 /// logged as HTTP/1 ones are.
 struct Answer<'a> {
-    snapshot: &'a Arc<Snapshot>,
+    sites: &'a Sites,
+    snapshots: &'a mut Local,
+    /// The site the connection's SNI fixed, if any.
+    sni: Option<u32>,
     scratch: &'a mut Scratch,
     /// The id of the request being answered.
     id: Option<IdLine>,
@@ -273,13 +281,13 @@ impl Record<'_> {
     fn record(
         &mut self,
         id: Option<&IdLine>,
-        req: Option<&request::Request<'_>>,
-        fields: Option<&Fields>,
+        (req, fields): (Option<&request::Request<'_>>, Option<&Fields>),
+        (site, label): (u32, Option<&str>),
         status: Status,
         bytes: u64,
     ) {
         self.answered += 1;
-        self.counters.request(status, bytes);
+        self.counters.request(site, status, bytes);
         if let Some(log) = self.log.as_deref_mut() {
             let peer = match (&self.cfg.real_ip_header, fields) {
                 (Some(name), Some(fields)) => {
@@ -295,6 +303,7 @@ impl Record<'_> {
                 bytes,
                 started: self.now,
                 request_id: id.map_or(b"", IdLine::id),
+                site: label,
             };
             log.line(self.date.secs(), &line);
         }
@@ -323,16 +332,20 @@ impl Record<'_> {
 }
 
 impl<'a> Answer<'a> {
-    /// Answer through `answer` (the semantics layer, given its `Env`),
-    /// with the request's id; counted and logged before it is encoded.
+    /// Answer for `site` through `answer` (the semantics layer, given its
+    /// `Env`, the site and whether it redirects to HTTPS), with the
+    /// request's id; counted and logged before it is encoded.
     fn answer<'s>(
         &'s mut self,
         req: Option<&request::Request<'_>>,
         fields: Option<&Fields>,
-        answer: impl FnOnce(serve::Env<'s>, &'s mut serve::Scratch) -> serve::Response<'s>,
+        site: u32,
+        answer: impl FnOnce(serve::Env<'s>, Option<u16>, &'s mut serve::Scratch) -> serve::Response<'s>,
     ) -> serve::Response<'s> {
         let Answer {
-            snapshot,
+            sites,
+            snapshots,
+            sni: _,
             scratch,
             id,
             rec,
@@ -343,8 +356,18 @@ impl<'a> Answer<'a> {
         }
         let (cfg, date) = (rec.cfg, rec.date);
         let tls = rec.tls.is_some();
-        let mut resp = answer(serve_env(cfg, snapshot, date, tls), &mut scratch.serve);
-        rec.record(id.as_ref(), req, fields, resp.status, resp.body_len());
+        let site_cfg = sites.get(site);
+        let env = serve_env(cfg, (site_cfg, snapshots.load(site)), date, tls);
+        let redirect = https_redirect(cfg, site_cfg, tls);
+        let mut resp = answer(env, redirect, &mut scratch.serve);
+        let label = sites.label(site);
+        rec.record(
+            id.as_ref(),
+            (req, fields),
+            (site, label),
+            resp.status,
+            resp.body_len(),
+        );
         if let (Some(header), Some(id)) = (&cfg.request_id, id.as_ref()) {
             resp.request_id = Some(id.field(header));
         }
@@ -371,18 +394,31 @@ fn real_peer(peer: &Peer, fields: &Fields, name: &str, trusted: &[proxy::Cidr]) 
 
 impl Handler for Answer<'_> {
     fn respond(&mut self, req: &request::Request<'_>, fields: &Fields) -> serve::Response<'_> {
-        let redirect = self
-            .rec
-            .cfg
-            .redirect_https
-            .filter(|_| self.rec.tls.is_none());
-        self.answer(Some(req), Some(fields), |env, scratch| match redirect {
-            Some(port) => serve::redirect_https(req, env, scratch, port),
-            None => serve::respond(req, env, scratch),
-        })
+        let chosen = match self.sites.single() {
+            true => Ok(DEFAULT),
+            false => self.sites.choose(req.host, self.sni),
+        };
+        match chosen {
+            Ok(site) => {
+                self.answer(
+                    Some(req),
+                    Some(fields),
+                    site,
+                    |env, redirect, scratch| match redirect {
+                        Some(port) => serve::redirect_https(req, env, scratch, port),
+                        None => serve::respond(req, env, scratch),
+                    },
+                )
+            }
+            Err(status) => self.answer(Some(req), Some(fields), DEFAULT, |env, _, scratch| {
+                serve::unclaimed(req, env, scratch, status)
+            }),
+        }
     }
 
     fn refuse(&mut self, status: Status, message: &'static str) -> serve::Response<'_> {
-        self.answer(None, None, |env, _| serve::refuse(env, status, message))
+        self.answer(None, None, DEFAULT, |env, _, _| {
+            serve::refuse(env, status, message)
+        })
     }
 }

@@ -19,10 +19,8 @@ mod ring;
 pub mod tls;
 
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::Snapshot;
 use crate::http::chunked;
 use crate::http::Status;
 use crate::io::output::{Flush, Output, WriteError};
@@ -502,7 +500,7 @@ impl Conn {
             // Requests left buffered behind a backlog are answered as soon
             // as the output drains below the bound: no readiness edge will
             // announce bytes that are already in our buffer.
-            if stalled && !self.io().out.is_backlogged(env.snapshot) {
+            if stalled && !self.io().out.is_backlogged() {
                 if rounds == MAX_ROUNDS_PER_EVENT {
                     self.resume = true;
                     break;
@@ -510,7 +508,7 @@ impl Conn {
                 rounds += 1;
                 continue;
             }
-            if !(self.readable.any() && self.wants_read(env.snapshot)) {
+            if !(self.readable.any() && self.wants_read()) {
                 break;
             }
             if reads == MAX_READS_PER_EVENT {
@@ -586,14 +584,11 @@ impl Conn {
         }
     }
 
-    fn wants_read(&self, snapshot: &Arc<Snapshot>) -> bool {
+    fn wants_read(&self) -> bool {
         match self.reading {
             Reading::Done(_) => false,
             Reading::Lingering(_) => true,
-            _ => !self
-                .io
-                .as_ref()
-                .is_some_and(|io| io.out.is_backlogged(snapshot)),
+            _ => !self.io.as_ref().is_some_and(|io| io.out.is_backlogged()),
         }
     }
 

@@ -122,6 +122,7 @@ impl Conn {
                 let meta = env::Meta {
                     started: env.now,
                     request_id: b"",
+                    site: crate::serve::sites::DEFAULT,
                 };
                 env.record(&self.peer, None, None, Status::BadRequest, 0, meta);
                 self.tls = None;

@@ -23,6 +23,7 @@ use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection};
 
 use crate::io::output::{Flush, Output, Sink, WriteError};
 use crate::metrics::Handshake;
+use crate::serve::sites::Sites;
 use crate::sys::SendId;
 
 /// Ciphertext read per `read`: one maximal TLS record plus its header and
@@ -100,6 +101,9 @@ pub struct TlsConn {
     sendq: Vec<u8>,
     /// The ring send the session's ciphertext is lent to.
     lent: Option<SendId>,
+    /// The site its SNI names (`serve::sites`), looked up at the first
+    /// request of a server with several.
+    sni_site: Option<Option<u32>>,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -180,12 +184,22 @@ impl TlsConn {
             plain_http: false,
             sendq: Vec::new(),
             lent: None,
+            sni_site: None,
         })
     }
 
     /// The handshake is done and ALPN chose HTTP/2.
     pub fn alpn_h2(&self) -> bool {
         self.established && self.conn.alpn_protocol() == Some(b"h2")
+    }
+
+    /// The site the client's SNI names, if one claims it: every request
+    /// of this connection must be for it.
+    pub fn sni_site(&mut self, sites: &Sites) -> Option<u32> {
+        let conn = &self.conn;
+        *self
+            .sni_site
+            .get_or_insert_with(|| conn.server_name().and_then(|n| sites.by_sni(n)))
     }
 
     /// Still handshaking (a close now counts as a failed handshake).

@@ -178,6 +178,8 @@ pub struct Output {
     chunks: VecDeque<Chunk>,
     /// The snapshot that `Mem` and `File` chunks point into.
     pin: Option<Arc<Snapshot>>,
+    /// A response from another snapshot waits until `pin` is let go.
+    pin_wait: bool,
     /// Send large files with `sendfile` instead of a verified copy.
     zero_copy: bool,
     /// Verified bytes of the front file chunk not yet written (copy mode).
@@ -308,10 +310,25 @@ impl Output {
         &mut self.buf
     }
 
-    /// Whether new responses must wait: too much is queued, or bodies of an
-    /// older snapshot than `current` are still pinned.
-    pub fn is_backlogged(&self, current: &Arc<Snapshot>) -> bool {
-        self.is_full() || self.pin.as_ref().is_some_and(|p| !Arc::ptr_eq(p, current))
+    /// Whether new responses must wait: too much is queued, or bodies of a
+    /// snapshot a newer generation replaced are still pinned.
+    #[inline]
+    pub fn is_backlogged(&self) -> bool {
+        self.is_full()
+            || self
+                .pin
+                .as_ref()
+                .is_some_and(|p| self.pin_wait || p.retired())
+    }
+
+    /// Whether a response from `snapshot` must wait: bodies of another
+    /// snapshot (another site's, or a replaced one) are pinned. The queue
+    /// then stays backlogged until they are sent.
+    #[inline]
+    pub fn wait_for(&mut self, snapshot: &Arc<Snapshot>) -> bool {
+        let other = self.pin.as_ref().is_some_and(|p| !Arc::ptr_eq(p, snapshot));
+        self.pin_wait |= other;
+        other
     }
 
     /// The queue holds as much as a connection may: [`HIGH_WATER`] owned
@@ -519,6 +536,7 @@ impl Output {
         self.files = 0;
         self.bound_seen = false;
         self.pin = None;
+        self.pin_wait = false;
     }
 
     /// Empty and unpinned, for reuse by another connection; the staging
@@ -975,7 +993,7 @@ mod tests {
         }
         // Each took two pieces: its frame header, then the range.
         assert_eq!(taken, MAX_IOVECS / 4);
-        assert!(!out.is_backlogged(&snap), "the chunk bound is not reached");
+        assert!(!out.is_backlogged(), "the chunk bound is not reached");
     }
 
     #[test]

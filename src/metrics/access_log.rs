@@ -6,8 +6,8 @@
 //!
 //! Formats: `combined` is nginx's byte for byte (goaccess and every log
 //! tool read it); `combined_timed` appends `"$host" $request_time_us
-//! "$request_id" $msec` to it, where tools that read combined ignore them;
-//! `json` writes the fields `access_log_fields` chooses, in its order.
+//! "$request_id" $msec` to it, where tools that read combined ignore them
+//! (and `"$site"` after those on a server with `[[sites]]`); `json` writes the fields `access_log_fields` chooses, in its order.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -55,12 +55,13 @@ pub enum Field {
     Host,
     RequestTimeUs,
     RequestId,
+    Site,
 }
 
 impl Field {
     /// Every field, in the default order (the fields of earlier releases
     /// first, so their lines only grew at the end).
-    pub const ALL: [Field; 14] = [
+    pub const ALL: [Field; 15] = [
         Field::Time,
         Field::RemoteAddr,
         Field::Method,
@@ -75,6 +76,7 @@ impl Field {
         Field::Host,
         Field::RequestTimeUs,
         Field::RequestId,
+        Field::Site,
     ];
 
     /// The JSON key, and the name `access_log_fields` takes.
@@ -94,6 +96,7 @@ impl Field {
             Field::Host => "host",
             Field::RequestTimeUs => "request_time_us",
             Field::RequestId => "request_id",
+            Field::Site => "site",
         }
     }
 
@@ -115,6 +118,9 @@ pub struct Line<'a> {
     pub started: Instant,
     /// The request id (`request_id_header`), or empty.
     pub request_id: &'a [u8],
+    /// The site that answered (its first name), on a server with
+    /// `[[sites]]`; `None` on one without (the default site).
+    pub site: Option<&'a str>,
 }
 
 enum Msg {
@@ -311,7 +317,13 @@ impl ShardLog {
                 escape_text(buf, f.host.unwrap_or(b"-"));
                 let _ = write!(buf, "\" {micros} \"");
                 escape_text(buf, nonempty(l.request_id).unwrap_or(b"-"));
-                let _ = writeln!(buf, "\" {secs}.{millis:03}");
+                let _ = write!(buf, "\" {secs}.{millis:03}");
+                if let Some(site) = l.site {
+                    buf.extend_from_slice(b" \"");
+                    escape_text(buf, site.as_bytes());
+                    buf.push(b'"');
+                }
+                buf.push(b'\n');
             }
             LogFormat::Json => self.json(&f, l, millis, micros),
         }
@@ -380,6 +392,7 @@ impl ShardLog {
                     let _ = write!(buf, "{micros}");
                 }
                 Field::RequestId => quoted(buf, l.request_id),
+                Field::Site => quoted(buf, l.site.unwrap_or("default").as_bytes()),
             }
         }
         buf.extend_from_slice(b"}\n");

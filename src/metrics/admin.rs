@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::Metrics;
+use super::{Metrics, ShardCounters, ShardSlot};
 use crate::cache::StoreStats;
 use crate::sys::{Epoll, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 
@@ -47,7 +47,7 @@ const LISTENER: u64 = u64::MAX;
 const STATUS_PAGE: &str = include_str!("status.html");
 
 /// Reads the snapshot figures at scrape time.
-pub type SnapshotSource = Box<dyn Fn() -> StoreStats + Send + Sync>;
+pub type SnapshotSource = Box<dyn Fn() -> Vec<StoreStats> + Send + Sync>;
 
 /// Bind the admin address (port 0 picks one) and log it.
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -320,7 +320,26 @@ impl Rates {
         self.at = Instant::now();
     }
 
-    fn status(&self, metrics: &Metrics, snapshot: StoreStats) -> Status {
+    fn status(&self, metrics: &Metrics, snapshots: Vec<StoreStats>) -> Status {
+        let slots: Vec<ShardCounters> = metrics.slots.iter().map(ShardSlot::read).collect();
+        let sites = metrics
+            .sites
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let counts = slots.iter().filter_map(|c| c.sites.get(i));
+                let snap = snapshots.get(i).cloned().unwrap_or_default();
+                SiteStatus {
+                    site: name.clone(),
+                    requests: counts.clone().map(|s| s.requests.iter().sum::<u64>()).sum(),
+                    response_bytes: counts.map(|s| s.bytes).sum(),
+                    files: snap.files,
+                    generation: snap.generation,
+                    bytes: snap.bytes_by_encoding.iter().map(|(_, n)| n).sum(),
+                }
+            })
+            .collect();
+        let snapshot = snapshots.into_iter().next().unwrap_or_default();
         let cores: Vec<CoreStatus> = metrics
             .slots
             .iter()
@@ -378,6 +397,7 @@ impl Rates {
                 from_disk: snapshot.from_disk,
             },
             cores,
+            sites,
         }
     }
 }
@@ -396,8 +416,23 @@ struct Status {
     /// Access-log lines dropped because the writer fell behind.
     access_log_dropped: u64,
     totals: Totals,
+    /// The default site's snapshot.
     snapshot: SnapshotStatus,
     cores: Vec<CoreStatus>,
+    /// Every site, the default first.
+    sites: Vec<SiteStatus>,
+}
+
+#[derive(Serialize)]
+struct SiteStatus {
+    /// Its first name (`default` for the top level).
+    site: String,
+    requests: u64,
+    response_bytes: u64,
+    files: u64,
+    generation: u64,
+    /// Body bytes of its snapshot, identity and variants.
+    bytes: u64,
 }
 
 #[derive(Serialize)]

@@ -153,10 +153,25 @@ pub struct ShardCounters {
     /// io_uring receives that found the shard's provided buffer ring empty
     /// (`ENOBUFS`; armed again).
     pub uring_recv_nobufs: u64,
+    /// Responses and body bytes by site (`serve::sites` order).
+    pub sites: Vec<SiteCounts>,
 }
 
+/// One site's responses by status class and body bytes, on one shard.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SiteCounts {
+    /// By class: 1xx (unused), 2xx, 3xx, 4xx, 5xx.
+    pub requests: [u64; 5],
+    pub bytes: u64,
+}
+
+/// The `class` label of each slot of [`SiteCounts::requests`] that is
+/// exported.
+pub const CLASSES: [(usize, &str); 4] = [(1, "2xx"), (2, "3xx"), (3, "4xx"), (4, "5xx")];
+
 impl ShardCounters {
-    pub fn new(enabled: bool) -> Self {
+    /// Counters for a server with `sites` sites.
+    pub fn new(enabled: bool, sites: usize) -> Self {
         ShardCounters {
             enabled,
             requests: [0; STATUSES],
@@ -177,16 +192,21 @@ impl ShardCounters {
             output_bound_hits: 0,
             h2: crate::proto::h2::H2Counters::default(),
             uring_recv_nobufs: 0,
+            sites: vec![SiteCounts::default(); sites.max(1)],
         }
     }
 
     #[inline]
-    pub fn request(&mut self, status: Status, bytes: u64) {
+    pub fn request(&mut self, site: u32, status: Status, bytes: u64) {
         if !self.enabled {
             return;
         }
         self.requests[status as usize] += 1;
         self.response_bytes += bytes;
+        if let Some(s) = self.sites.get_mut(site as usize) {
+            s.requests[(status.code() / 100) as usize - 1] += 1;
+            s.bytes += bytes;
+        }
     }
 
     /// `n` requests that took `secs` each from parse to hand-off. The

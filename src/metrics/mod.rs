@@ -11,6 +11,7 @@ pub mod access_log;
 pub mod admin;
 mod counters;
 mod h2;
+mod sites;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -87,11 +88,14 @@ pub struct Metrics {
     pub config_reloads: prometheus::IntCounterVec,
     /// Access-log lines dropped because the writer fell behind.
     pub access_log_dropped: Arc<AtomicU64>,
+    /// The `site` label of each site, in `serve::sites` order.
+    pub sites: Vec<String>,
 }
 
 impl Metrics {
-    /// `cpus[i]` is the CPU of shard `i`.
-    pub fn new(cpus: &[usize], enabled: bool) -> Arc<Metrics> {
+    /// `cpus[i]` is the CPU of shard `i`; `sites` are the sites' labels,
+    /// the default site's first.
+    pub fn new(cpus: &[usize], enabled: bool, sites: Vec<String>) -> Arc<Metrics> {
         let registry = Registry::new();
         #[cfg(target_os = "linux")]
         {
@@ -147,7 +151,7 @@ impl Metrics {
                     cpu,
                     running: AtomicBool::new(false),
                     backend: AtomicU8::new(0),
-                    published: Mutex::new(ShardCounters::new(enabled)),
+                    published: Mutex::new(ShardCounters::new(enabled, sites.len())),
                 })
                 .collect(),
             registry,
@@ -158,6 +162,7 @@ impl Metrics {
             upgrades,
             config_reloads,
             access_log_dropped: Arc::new(AtomicU64::new(0)),
+            sites,
         })
     }
 
@@ -184,11 +189,16 @@ impl Metrics {
             && self.slots.iter().all(|s| s.running.load(Ordering::Acquire))
     }
 
-    /// The text exposition format.
-    pub fn render(&self, snap: &StoreStats) -> Vec<u8> {
+    /// The text exposition format; `snaps` are the sites' snapshot
+    /// figures, the default site's first (the unlabelled
+    /// `shardhttpd_snapshot_*` families are its).
+    pub fn render(&self, snaps: &[StoreStats]) -> Vec<u8> {
         let mut families = self.registry.gather();
         families.extend(self.shard_families());
-        families.extend(snapshot_families(snap));
+        families.extend(snapshot_families(
+            &snaps.first().cloned().unwrap_or_default(),
+        ));
+        families.extend(sites::snapshots(&self.sites, snaps));
         let mut dropped = family(
             "shardhttpd_access_log_dropped_total",
             "Access-log lines dropped because the writer fell behind.",
@@ -331,6 +341,7 @@ impl Metrics {
             info_family(&shards),
         ];
         out.extend(h2::families(&shards));
+        out.extend(sites::traffic(&self.sites, &shards));
         out.push(self.io_backend_family());
         out
     }
@@ -531,7 +542,7 @@ fn snapshot_families(snap: &StoreStats) -> Vec<MetricFamily> {
     ]
 }
 
-fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {
+pub(super) fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {
     let mut f = MetricFamily::default();
     f.set_name(name.to_owned());
     f.set_help(help.to_owned());
@@ -551,7 +562,7 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
         .collect()
 }
 
-fn counter(pairs: &[(&str, &str)], v: f64) -> Metric {
+pub(super) fn counter(pairs: &[(&str, &str)], v: f64) -> Metric {
     let mut m = Metric::default();
     m.set_label(labels(pairs));
     let mut c = Counter::default();
@@ -560,7 +571,7 @@ fn counter(pairs: &[(&str, &str)], v: f64) -> Metric {
     m
 }
 
-fn gauge(pairs: &[(&str, &str)], v: f64) -> Metric {
+pub(super) fn gauge(pairs: &[(&str, &str)], v: f64) -> Metric {
     let mut m = Metric::default();
     m.set_label(labels(pairs));
     let mut g = Gauge::default();
@@ -606,15 +617,19 @@ mod tests {
 
     #[test]
     fn a_scrape_before_any_shard_runs_still_renders_every_other_family() {
-        let metrics = Metrics::new(&[0, 1], true);
-        let text = String::from_utf8(metrics.render(&StoreStats::default())).unwrap();
+        let metrics = Metrics::new(&[0, 1], true, vec!["default".into()]);
+        let text = String::from_utf8(metrics.render(&[])).unwrap();
         assert!(
             text.contains("shardhttpd_access_log_dropped_total 0"),
             "{text}"
         );
         assert!(!text.contains("shardhttpd_io_backend{"), "{text}");
         metrics.slots[1].running.store(true, Ordering::Release);
-        let text = String::from_utf8(metrics.render(&StoreStats::default())).unwrap();
+        let text = String::from_utf8(metrics.render(&[StoreStats::default()])).unwrap();
         assert!(text.contains("shardhttpd_io_backend{"), "{text}");
+        assert!(
+            text.contains("shardhttpd_site_requests_total{class=\"2xx\",site=\"default\"} 0"),
+            "{text}"
+        );
     }
 }

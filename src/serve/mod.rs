@@ -9,6 +9,7 @@
 //! after applies to it: validators, ranges, Content-Length.
 
 mod response;
+pub mod sites;
 
 use std::io::Write;
 use std::sync::Arc;
@@ -559,6 +560,31 @@ fn error<'a>(
         });
     }
     resp
+}
+
+/// A request no site answers on this connection (`status`: 421 for a
+/// name another connection's certificate covers or that `unknown_host`
+/// misdirects, 404 by `unknown_host`): a short text body, no site's page.
+/// ACME HTTP-01 tokens are still answered: the CA asks on cleartext, for
+/// names that may be no site's (`acme_domains`).
+pub fn unclaimed<'a>(
+    req: &Request<'_>,
+    env: Env<'a>,
+    scratch: &'a mut Scratch,
+    status: Status,
+) -> Response<'a> {
+    let head_only = req.method == Method::Head;
+    if path::normalize(req.target, &mut scratch.path).is_ok() {
+        if let Some(key_authorization) = crate::challenge::http01(&scratch.path) {
+            let body: &'a str = scratch.token.insert(key_authorization);
+            return acme_token(env, head_only, body);
+        }
+    }
+    let message = match status {
+        Status::MisdirectedRequest => "misdirected request: no site for this host here",
+        _ => "no site for this host",
+    };
+    text_error(env.server_line, env.date, status, message, head_only)
 }
 
 /// An error before a request is parsed (400, 408): a `text/plain` body

@@ -10,7 +10,6 @@ use signal_hook::consts::{SIGHUP, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 use crate::cache::Store;
-use crate::config::Config;
 use crate::preflight::SetupError;
 
 /// Tries at each background build of a large root (the load of one that
@@ -72,20 +71,43 @@ pub(super) fn spawn_background_build(store: &Arc<Store>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Build the first snapshot on its own thread while this one reports
-/// progress and watches for signals. `None`: a stop signal came first.
-/// `hook` (the watcher's) sees each directory before the walk lists it.
+/// One site's first build: what it is built with, and its watcher's hook
+/// (which sees each directory before the walk lists it).
+pub(super) struct SiteBuild {
+    pub label: String,
+    pub opts: crate::cache::BuildOptions,
+    pub hook: Option<Box<crate::cache::DirHook>>,
+}
+
+/// Build every site's first snapshot, one after another, on a thread of
+/// their own while this one reports progress and watches for signals.
+/// `None`: a stop signal came first.
 pub(super) fn first_build(
-    config: &Config,
-    hook: Option<Box<crate::cache::DirHook>>,
+    sites: Vec<SiteBuild>,
     signals: &mut Signals,
-) -> anyhow::Result<Option<Arc<Store>>> {
-    let opts = config.build_options();
+) -> anyhow::Result<Option<Vec<Arc<Store>>>> {
     let started = Instant::now();
-    tracing::info!(root = %config.root.display(), "building the first snapshot");
+    let several = sites.len() > 1;
     let build = std::thread::Builder::new()
         .name("first-build".into())
-        .spawn(move || Store::open_watching(opts, hook.as_deref()))
+        .spawn(move || {
+            let mut stores = Vec::with_capacity(sites.len());
+            for site in sites {
+                let root = site.opts.root.display().to_string();
+                if several {
+                    tracing::info!(site = site.label, %root, "building the first snapshot");
+                } else {
+                    tracing::info!(%root, "building the first snapshot");
+                }
+                let store = match Store::open_watching(site.opts, site.hook.as_deref()) {
+                    Ok(store) => store,
+                    Err(e) if several => return Err(e.context(format!("site {}", site.label))),
+                    Err(e) => return Err(e),
+                };
+                stores.push(Arc::new(store));
+            }
+            anyhow::Ok(stores)
+        })
         .context("spawning the first build")?;
     let read_before = read_bytes();
     let mut next_progress = started + PROGRESS_INTERVAL;
@@ -121,13 +143,13 @@ pub(super) fn first_build(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let store = build
+    let stores = build
         .join()
         .map_err(|_| anyhow::anyhow!("the first snapshot build panicked"))?
         .map_err(|e| {
             anyhow::Error::new(SetupError(format!("building the first snapshot: {e:#}")))
         })?;
-    Ok(Some(Arc::new(store)))
+    Ok(Some(stores))
 }
 
 /// Bytes this process has read so far (`rchar` in `/proc/self/io`), for

@@ -164,14 +164,14 @@ pub(super) fn wait_for_signals(
 /// rebuild would otherwise hold up past the service manager's patience.
 /// One queued request coalesces a burst.
 pub(super) fn spawn_rebuild_thread(
-    store: &Arc<Store>,
+    stores: &[Arc<Store>],
     tls: Option<&crate::tls::Tls>,
     metrics: &Arc<Metrics>,
     upgrade: &Arc<UpgradeState>,
     source: reload::Source,
 ) -> anyhow::Result<SyncSender<()>> {
     let (rebuild_tx, rebuild_rx) = std::sync::mpsc::sync_channel::<()>(1);
-    let store = Arc::clone(store);
+    let stores = stores.to_vec();
     let certs = tls.map(|t| Arc::clone(&t.store));
     let metrics = Arc::clone(metrics);
     let upgrade = Arc::clone(upgrade);
@@ -187,7 +187,9 @@ pub(super) fn spawn_rebuild_thread(
                 if let Some(certs) = &certs {
                     certs.reload();
                 }
-                rebuild_on_hup(&store);
+                for store in &stores {
+                    rebuild_on_hup(store);
+                }
             }
         })
         .context("spawning the rebuild thread")?;
@@ -238,11 +240,13 @@ fn reload_on_hup(source: &mut reload::Source, metrics: &Metrics, upgrade: &Upgra
     }
 }
 
-/// SIGHUP: say it arrived, rebuild, and say whether anything changed.
+/// SIGHUP: say it arrived, rebuild, and say whether anything changed (for
+/// each site's store in turn).
 fn rebuild_on_hup(store: &Store) {
     let before = store.load().generation;
     tracing::info!(
         generation = before,
+        root = %store.root().display(),
         "SIGHUP received; rebuilding the snapshot"
     );
     match store.rebuild() {

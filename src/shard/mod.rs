@@ -15,9 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use arc_swap::{ArcSwap, Cache};
-
-use crate::cache::Snapshot;
 use crate::conn::tls::TlsConn;
 use crate::conn::Scratch;
 use crate::conn::{BufPool, Conn, ConnConfig, ShardEnv, Step, Stop};
@@ -25,6 +22,7 @@ use crate::http::date::DateCache;
 use crate::metrics::access_log::ShardLog;
 use crate::metrics::Handshake;
 use crate::metrics::{CloseReason, DrainClose, Metrics, ShardCounters, PUBLISH_INTERVAL};
+use crate::serve::sites::{Local, Sites};
 use crate::sys::{self, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP, REARM};
 use backend::Poller;
 use slab::Slab;
@@ -61,7 +59,8 @@ const MAX_SLEEP: Duration = Duration::from_secs(1);
 
 /// State shared by all shards and the control thread.
 pub struct Shared {
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// Every site, with its snapshot pointer.
+    pub sites: Arc<Sites>,
     /// Set on SIGTERM/SIGINT for `drain_delay`: shards keep accepting but
     /// answer every request with `Connection: close`; read when woken.
     pub closing: AtomicBool,
@@ -141,7 +140,7 @@ struct Shard {
     accept_pending: Vec<bool>,
     waker: Arc<EventFd>,
     shared: Arc<Shared>,
-    cache: Cache<Arc<ArcSwap<Snapshot>>, Arc<Snapshot>>,
+    snapshots: Local,
     conns: Slab<Conn>,
     wheel: Wheel,
     date: DateCache,
@@ -209,7 +208,7 @@ impl Shard {
             tls: spec.tls,
             listeners: spec.listeners.into_iter().map(Some).collect(),
             waker: spec.waker,
-            cache: Cache::new(Arc::clone(&spec.shared.snapshot)),
+            snapshots: Local::new(&spec.shared.sites),
             shared: spec.shared,
             conns: Slab::new(),
             wheel: Wheel::new(now),
@@ -217,7 +216,7 @@ impl Shard {
             cfg: spec.conn_cfg,
             scratch: Scratch::for_shard(spec.index),
             pool: BufPool::default(),
-            counters: ShardCounters::new(spec.metrics.enabled),
+            counters: ShardCounters::new(spec.metrics.enabled, spec.metrics.sites.len()),
             metrics: spec.metrics,
             log: spec.access_log,
             next_publish: now,
@@ -319,7 +318,7 @@ impl Shard {
                 // Let go of a replaced snapshot even when no connection
                 // comes to do it: an old generation holds its arena (and a
                 // shard out of fds accepts nothing).
-                self.cache.load();
+                self.snapshots.refresh();
                 Conn::flush_proxy_refusals(&mut self.scratch, now);
                 self.metrics.publish(self.index, &self.counters);
                 if let Some(log) = &mut self.log {
@@ -621,7 +620,6 @@ impl Shard {
         now: Instant,
         f: impl FnOnce(&mut Conn, &mut ShardEnv<'_>) -> Option<Step>,
     ) {
-        let snapshot = self.cache.load();
         // The generation check: this fd may have been closed earlier in this
         // batch and its slot (even its fd number) reused by a new connection.
         let Some(conn) = self.conns.get_mut(token) else {
@@ -629,7 +627,8 @@ impl Shard {
         };
         let mut env = ShardEnv {
             cfg: &self.cfg,
-            snapshot,
+            sites: &self.shared.sites,
+            snapshots: &mut self.snapshots,
             date: &self.date,
             scratch: &mut self.scratch,
             pool: &mut self.pool,

@@ -7,6 +7,7 @@ pub mod accept;
 pub mod chunked;
 pub mod conditional;
 pub mod date;
+pub mod host;
 pub mod path;
 pub mod range;
 pub mod request;
@@ -28,6 +29,7 @@ pub enum Status {
     PayloadTooLarge,
     UriTooLong,
     RangeNotSatisfiable,
+    MisdirectedRequest,
     HeaderFieldsTooLarge,
     InternalServerError,
     NotImplemented,
@@ -52,6 +54,7 @@ impl Status {
         Status::PayloadTooLarge,
         Status::UriTooLong,
         Status::RangeNotSatisfiable,
+        Status::MisdirectedRequest,
         Status::HeaderFieldsTooLarge,
         Status::InternalServerError,
         Status::NotImplemented,
@@ -75,6 +78,7 @@ impl Status {
             Status::PayloadTooLarge => 413,
             Status::UriTooLong => 414,
             Status::RangeNotSatisfiable => 416,
+            Status::MisdirectedRequest => 421,
             Status::HeaderFieldsTooLarge => 431,
             Status::InternalServerError => 500,
             Status::NotImplemented => 501,
@@ -100,6 +104,7 @@ impl Status {
             Status::PayloadTooLarge => b"HTTP/1.1 413 Content Too Large\r\n",
             Status::UriTooLong => b"HTTP/1.1 414 URI Too Long\r\n",
             Status::RangeNotSatisfiable => b"HTTP/1.1 416 Range Not Satisfiable\r\n",
+            Status::MisdirectedRequest => b"HTTP/1.1 421 Misdirected Request\r\n",
             Status::HeaderFieldsTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
             Status::InternalServerError => b"HTTP/1.1 500 Internal Server Error\r\n",
             Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",

@@ -232,6 +232,7 @@ pub(super) fn assemble(
         error_pages,
         spa_index,
         status_cache_control: opts.status_cache_control.clone(),
+        retired: std::sync::atomic::AtomicBool::new(false),
     };
     Ok((snapshot, (walk.files, index)))
 }

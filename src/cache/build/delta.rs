@@ -164,6 +164,7 @@ pub(super) fn patch(
         error_pages,
         spa_index,
         status_cache_control: opts.status_cache_control.clone(),
+        retired: std::sync::atomic::AtomicBool::new(false),
     })))
 }
 

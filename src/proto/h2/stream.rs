@@ -302,16 +302,10 @@ pub enum Sent {
 impl H2 {
     /// Queue DATA frames into `out` under the windows, at most about
     /// `ROUND_BYTES` per call. Payloads of at least `REF_MIN` bytes
-    /// from the arena of `current` (the shard's snapshot) go by reference
+    /// from the arena of a snapshot still being served go by reference
     /// (see `put_front`). Streams whose large file changed on disk are
     /// reset (their bytes could not be one version).
-    pub fn send(
-        &mut self,
-        out: &mut Output,
-        current: &Arc<Snapshot>,
-        counters: &mut H2Counters,
-        now: Instant,
-    ) -> Sent {
+    pub fn send(&mut self, out: &mut Output, counters: &mut H2Counters, now: Instant) -> Sent {
         let mut queued = 0;
         let max_frame = self.peer_max_frame.min(frame::DEFAULT_MAX_FRAME as usize);
         let res = loop {
@@ -340,7 +334,7 @@ impl H2 {
             let flags = if last { frame::FLAG_END_STREAM } else { 0 };
             let mark = out.buf().len();
             frame::write_head(out.buf(), n, frame::DATA, flags, s.id);
-            if let Err(()) = put_front(s, n, out, current) {
+            if let Err(()) = put_front(s, n, out) {
                 out.buf().truncate(mark);
                 let id = s.id;
                 self.reset_stream(out.buf(), id, ErrorCode::Internal, counters);
@@ -379,20 +373,16 @@ impl H2 {
 pub const REF_MIN: usize = 1024;
 
 /// Queue `n` bytes of the stream's front piece into `out`, after the
-/// frame header just written. Arena bytes go by reference when the stream
-/// is pinned to `current` and `out` pins no other snapshot: after a
-/// reload, a stream still answering from the old snapshot copies, so the
-/// output only ever pins the current one (and never holds the connection
-/// back from new requests, see `Output::is_backlogged`). `Err` when a
-/// large file is no longer the snapshot's version (or cannot be read).
-fn put_front(
-    s: &mut Stream,
-    n: usize,
-    out: &mut Output,
-    current: &Arc<Snapshot>,
-) -> Result<(), ()> {
+/// frame header just written. Arena bytes go by reference when the
+/// stream's snapshot is still served and `out` pins no other (another
+/// site's): after a reload, a stream still answering from the old snapshot
+/// copies, so the output never pins a replaced one (and never holds the
+/// connection back from new requests, see `Output::is_backlogged`). `Err`
+/// when a large file is no longer the snapshot's version (or cannot be
+/// read).
+fn put_front(s: &mut Stream, n: usize, out: &mut Output) -> Result<(), ()> {
     if let (Some(Src::Mem { off, len }), Some(snap)) = (s.body.front_mut(), s.pin.as_ref()) {
-        if n >= REF_MIN && Arc::ptr_eq(snap, current) && out.push_mem(snap, *off, n) {
+        if n >= REF_MIN && !snap.retired() && out.push_mem(snap, *off, n) {
             *off += n;
             *len -= n;
             if *len == 0 {

@@ -103,8 +103,7 @@ fn run(h2: &mut H2, input: &[u8], counters: &mut H2Counters) -> (Recv, Vec<(Head
     if recv != Recv::Failed {
         assert_eq!(used, input.len());
     }
-    let snapshot = std::sync::Arc::new(crate::cache::Snapshot::empty());
-    h2.send(&mut out, &snapshot, counters, Instant::now());
+    h2.send(&mut out, counters, Instant::now());
     (recv, frames(out.buf()))
 }
 
@@ -347,16 +346,10 @@ fn flatten(out: &Output) -> (Vec<u8>, usize) {
     (all, ranges)
 }
 
-/// One GET of `/body.bin` answered from `snap`, its DATA scheduled with
-/// `current` as the shard's snapshot into `out` (after `skip` bytes
-/// already queued); returns the body the frames carry and how many pieces
-/// of the queue are ranges.
-fn fetch_body(
-    snap: &Arc<Snapshot>,
-    current: &Arc<Snapshot>,
-    out: &mut Output,
-    skip: usize,
-) -> (Vec<u8>, usize) {
+/// One GET of `/body.bin` answered from `snap`, its DATA scheduled into
+/// `out` (after `skip` bytes already queued); returns the body the frames
+/// carry and how many pieces of the queue are ranges.
+fn fetch_body(snap: &Arc<Snapshot>, out: &mut Output, skip: usize) -> (Vec<u8>, usize) {
     let mut h2 = H2::new(cfg(), Instant::now());
     let mut c = H2Counters::default();
     let mut input = open();
@@ -364,7 +357,7 @@ fn fetch_body(
     let mut handler = FromSnapshot(Arc::clone(snap));
     let (used, recv) = h2.recv(&input, out, &mut handler, &mut c, Instant::now());
     assert_eq!((used, recv), (input.len(), Recv::More));
-    assert_eq!(h2.send(out, current, &mut c, Instant::now()), Sent::Idle);
+    assert_eq!(h2.send(out, &mut c, Instant::now()), Sent::Idle);
     assert!(matches!(
         snap.entry(snap_index(snap)).identity().body,
         crate::cache::Body::Mem { .. }
@@ -394,7 +387,7 @@ fn data_from_the_current_snapshot_goes_by_reference() {
     let body = two_frames_and_a_bit();
     let (_root, snap) = snapshot_with("by-ref", &body);
     let mut out = Output::default();
-    let (got, ranges) = fetch_body(&snap, &snap, &mut out, 0);
+    let (got, ranges) = fetch_body(&snap, &mut out, 0);
     assert!(got == body, "the body, exactly");
     assert_eq!(ranges, 2, "the full frames by reference, the tail copied");
     assert!(Arc::ptr_eq(out.pinned().unwrap(), &snap));
@@ -405,9 +398,9 @@ fn data_from_the_current_snapshot_goes_by_reference() {
 fn data_of_an_older_snapshot_is_copied() {
     let body = two_frames_and_a_bit();
     let (_root, snap) = snapshot_with("older", &body);
-    let current = Arc::new(Snapshot::empty());
+    snap.retire();
     let mut out = Output::default();
-    let (got, ranges) = fetch_body(&snap, &current, &mut out, 0);
+    let (got, ranges) = fetch_body(&snap, &mut out, 0);
     assert!(got == body);
     assert_eq!(ranges, 0, "a stream of an older snapshot copies");
     assert!(out.pinned().is_none());
@@ -428,7 +421,7 @@ fn data_is_copied_while_the_output_pins_another_snapshot() {
         panic!("not in memory");
     };
     assert!(out.push_mem(&other, off, 10));
-    let (got, ranges) = fetch_body(&snap, &snap, &mut out, 10);
+    let (got, ranges) = fetch_body(&snap, &mut out, 10);
     assert_eq!(ranges, 1, "only the range queued before");
     assert!(Arc::ptr_eq(out.pinned().unwrap(), &other));
     assert!(got == body);
@@ -475,7 +468,7 @@ fn owned_bytes_after_a_range_are_sent_too() {
     };
     let mut handler = Interleaved(Arc::clone(&snap), [range]);
     h2.recv(&input, &mut out, &mut handler, &mut c, Instant::now());
-    h2.send(&mut out, &snap, &mut c, Instant::now());
+    h2.send(&mut out, &mut c, Instant::now());
     let (bytes, _) = flatten(&out);
     let got = data_payload(frames(&bytes));
     let bb = "b".repeat(32);
@@ -507,11 +500,9 @@ fn a_stream_lets_go_of_its_body_once_sent() {
         &mut c,
         Instant::now(),
     );
-    let current = Arc::new(Snapshot::empty());
-    assert_eq!(
-        h2.send(&mut out, &current, &mut c, Instant::now()),
-        Sent::Idle
-    );
+    // Replaced meanwhile: its DATA is copied, not pinned.
+    snap.retire();
+    assert_eq!(h2.send(&mut out, &mut c, Instant::now()), Sent::Idle);
     assert_eq!(h2.active(), 1);
     drop(out);
     assert_eq!(Arc::strong_count(&snap), 1, "only the test holds it");
@@ -554,7 +545,7 @@ fn a_large_file_goes_out_whole_by_the_verified_copy() {
     // before the next (a call on a full output queues nothing).
     let mut bytes = Vec::new();
     loop {
-        let sent = h2.send(&mut out, &snap, &mut c, Instant::now());
+        let sent = h2.send(&mut out, &mut c, Instant::now());
         let (written, ranges) = flatten(&out);
         assert_eq!(ranges, 0, "copied, not by reference");
         assert!(out.pending_owned() < crate::io::output::HIGH_WATER + 16_400);
@@ -577,7 +568,7 @@ fn a_large_file_changed_mid_stream_resets_the_stream() {
     // A window of one frame: the rest waits.
     request_large(&mut h2, &snap, 16_384, &mut out);
     let mut c = H2Counters::default();
-    assert_eq!(h2.send(&mut out, &snap, &mut c, Instant::now()), Sent::Idle);
+    assert_eq!(h2.send(&mut out, &mut c, Instant::now()), Sent::Idle);
     // Rewritten in place (same length, another mtime): the fd the
     // response started on now reads other bytes.
     let path = root.0.join("body.bin");
@@ -590,7 +581,7 @@ fn a_large_file_changed_mid_stream_resets_the_stream() {
     let mut out = Output::default();
     let (_, recv) = h2.recv(&more, &mut out, &mut Fixed, &mut c, Instant::now());
     assert_eq!(recv, Recv::More);
-    h2.send(&mut out, &snap, &mut c, Instant::now());
+    h2.send(&mut out, &mut c, Instant::now());
     let got = frames(out.buf());
     assert_eq!(got.len(), 1, "no DATA of another version: {got:?}");
     assert_eq!((got[0].0.kind, got[0].0.stream), (frame::RST_STREAM, 1));

@@ -74,8 +74,7 @@ fn schedule(
         Instant::now(),
     );
     assert_eq!((used, recv), (all.len(), Recv::More));
-    let snapshot = Arc::new(Snapshot::empty());
-    let sent = h2.send(&mut out, &snapshot, &mut c, Instant::now());
+    let sent = h2.send(&mut out, &mut c, Instant::now());
     (sent, frames(out.buf()))
 }
 
@@ -228,21 +227,17 @@ fn one_call_queues_up_to_the_output_bound_then_asks_for_more() {
     // Whole frames until the bound is reached or passed.
     assert_eq!(first, 4 * FIRST, "{first}");
     let mut c = H2Counters::default();
-    let snapshot = Arc::new(Snapshot::empty());
     // An unflushed queue at the bound takes nothing more.
     let mut full = Output::default();
     full.buf().resize(crate::io::output::HIGH_WATER, 0);
-    assert_eq!(
-        h2.send(&mut full, &snapshot, &mut c, Instant::now()),
-        Sent::More
-    );
+    assert_eq!(h2.send(&mut full, &mut c, Instant::now()), Sent::More);
     assert_eq!(full.pending_owned(), crate::io::output::HIGH_WATER);
     // Each flushed queue takes four frames more, the last one the rest.
     let mut rest = Vec::new();
     let mut calls = Vec::new();
     loop {
         let mut out = Output::default();
-        let sent = h2.send(&mut out, &snapshot, &mut c, Instant::now());
+        let sent = h2.send(&mut out, &mut c, Instant::now());
         calls.push(sent);
         rest.extend(data_frames(&frames(out.buf())));
         if sent == Sent::Idle {

@@ -1,0 +1,198 @@
+//! Virtual hosts: the name a request is for (its `Host`, its `:authority`,
+//! or the TLS SNI) → whatever claims that name, by exact name first, then
+//! by the longest `*.` wildcard. Names compare without case, without a
+//! port and without a trailing dot. Lookup costs one hash probe per label
+//! of the name at most, however many names the table holds.
+
+use std::collections::HashMap;
+
+/// Longest DNS name (RFC 1035 §2.3.4); a longer host claims nothing.
+pub const NAME_MAX: usize = 253;
+
+/// Names → values: exact names, and wildcards `*.example.com` that match
+/// any name ending in `.example.com` (at any depth, as nginx's do; not
+/// `example.com` itself).
+#[derive(Debug, Clone)]
+pub struct Names<T> {
+    exact: HashMap<Box<[u8]>, T>,
+    /// Keyed by the suffix after `*.`.
+    wild: HashMap<Box<[u8]>, T>,
+}
+
+impl<T> Default for Names<T> {
+    fn default() -> Self {
+        Names {
+            exact: HashMap::new(),
+            wild: HashMap::new(),
+        }
+    }
+}
+
+/// Why a name cannot be claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameError {
+    /// Not a DNS name, an IP address or a `*.` wildcard.
+    Invalid,
+    /// Another entry claimed it first.
+    Taken,
+}
+
+impl std::fmt::Display for NameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NameError::Invalid => {
+                "is not a host name (letters, digits, `-` and `.`; or `*.` and a domain \
+                 for every name under it)"
+            }
+            NameError::Taken => "is claimed twice",
+        })
+    }
+}
+
+impl<T: Copy> Names<T> {
+    /// Claim `name` (`example.com`, `*.example.com`, an IP address) for
+    /// `value`.
+    pub fn insert(&mut self, name: &str, value: T) -> Result<(), NameError> {
+        let lower = name.to_ascii_lowercase();
+        let lower = lower.strip_suffix('.').unwrap_or(&lower);
+        let (map, key) = match lower.strip_prefix("*.") {
+            Some(suffix) => (&mut self.wild, suffix),
+            None => (&mut self.exact, lower),
+        };
+        if key.is_empty()
+            || key.len() > NAME_MAX
+            || key.starts_with('.')
+            || key.contains("..")
+            || !key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+        {
+            return Err(NameError::Invalid);
+        }
+        let key: Box<[u8]> = key.as_bytes().into();
+        if map.contains_key(&key) {
+            return Err(NameError::Taken);
+        }
+        map.insert(key, value);
+        Ok(())
+    }
+
+    /// No name is claimed.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wild.is_empty()
+    }
+
+    /// Names claimed, exact and wildcard.
+    pub fn len(&self) -> usize {
+        self.exact.len() + self.wild.len()
+    }
+
+    /// What claims `host` (a `Host` value, `uri-host [":" port]`, already
+    /// checked by the parser, or an SNI name): its exact name, else the
+    /// longest wildcard that covers it.
+    pub fn get(&self, host: &[u8]) -> Option<T> {
+        let mut buf = [0u8; NAME_MAX];
+        let name = normalize(host, &mut buf)?;
+        if let Some(v) = self.exact.get(name) {
+            return Some(*v);
+        }
+        if self.wild.is_empty() {
+            return None;
+        }
+        // Each suffix after a dot, longest first.
+        let mut rest = name;
+        while let Some(dot) = rest.iter().position(|&b| b == b'.') {
+            rest = &rest[dot + 1..];
+            if let Some(v) = self.wild.get(rest) {
+                return Some(*v);
+            }
+        }
+        None
+    }
+}
+
+/// `host` lowercased into `buf`, without its port and trailing dot; an IPv6
+/// literal keeps its brackets. `None` when it is empty or longer than a
+/// DNS name.
+pub fn normalize<'b>(host: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b [u8]> {
+    let name = if host.first() == Some(&b'[') {
+        let close = host.iter().position(|&b| b == b']')?;
+        &host[..=close]
+    } else {
+        match host.iter().rposition(|&b| b == b':') {
+            Some(colon) => &host[..colon],
+            None => host,
+        }
+    };
+    let name = name.strip_suffix(b".").unwrap_or(name);
+    if name.is_empty() || name.len() > NAME_MAX {
+        return None;
+    }
+    let out = &mut buf[..name.len()];
+    for (o, b) in out.iter_mut().zip(name) {
+        *o = b.to_ascii_lowercase();
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Names<u32> {
+        let mut n = Names::default();
+        n.insert("example.com", 1).unwrap();
+        n.insert("www.example.com", 2).unwrap();
+        n.insert("*.example.com", 3).unwrap();
+        n.insert("*.cdn.example.com", 4).unwrap();
+        n.insert("Other.TEST.", 5).unwrap();
+        n.insert("127.0.0.1", 6).unwrap();
+        n
+    }
+
+    #[test]
+    fn exact_then_longest_wildcard() {
+        let n = table();
+        for (host, want) in [
+            (&b"example.com"[..], Some(1)),
+            (b"EXAMPLE.com:8443", Some(1)),
+            (b"example.com.", Some(1)),
+            (b"www.example.com", Some(2)),
+            (b"img.example.com", Some(3)),
+            (b"a.b.example.com", Some(3)),
+            (b"x.cdn.example.com", Some(4)),
+            (b"cdn.example.com", Some(3)),
+            (b"other.test", Some(5)),
+            (b"127.0.0.1:80", Some(6)),
+            (b"example.org", None),
+            (b"notexample.com", None),
+            (b"[::1]:8080", None),
+            (b"", None),
+            (b":80", None),
+        ] {
+            assert_eq!(n.get(host), want, "{}", String::from_utf8_lossy(host));
+        }
+    }
+
+    #[test]
+    fn a_name_is_claimed_once_and_must_be_a_name() {
+        let mut n = table();
+        assert_eq!(n.insert("WWW.example.com", 9), Err(NameError::Taken));
+        assert_eq!(n.insert("*.EXAMPLE.com", 9), Err(NameError::Taken));
+        for bad in ["", "*.", "a..b", ".a", "a b", "a/b", "*", "a.*.b", "x:80"] {
+            assert_eq!(n.insert(bad, 9), Err(NameError::Invalid), "{bad}");
+        }
+        assert_eq!(n.len(), 6);
+    }
+
+    #[test]
+    fn ipv6_literal_keeps_brackets() {
+        let mut buf = [0; NAME_MAX];
+        assert_eq!(normalize(b"[::1]:443", &mut buf), Some(&b"[::1]"[..]));
+        let mut buf = [0; NAME_MAX];
+        assert_eq!(normalize(b"A.b.", &mut buf), Some(&b"a.b"[..]));
+        let long = vec![b'a'; NAME_MAX + 1];
+        let mut buf = [0; NAME_MAX];
+        assert_eq!(normalize(&long, &mut buf), None);
+    }
+}
