@@ -116,8 +116,8 @@ Durations take units (\"500ms\", \"60s\", \"1m\", \"1h\"); sizes take \"64KiB\",
 
 Every option but --config and --check is also a key of the config file, with
 `_` for `-`; a flag overrides the file. Keys of the file only: cache_control,
-error_cache_control, error_pages, headers, tls_certificates (README,
-\"Configuration\").
+error_cache_control, error_pages, headers, sites, tls_certificates (README,
+\"Configuration\"; `[[sites]]`: README, \"Sites\").
 
 Exit status:
   0  stopped cleanly (SIGTERM/SIGINT), or --check found nothing wrong

@@ -12,6 +12,7 @@
 //! [`FileStamp`]) and only reads and compresses what changed; the
 //! [`watch`]er triggers it when the root changes on disk.
 
+mod budget;
 mod build;
 mod compress;
 mod entry;
@@ -26,6 +27,7 @@ pub mod watch;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use budget::{Budget, SiteBudget};
 pub use build::{build, sidecars_rejected, DirHook, MAX_PATCH_PATHS};
 pub use compress::CompressOptions;
 pub use entry::{Entry, EntryRef, Frame, Resource};
@@ -92,6 +94,9 @@ pub struct BuildOptions {
     /// background build (`Store::build_loaded`): a root of a million small
     /// files then serves in the time its walk takes.
     pub preload_max_files: u64,
+    /// This site's share of `cache_max_bytes` on a server with several
+    /// (`None`: the whole of it).
+    pub budget: Option<SiteBudget>,
 }
 
 /// Default for `compress_max_file_bytes`: a 20 MB JSON file or a large JS

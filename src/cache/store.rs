@@ -117,7 +117,7 @@ impl Store {
         // (`compress_pending`).
         let identity_opts = BuildOptions {
             compress: None,
-            ..opts.clone()
+            ..budgeted(&opts)
         };
         let mut snapshot = initial_build(&identity_opts, hook)?;
         if snapshot.from_disk {
@@ -137,7 +137,7 @@ impl Store {
             // this span; one line below says what it added.
             snapshot = {
                 let _quiet = tracing::info_span!(REPEAT_BUILD_SPAN).entered();
-                initial_build(&opts, None)?
+                initial_build(&budgeted(&opts), None)?
             };
             tracing::info!(
                 encoded_bytes = snapshot.stats.encoded_bytes.iter().sum::<u64>(),
@@ -161,6 +161,7 @@ impl Store {
                 );
             }
         }
+        hold(&opts, &snapshot);
         Ok(Store {
             current: Arc::new(ArcSwap::from_pointee(snapshot)),
             opts,
@@ -241,11 +242,11 @@ impl Store {
         // Until `build_compressed` has published, changes are served with
         // identity bodies: compressing here would reload the whole root.
         let opts = if old.compressed || self.opts.compress.is_none() {
-            self.opts.clone()
+            budgeted(&self.opts)
         } else {
             BuildOptions {
                 compress: None,
-                ..self.opts.clone()
+                ..budgeted(&self.opts)
             }
         };
         let started = Instant::now();
@@ -278,7 +279,7 @@ impl Store {
     pub fn build_loaded(&self) -> anyhow::Result<u64> {
         let identity = BuildOptions {
             compress: None,
-            ..self.opts.clone()
+            ..budgeted(&self.opts)
         };
         self.build_aside(&identity)
     }
@@ -286,7 +287,7 @@ impl Store {
     /// Build the compressed variants of a root that started with identity
     /// bodies (see `open`), as [`Store::build_aside`] does.
     pub fn build_compressed(&self) -> anyhow::Result<u64> {
-        self.build_aside(&self.opts)
+        self.build_aside(&budgeted(&self.opts))
     }
 
     /// Build the whole root from scratch with `opts` and publish it. The
@@ -351,6 +352,7 @@ impl Store {
 
     /// Publish `snapshot`; the caller holds the rebuild lock.
     fn swap(&self, snapshot: Snapshot, generation: u64, started: Instant) -> u64 {
+        hold(&self.opts, &snapshot);
         self.current.swap(Arc::new(snapshot)).retire();
         self.generation.store(generation, Ordering::Relaxed);
         tracing::info!(
@@ -389,6 +391,26 @@ impl Store {
             segments: s.segments,
             from_disk: snapshot.from_disk,
         }
+    }
+}
+
+/// `opts` with `cache_max_bytes` lowered to what the server's other sites
+/// leave of it (`cache::Budget`).
+fn budgeted(opts: &BuildOptions) -> BuildOptions {
+    let mut out = opts.clone();
+    if let Some(share) = &opts.budget {
+        out.cache_max_bytes = out.cache_max_bytes.min(share.available());
+    }
+    out
+}
+
+/// Record what `snapshot`, about to be served, holds of the shared budget:
+/// its bodies and variants (large sidecars, sent from their fds, count
+/// too: the accounting errs high).
+fn hold(opts: &BuildOptions, snapshot: &Snapshot) {
+    if let Some(share) = &opts.budget {
+        let s = &snapshot.stats;
+        share.hold(s.mem_bytes + s.encoded_bytes.iter().sum::<u64>());
     }
 }
 

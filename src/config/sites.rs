@@ -76,12 +76,21 @@ impl Config {
 
     /// What each site's snapshot is built with, the default site's first.
     /// They share one cache of open large files (keyed by inode), so
-    /// `max_open_files` bounds the server, not each site.
+    /// `max_open_files` bounds the server, not each site, and one
+    /// `cache_max_bytes` (`cache::Budget`).
     pub fn sites_build_options(&self) -> Vec<crate::cache::BuildOptions> {
         let base = self.build_options();
-        let mut out = vec![base.clone()];
-        for site in &self.sites {
+        if self.sites.is_empty() {
+            return vec![base];
+        }
+        let mut shares = crate::cache::Budget::shares(self.cache_max_bytes, self.sites.len() + 1);
+        let mut out = vec![crate::cache::BuildOptions {
+            budget: Some(shares.remove(0)),
+            ..base.clone()
+        }];
+        for (site, share) in self.sites.iter().zip(shares) {
             out.push(crate::cache::BuildOptions {
+                budget: Some(share),
                 root: site.root.clone(),
                 dotfile_allow: site.dotfile_allow.clone(),
                 index_files: site.index_files.clone(),

@@ -288,6 +288,7 @@ impl Config {
             open_files: std::sync::Arc::new(crate::cache::OpenFiles::new(self.max_open_files)),
             preload_max_files: self.preload_max_files,
             compress_max_file_bytes: self.compress_max_file_bytes,
+            budget: None,
         }
     }
 

@@ -41,6 +41,8 @@ const GRAFANA_VARS: &[(&str, &str)] = &[
     ("$instance", ".*"),
     ("${core}", ".*"),
     ("$core", ".*"),
+    ("${site}", ".*"),
+    ("$site", ".*"),
 ];
 
 /// Returns early (passing) with a loud note when `program` is missing.

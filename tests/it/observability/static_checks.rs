@@ -21,7 +21,7 @@ fn dashboard_is_provisionable_and_names_only_exported_metrics() {
         .collect();
     assert_eq!(
         vars.keys().copied().collect::<Vec<_>>(),
-        ["core", "datasource", "instance"]
+        ["core", "datasource", "instance", "site"]
     );
     assert_eq!(vars["datasource"]["type"], "datasource");
     assert_eq!(vars["datasource"]["query"], "prometheus");
@@ -33,7 +33,11 @@ fn dashboard_is_provisionable_and_names_only_exported_metrics() {
         vars["core"]["query"]["query"],
         r#"label_values(shardhttpd_shard_info{instance=~"$instance"}, core)"#
     );
-    for v in ["instance", "core"] {
+    assert_eq!(
+        vars["site"]["query"]["query"],
+        r#"label_values(shardhttpd_site_requests_total{instance=~"$instance"}, site)"#
+    );
+    for v in ["instance", "core", "site"] {
         assert_eq!(vars[v]["multi"], true, "{v}");
         assert_eq!(vars[v]["includeAll"], true, "{v}");
         assert_eq!(vars[v]["datasource"]["uid"], "${datasource}", "{v}");
@@ -108,6 +112,8 @@ fn dashboard_is_provisionable_and_names_only_exported_metrics() {
         "sum by (instance, encoding) (shardhttpd_snapshot_bytes",
         "shardhttpd_tls_certificate_expiry_timestamp_seconds",
         "shardhttpd_access_log_dropped_total",
+        "sum by (site) (rate(shardhttpd_site_requests_total",
+        "shardhttpd_site_snapshot_generation",
     ] {
         assert!(all.contains(needle), "no panel uses {needle:?}");
     }

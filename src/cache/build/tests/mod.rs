@@ -73,6 +73,7 @@ fn opts(root: &Path) -> BuildOptions {
         spa_fallback: false,
         open_files: Default::default(),
         preload_max_files: crate::cache::DEFAULT_PRELOAD_MAX_FILES,
+        budget: None,
         compress_max_file_bytes: crate::cache::DEFAULT_COMPRESS_MAX_FILE_BYTES,
     }
 }

@@ -296,6 +296,7 @@ fn snapshot_with(tag: &str, body: &[u8]) -> (Root, Arc<Snapshot>) {
         spa_fallback: false,
         open_files: Default::default(),
         preload_max_files: crate::cache::DEFAULT_PRELOAD_MAX_FILES,
+        budget: None,
         compress_max_file_bytes: crate::cache::DEFAULT_COMPRESS_MAX_FILE_BYTES,
     };
     let snap = Arc::new(crate::cache::build(&opts, 1).unwrap());
