@@ -65,7 +65,7 @@ pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::Tl
     if pairs.is_empty() && !site_certs && s.acme_domains.as_ref().is_none_or(|d| d.is_empty()) {
         bail!(
             "{}: needs a certificate: `tls_cert` and `tls_key`, `[[tls_certificates]]`, \
-             `acme_domains` to obtain one, or a site's own",
+             or `acme_domains` to obtain one",
             s.name("tls_listen")
         );
     }

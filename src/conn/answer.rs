@@ -8,9 +8,9 @@ use std::time::Instant;
 use super::env::{https_redirect, serve_env, Meta, ShardEnv};
 use super::request_id::{self, IdLine};
 use super::{Conn, Reading};
-use crate::http::chunked;
 use crate::http::request::{self, Version};
 use crate::http::Status;
+use crate::http::{chunked, path};
 use crate::metrics::CloseReason;
 use crate::proto::http1::{self, Persist};
 use crate::proto::proxy;
@@ -137,11 +137,15 @@ impl Conn {
             Ok(DEFAULT)
         } else {
             let sni = self.tls.as_deref_mut().and_then(|t| t.sni_site(sites));
-            sites.choose(req.host, sni)
+            // RFC 9112 §3.2.2: an absolute-form target's host wins over
+            // the `Host` field.
+            let host = path::authority(req.target).or(req.host);
+            sites.choose(host, sni).map_err(|status| (status, sni))
         };
+        // A refused request is counted for the site its SNI chose, if any.
         let (site, refused) = match chosen {
             Ok(site) => (site, None),
-            Err(status) => (DEFAULT, Some(status)),
+            Err((status, sni)) => (sni.unwrap_or(DEFAULT), Some(status)),
         };
         if io.out.wait_for(env.snapshots.load(site)) {
             return Answered::Wait;

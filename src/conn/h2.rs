@@ -410,9 +410,13 @@ impl Handler for Answer<'_> {
                     },
                 )
             }
-            Err(status) => self.answer(Some(req), Some(fields), DEFAULT, |env, _, scratch| {
-                serve::unclaimed(req, env, scratch, status)
-            }),
+            // Counted for the site the connection's SNI chose, if any.
+            Err(status) => {
+                let site = self.sni.unwrap_or(DEFAULT);
+                self.answer(Some(req), Some(fields), site, |env, _, scratch| {
+                    serve::unclaimed(req, env, scratch, status)
+                })
+            }
         }
     }
 

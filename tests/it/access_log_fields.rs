@@ -18,7 +18,7 @@ use support::tls::Transport;
 use support::{installed, loud, request, Server, Site};
 
 /// The JSON keys of a default line, in order.
-const ALL_FIELDS: [&str; 14] = [
+const ALL_FIELDS: [&str; 15] = [
     "time",
     "remote_addr",
     "method",
@@ -33,6 +33,7 @@ const ALL_FIELDS: [&str; 14] = [
     "host",
     "request_time_us",
     "request_id",
+    "site",
 ];
 
 /// A JSON line's keys in the order written (serde_json's map sorts them).

@@ -55,6 +55,7 @@ mod sendfile;
 mod shards;
 mod shutdown;
 mod site_rules;
+mod sites;
 mod snapshot_scale;
 mod sockact;
 mod stalled_readers;

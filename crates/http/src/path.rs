@@ -120,6 +120,27 @@ pub fn path_part(target: &[u8]) -> Result<&[u8], PathError> {
     }
 }
 
+/// The authority of an absolute-form target (`http://host:port/path`),
+/// without user info: what RFC 9112 §3.2.2 says names the host in place of
+/// the `Host` field. `None` for the origin form (`/path`).
+pub fn authority(target: &[u8]) -> Option<&[u8]> {
+    if target.first() == Some(&b'/') {
+        return None;
+    }
+    let rest = strip_prefix_ignore_case(target, b"http://")
+        .or_else(|| strip_prefix_ignore_case(target, b"https://"))?;
+    let end = rest
+        .iter()
+        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let host = match authority.iter().rposition(|&b| b == b'@') {
+        Some(at) => &authority[at + 1..],
+        None => authority,
+    };
+    (!host.is_empty()).then_some(host)
+}
+
 fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
     match s.get(..prefix.len()) {
         Some(head) if head.eq_ignore_ascii_case(prefix) => Some(&s[prefix.len()..]),
@@ -211,6 +232,22 @@ fn resolve(buf: &mut Vec<u8>) -> Result<(), PathError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn absolute_form_names_its_authority() {
+        assert_eq!(super::authority(b"/a"), None);
+        assert_eq!(super::authority(b"http://B.test/x"), Some(&b"B.test"[..]));
+        assert_eq!(
+            super::authority(b"HTTPS://b.test:8443?q"),
+            Some(&b"b.test:8443"[..])
+        );
+        assert_eq!(
+            super::authority(b"http://u:p@b.test/"),
+            Some(&b"b.test"[..])
+        );
+        assert_eq!(super::authority(b"http:///x"), None);
+        assert_eq!(super::authority(b"*"), None);
+    }
     use super::*;
 
     #[test]
