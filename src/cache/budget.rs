@@ -12,6 +12,8 @@ use std::sync::Arc;
 pub struct Budget {
     total: u64,
     held: Vec<AtomicU64>,
+    /// The sum of `held`.
+    sum: AtomicU64,
 }
 
 /// One site's share of a [`Budget`], carried in its `BuildOptions`.
@@ -27,6 +29,7 @@ impl Budget {
         let budget = Arc::new(Budget {
             total,
             held: (0..sites).map(|_| AtomicU64::new(0)).collect(),
+            sum: AtomicU64::new(0),
         });
         (0..sites)
             .map(|site| SiteBudget {
@@ -41,20 +44,18 @@ impl SiteBudget {
     /// What a build of this site may hold: the total less what the other
     /// sites' published snapshots hold.
     pub fn available(&self) -> u64 {
-        let others: u64 = self
-            .budget
-            .held
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != self.site)
-            .map(|(_, h)| h.load(Ordering::Relaxed))
-            .sum();
+        let mine = self.budget.held[self.site].load(Ordering::Relaxed);
+        let others = self.budget.sum.load(Ordering::Relaxed).saturating_sub(mine);
         self.budget.total.saturating_sub(others)
     }
 
     /// This site's published snapshot holds `bytes` of bodies in memory.
+    /// (A site's store publishes under its rebuild lock, so one site's
+    /// holdings never race each other.)
     pub fn hold(&self, bytes: u64) {
-        self.budget.held[self.site].store(bytes, Ordering::Relaxed);
+        let before = self.budget.held[self.site].swap(bytes, Ordering::Relaxed);
+        self.budget.sum.fetch_add(bytes, Ordering::Relaxed);
+        self.budget.sum.fetch_sub(before, Ordering::Relaxed);
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::env::{https_redirect, serve_env, Meta, ShardEnv};
+use super::env::{https_redirect, serve_env, ConnConfig, Meta, ShardEnv, Stop};
 use super::request_id::{self, IdLine};
 use super::{Conn, Reading};
 use crate::http::request::{self, Version};
@@ -147,7 +147,8 @@ impl Conn {
             Ok(site) => (site, None),
             Err((status, sni)) => (sni.unwrap_or(DEFAULT), Some(status)),
         };
-        if io.out.wait_for(env.snapshots.load(site)) {
+        let snapshot = env.snapshots.load(site);
+        if io.out.wait_for(snapshot) {
             return Answered::Wait;
         }
         self.served += 1;
@@ -159,11 +160,11 @@ impl Conn {
             req.version,
             req.conn_close,
             req.conn_keep_alive,
-            env,
+            (env.cfg, env.stop),
         );
         let started = started(self.reading, io.head_at, env.now);
         let id = match env.cfg.request_id {
-            Some(_) => request_id(env, &self.peer, &data[..head_len]),
+            Some(_) => request_id(env.cfg, &mut env.scratch.ids, &self.peer, &data[..head_len]),
             None => None,
         };
         let tls = self.tls.is_some();
@@ -177,7 +178,7 @@ impl Conn {
             (persist, close_reason)
         };
         let site_cfg = sites.get(site);
-        let senv = serve_env(cfg, (site_cfg, env.snapshots.load(site)), env.date, tls);
+        let senv = serve_env(cfg, (site_cfg, snapshot), env.date, tls);
         let scratch = &mut env.scratch.serve;
         let mut resp = serve::Response::new(Status::Ok, env.date);
         if too_large {
@@ -253,7 +254,7 @@ fn persistence(
     version: Version,
     close: bool,
     keep_alive: bool,
-    env: &ShardEnv<'_>,
+    (cfg, stop): (&ConnConfig, Stop),
 ) -> (Persist, CloseReason) {
     let client_closes = match version {
         Version::Http11 | Version::Http2 => close,
@@ -261,9 +262,9 @@ fn persistence(
     };
     if client_closes {
         (Persist::Close, CloseReason::Client)
-    } else if served >= env.cfg.max_requests {
+    } else if served >= cfg.max_requests {
         (Persist::Close, CloseReason::MaxRequests)
-    } else if env.stop.closes() {
+    } else if stop.closes() {
         (Persist::Close, CloseReason::Shutdown)
     } else if version == Version::Http10 {
         (Persist::KeepAlive10, CloseReason::Client)
@@ -298,21 +299,20 @@ fn record_forwarded(
 /// with the setting off, a request pays one test for it.
 #[cold]
 #[inline(never)]
-fn request_id(env: &mut ShardEnv<'_>, peer: &super::Peer, head: &[u8]) -> Option<IdLine> {
-    let header = env.cfg.request_id.as_ref()?;
+fn request_id(
+    cfg: &ConnConfig,
+    ids: &mut request_id::RequestIds,
+    peer: &super::Peer,
+    head: &[u8],
+) -> Option<IdLine> {
+    let header = cfg.request_id.as_ref()?;
     let ip = peer.get().map(|a| a.ip());
-    let trusted = &env.cfg.trusted_proxies;
+    let trusted = &cfg.trusted_proxies;
     let incoming = match ip {
         Some(ip) if proxy::trusted(trusted, ip) => proxy::header_values(head, &header.name).last(),
         _ => None,
     };
-    Some(request_id::choose(
-        header,
-        trusted,
-        ip,
-        incoming,
-        &mut env.scratch.ids,
-    ))
+    Some(request_id::choose(header, trusted, ip, incoming, ids))
 }
 
 /// When the request now parsed started: when its first byte was read

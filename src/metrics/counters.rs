@@ -119,6 +119,8 @@ pub const HANDSHAKE_BUCKETS: [f64; 12] = [
 pub struct ShardCounters {
     /// Metrics switched off: count nothing, so the cost can be measured.
     pub enabled: bool,
+    /// Responses by status and their body bytes, over every site: summed
+    /// from `sites` when published ([`fold_sites`](Self::fold_sites)).
     pub requests: [u64; STATUSES],
     pub response_bytes: u64,
     pub accepted: u64,
@@ -157,17 +159,37 @@ pub struct ShardCounters {
     pub sites: Vec<SiteCounts>,
 }
 
-/// One site's responses by status class and body bytes, on one shard.
-#[derive(Debug, Clone, Copy, Default)]
+/// One site's responses by status and body bytes, on one shard (exported
+/// by status class).
+#[derive(Debug, Clone, Copy)]
 pub struct SiteCounts {
-    /// By class: 1xx (unused), 2xx, 3xx, 4xx, 5xx.
-    pub requests: [u64; 5],
+    pub requests: [u64; STATUSES],
     pub bytes: u64,
 }
 
-/// The `class` label of each slot of [`SiteCounts::requests`] that is
-/// exported.
-pub const CLASSES: [(usize, &str); 4] = [(1, "2xx"), (2, "3xx"), (3, "4xx"), (4, "5xx")];
+impl Default for SiteCounts {
+    fn default() -> Self {
+        SiteCounts {
+            requests: [0; STATUSES],
+            bytes: 0,
+        }
+    }
+}
+
+impl SiteCounts {
+    /// Responses whose status is of `class` (2 for 2xx, …).
+    pub fn class(&self, class: u16) -> u64 {
+        Status::ALL
+            .iter()
+            .zip(&self.requests)
+            .filter(|(s, _)| s.code() / 100 == class)
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// The `class` label of each exported class.
+pub const CLASSES: [(u16, &str); 4] = [(2, "2xx"), (3, "3xx"), (4, "4xx"), (5, "5xx")];
 
 impl ShardCounters {
     /// Counters for a server with `sites` sites.
@@ -201,11 +223,23 @@ impl ShardCounters {
         if !self.enabled {
             return;
         }
-        self.requests[status as usize] += 1;
-        self.response_bytes += bytes;
         if let Some(s) = self.sites.get_mut(site as usize) {
-            s.requests[(status.code() / 100) as usize - 1] += 1;
+            s.requests[status as usize] += 1;
             s.bytes += bytes;
+        }
+    }
+
+    /// Sum the sites' counts into [`requests`](Self::requests) and
+    /// [`response_bytes`](Self::response_bytes): done on the published
+    /// copy, so a request counts once, by site.
+    pub fn fold_sites(&mut self) {
+        self.requests = [0; STATUSES];
+        self.response_bytes = 0;
+        for s in &self.sites {
+            for (total, n) in self.requests.iter_mut().zip(&s.requests) {
+                *total += n;
+            }
+            self.response_bytes += s.bytes;
         }
     }
 

@@ -176,10 +176,9 @@ impl Metrics {
     /// Called by shard `core` on its tick.
     pub fn publish(&self, core: usize, counters: &ShardCounters) {
         if let Some(slot) = self.slots.get(core) {
-            slot.published
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone_from(counters);
+            let mut published = slot.published.lock().unwrap_or_else(|e| e.into_inner());
+            published.clone_from(counters);
+            published.fold_sites();
         }
     }
 

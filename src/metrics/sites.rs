@@ -30,11 +30,11 @@ pub(super) fn traffic(sites: &[String], shards: &[ShardRow]) -> Vec<MetricFamily
                 .map(f)
                 .sum()
         };
-        for (slot, class) in CLASSES {
-            let n = sum(&|s| s.requests[slot]);
+        for (class, label) in CLASSES {
+            let n = sum(&|s| s.class(class));
             requests
                 .mut_metric()
-                .push(counter(&[("site", site), ("class", class)], n as f64));
+                .push(counter(&[("site", site), ("class", label)], n as f64));
         }
         let n = sum(&|s| s.bytes);
         bytes

@@ -43,6 +43,9 @@ pub struct Sites {
     names: Names<u32>,
     list: Vec<Site>,
     unknown: UnknownHost,
+    /// No name and `unknown_host = "default"`: every request is the
+    /// default site's.
+    single: bool,
 }
 
 /// The index of the default site.
@@ -54,6 +57,7 @@ impl Sites {
     pub fn new(list: Vec<Site>, names: Names<u32>, unknown: UnknownHost) -> Sites {
         assert!(!list.is_empty(), "the default site is always there");
         Sites {
+            single: names.is_empty() && unknown == UnknownHost::Default,
             names,
             list,
             unknown,
@@ -63,7 +67,7 @@ impl Sites {
     /// Only the default site: every request goes to it unread.
     #[inline]
     pub fn single(&self) -> bool {
-        self.names.is_empty() && self.unknown == UnknownHost::Default
+        self.single
     }
 
     pub fn len(&self) -> usize {

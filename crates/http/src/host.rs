@@ -6,6 +6,12 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxBuildHasher;
+
+/// Names are the config's, never a client's, so a fast hash that an
+/// attacker could collide costs nothing: a lookup only reads the table.
+type Map<T> = HashMap<Box<[u8]>, T, FxBuildHasher>;
+
 /// Longest DNS name (RFC 1035 §2.3.4); a longer host claims nothing.
 pub const NAME_MAX: usize = 253;
 
@@ -14,16 +20,16 @@ pub const NAME_MAX: usize = 253;
 /// `example.com` itself).
 #[derive(Debug, Clone)]
 pub struct Names<T> {
-    exact: HashMap<Box<[u8]>, T>,
+    exact: Map<T>,
     /// Keyed by the suffix after `*.`.
-    wild: HashMap<Box<[u8]>, T>,
+    wild: Map<T>,
 }
 
 impl<T> Default for Names<T> {
     fn default() -> Self {
         Names {
-            exact: HashMap::new(),
-            wild: HashMap::new(),
+            exact: Map::default(),
+            wild: Map::default(),
         }
     }
 }
@@ -90,9 +96,34 @@ impl<T: Copy> Names<T> {
     /// What claims `host` (a `Host` value, `uri-host [":" port]`, already
     /// checked by the parser, or an SNI name): its exact name, else the
     /// longest wildcard that covers it.
+    #[inline]
     pub fn get(&self, host: &[u8]) -> Option<T> {
+        let name = bare(host)?;
+        // No early exit, so the scan vectorises: a few instructions for a
+        // whole name.
+        let upper = name
+            .iter()
+            .fold(false, |up, &b| up | b.is_ascii_uppercase());
+        if upper {
+            return self.get_upper(name);
+        }
+        self.get_lower(name)
+    }
+
+    /// [`get`](Self::get) for a name with capitals: lowercased first.
+    #[cold]
+    #[inline(never)]
+    fn get_upper(&self, name: &[u8]) -> Option<T> {
         let mut buf = [0u8; NAME_MAX];
-        let name = normalize(host, &mut buf)?;
+        let out = &mut buf[..name.len()];
+        for (o, b) in out.iter_mut().zip(name) {
+            *o = b.to_ascii_lowercase();
+        }
+        self.get_lower(out)
+    }
+
+    /// [`get`](Self::get) for a lowercase name without port or trailing dot.
+    fn get_lower(&self, name: &[u8]) -> Option<T> {
         if let Some(v) = self.exact.get(name) {
             return Some(*v);
         }
@@ -111,10 +142,10 @@ impl<T: Copy> Names<T> {
     }
 }
 
-/// `host` lowercased into `buf`, without its port and trailing dot; an IPv6
-/// literal keeps its brackets. `None` when it is empty or longer than a
-/// DNS name.
-pub fn normalize<'b>(host: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b [u8]> {
+/// `host` without its port and trailing dot (an IPv6 literal keeps its
+/// brackets); `None` when that is empty or longer than a DNS name.
+#[inline]
+fn bare(host: &[u8]) -> Option<&[u8]> {
     let name = if host.first() == Some(&b'[') {
         let close = host.iter().position(|&b| b == b']')?;
         &host[..=close]
@@ -128,11 +159,7 @@ pub fn normalize<'b>(host: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b [u8
     if name.is_empty() || name.len() > NAME_MAX {
         return None;
     }
-    let out = &mut buf[..name.len()];
-    for (o, b) in out.iter_mut().zip(name) {
-        *o = b.to_ascii_lowercase();
-    }
-    Some(out)
+    Some(name)
 }
 
 #[cfg(test)]
@@ -186,13 +213,14 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_literal_keeps_brackets() {
-        let mut buf = [0; NAME_MAX];
-        assert_eq!(normalize(b"[::1]:443", &mut buf), Some(&b"[::1]"[..]));
-        let mut buf = [0; NAME_MAX];
-        assert_eq!(normalize(b"A.b.", &mut buf), Some(&b"a.b"[..]));
-        let long = vec![b'a'; NAME_MAX + 1];
-        let mut buf = [0; NAME_MAX];
-        assert_eq!(normalize(&long, &mut buf), None);
+    fn port_and_trailing_dot_go_and_ipv6_literals_keep_brackets() {
+        assert_eq!(bare(b"[::1]:443"), Some(&b"[::1]"[..]));
+        assert_eq!(bare(b"A.b.:80"), Some(&b"A.b"[..]));
+        assert_eq!(bare(b"."), None);
+        assert_eq!(bare(&vec![b'a'; NAME_MAX + 1]), None);
+        let mut n = Names::default();
+        n.insert("[::1]", 1).unwrap_err();
+        n.insert(&"a".repeat(NAME_MAX), 2).unwrap();
+        assert_eq!(n.get("A".repeat(NAME_MAX).as_bytes()), Some(2));
     }
 }
