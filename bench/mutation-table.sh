@@ -35,6 +35,12 @@ suites() {
     09) echo metrics_values ;;        # active gauge never decremented
     10) echo paths ;;                 # `..` above root clamped instead of refused
     11) echo errors ;;                # Transfer-Encoding from HTTP/1.0 accepted
+    12) echo sites ;;                 # `*.a.test` also claims `a.test`
+    13) echo sites ;;                 # a request for another site than the SNI's served
+    14) echo sites ;;                 # unknown_host = "421" answered by the default site
+    15) echo sites ;;                 # every site's requests counted as the default's
+    16) echo sites ;;                 # a Host with capitals claims no site
+    17) echo sites ;;                 # the Host field wins over an absolute-form target
     *) return 1 ;;
   esac
 }
