@@ -284,9 +284,7 @@ fn check_tls(config: &Config) -> anyhow::Result<()> {
         let pairs: Vec<_> = tls
             .pairs
             .iter()
-            .filter(|p| {
-                !p.origin.starts_with("acme_domains") || crate::acme::state::held(&p.cert).is_some()
-            })
+            .filter(|p| !p.acme || crate::acme::state::held(&p.cert).is_some())
             .cloned()
             .collect();
         if pairs.is_empty() {

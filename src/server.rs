@@ -219,7 +219,7 @@ fn bind_all(config: &Config, claimed: Claimed) -> anyhow::Result<Bound> {
 }
 
 /// The certificates, their metrics and their watcher, and the ACME thread
-/// when `acme_domains` asks for it; `None` without TLS.
+/// when `acme_domains` or a site's `acme = true` asks for it; `None` without TLS.
 fn load_tls(
     config: &Config,
     metrics: &Metrics,

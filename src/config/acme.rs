@@ -26,7 +26,10 @@ pub(super) fn acme_settings(
             ("acme_retry_min", s.acme_retry_min.is_some()),
         ];
         if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
-            bail!("{}: needs `acme_domains`", s.name(key));
+            bail!(
+                "{}: needs `acme_domains` (or a site's `acme = true`)",
+                s.name(key)
+            );
         }
         return Ok(None);
     }
@@ -145,6 +148,7 @@ pub(super) fn acme_settings(
             cert: file.clone(),
             key: file,
             origin,
+            acme: true,
         });
     }
     Ok(Some(settings))

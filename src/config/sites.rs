@@ -250,6 +250,7 @@ fn site_certificates(
             cert: cert.clone(),
             key: key.clone(),
             origin: format!("sites[{i}].tls_cert"),
+            acme: false,
         }),
         (Some(_), None) => bail!(
             "{}: needs `tls_key` too, the certificate's private key",
@@ -266,6 +267,7 @@ fn site_certificates(
             cert: p.cert.clone(),
             key: p.key.clone(),
             origin: format!("sites[{i}].tls_certificates[{j}]"),
+            acme: false,
         });
     }
     if pairs.is_empty() && site.acme != Some(true) {

@@ -12,6 +12,7 @@ pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::Tl
             cert: cert.clone(),
             key: key.clone(),
             origin: "tls_cert".into(),
+            acme: false,
         }),
         // A pair's error points at the half that is there.
         (Some(_), None) => bail!(
@@ -29,6 +30,7 @@ pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::Tl
             cert: p.cert.clone(),
             key: p.key.clone(),
             origin: format!("tls_certificates[{i}]"),
+            acme: false,
         });
     }
     let mut listen: Vec<SocketAddr> = Vec::new();

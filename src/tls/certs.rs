@@ -24,8 +24,12 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 pub struct CertPaths {
     pub cert: PathBuf,
     pub key: PathBuf,
-    /// `tls_cert`/`tls_key`, or `tls_certificates[i]`.
+    /// `tls_cert`/`tls_key`, `tls_certificates[i]`, `acme_domains[i]`,
+    /// `sites[i].tls_cert`, …
     pub origin: String,
+    /// ACME issues it: the file may not exist before the start makes its
+    /// placeholder.
+    pub acme: bool,
 }
 
 /// One loaded pair and what the resolver and the metrics need from it.
@@ -291,6 +295,7 @@ mod tests {
             cert: dir.join("c.pem"),
             key: dir.join("k.pem"),
             origin: "tls_cert".into(),
+            acme: false,
         };
         (dir, paths)
     }

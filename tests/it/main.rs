@@ -56,6 +56,7 @@ mod shards;
 mod shutdown;
 mod site_rules;
 mod sites;
+mod sites_acme;
 mod snapshot_scale;
 mod sockact;
 mod stalled_readers;
