@@ -98,12 +98,7 @@ impl<T: Copy> Names<T> {
     /// longest wildcard that covers it.
     #[inline]
     pub fn get(&self, host: &[u8]) -> Option<T> {
-        let name = bare(host)?;
-        // No early exit, so the scan vectorises: a few instructions for a
-        // whole name.
-        let upper = name
-            .iter()
-            .fold(false, |up, &b| up | b.is_ascii_uppercase());
+        let (name, upper) = bare(host)?;
         if upper {
             return self.get_upper(name);
         }
@@ -143,23 +138,55 @@ impl<T: Copy> Names<T> {
 }
 
 /// `host` without its port and trailing dot (an IPv6 literal keeps its
-/// brackets); `None` when that is empty or longer than a DNS name.
+/// brackets), and whether it has capitals; `None` when that is empty or
+/// longer than a DNS name. Eight bytes a step: a `Host` is read once, a
+/// word at a time, for its colon and its capitals together.
 #[inline]
-fn bare(host: &[u8]) -> Option<&[u8]> {
-    let name = if host.first() == Some(&b'[') {
+fn bare(host: &[u8]) -> Option<(&[u8], bool)> {
+    let (name, upper) = if host.first() == Some(&b'[') {
         let close = host.iter().position(|&b| b == b']')?;
-        &host[..=close]
+        (&host[..=close], false)
     } else {
-        match host.iter().rposition(|&b| b == b':') {
-            Some(colon) => &host[..colon],
-            None => host,
+        let mut end = host.len();
+        let mut upper = false;
+        for (i, chunk) in host.chunks(8).enumerate() {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            let x = u64::from_le_bytes(word);
+            // Exact for ASCII, which a `Host` is (`valid_host`); a byte
+            // past 0x7f can flip the capitals of its neighbour, but such a
+            // name claims nothing either way.
+            let colons = zero_bytes(x ^ (ONES * u64::from(b':')));
+            let capitals = (x + ONES * u64::from(0x80 - b'A'))
+                & !(x + ONES * u64::from(0x80 - b'Z' - 1))
+                & HIGH;
+            if colons != 0 {
+                let at = (colons.trailing_zeros() / 8) as usize;
+                // Capitals in the port do not count.
+                let keep = if at == 0 { 0 } else { HIGH >> (64 - 8 * at) };
+                upper |= capitals & keep != 0;
+                end = i * 8 + at;
+                break;
+            }
+            upper |= capitals != 0;
         }
+        (&host[..end], upper)
     };
     let name = name.strip_suffix(b".").unwrap_or(name);
     if name.is_empty() || name.len() > NAME_MAX {
         return None;
     }
-    Some(name)
+    Some((name, upper))
+}
+
+const ONES: u64 = u64::from_le_bytes([1; 8]);
+const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+
+/// The high bit of each byte of `x` that is zero (and, above the first
+/// zero byte, perhaps of others: only the lowest set bit is exact).
+#[inline]
+fn zero_bytes(x: u64) -> u64 {
+    x.wrapping_sub(ONES) & !x & HIGH
 }
 
 #[cfg(test)]
@@ -214,8 +241,19 @@ mod tests {
 
     #[test]
     fn port_and_trailing_dot_go_and_ipv6_literals_keep_brackets() {
-        assert_eq!(bare(b"[::1]:443"), Some(&b"[::1]"[..]));
-        assert_eq!(bare(b"A.b.:80"), Some(&b"A.b"[..]));
+        assert_eq!(bare(b"[::1]:443"), Some((&b"[::1]"[..], false)));
+        assert_eq!(bare(b"A.b.:80"), Some((&b"A.b"[..], true)));
+        assert_eq!(bare(b"a.b:80"), Some((&b"a.b"[..], false)));
+        assert_eq!(
+            bare(b"abcdefgh.ijklmnoP"),
+            Some((&b"abcdefgh.ijklmnoP"[..], true))
+        );
+        assert_eq!(
+            bare(b"abcdefgh.ijklmno:8Z"),
+            Some((&b"abcdefgh.ijklmno"[..], false))
+        );
+        assert_eq!(bare(b"abcdefG:"), Some((&b"abcdefG"[..], true)));
+        assert_eq!(bare(b"@[`{:"), Some((&b"@[`{"[..], false)), "around A-Z");
         assert_eq!(bare(b"."), None);
         assert_eq!(bare(&vec![b'a'; NAME_MAX + 1]), None);
         let mut n = Names::default();
