@@ -19,9 +19,11 @@
 # CPU per request: server on CPU 1 (one shard), wrk on CPU 0, HTTP/1.1
 # keep-alive, c=100, a 100-byte file, rounds interleaved, medians; user+sys
 # ticks of the server from /proc/PID/stat over wrk's requests
-# (PERFORMANCE.md, "Measuring"). Rows: OLD_BINARY and NEW_BINARY on the one
-# root, NEW_BINARY with SITES sites asked by an exact name and by a name a
-# wildcard covers.
+# (PERFORMANCE.md, "Measuring"). Rows: OLD_BINARY and NEW_BINARY serving
+# one site's root alone (100 files: today's single-site figure), NEW_BINARY
+# with SITES sites asked by an exact name and by a name a wildcard covers;
+# then each row's median ratio to OLD_BINARY (or NEW_BINARY alone) over the
+# rounds, which the VM's drift between rounds cancels out of.
 set -euo pipefail
 NEW=${1:?usage: bench/sites-scale.sh NEW_BINARY [OLD_BINARY]}
 OLD=${2:-}
@@ -132,20 +134,21 @@ stop
 echo "## server CPU per request, HTTP/1.1 keep-alive 100 B, $ROUNDS interleaved rounds"
 for round in $(seq "$ROUNDS"); do
   if [ -n "$OLD" ]; then
-    start "$OLD" --root "$WORK/one" --metrics true
-    cpu old-1site x "/s$MID/a.txt"
+    start "$OLD" --root "$WORK/sites/s$MID"
+    cpu old-1site x /a.txt
     stop
   fi
-  start "$NEW" --root "$WORK/one"
-  cpu new-1site x "/s$MID/a.txt"
+  start "$NEW" --root "$WORK/sites/s$MID"
+  cpu new-1site x /a.txt
   stop
   start "$NEW" --config "$WORK/sites.toml"
   cpu "new-${SITES}sites-exact" "www2.s$MID.test" /a.txt
   cpu "new-${SITES}sites-wildcard" "img.zone3.s$MID.test" /a.txt
   stop
+  echo "round $round"
 done | tee "$WORK/raw" >&2
 echo "# medians: server CPU us/request, requests/s"
-sort "$WORK/raw" | awk '{v[$1]=v[$1]" "$2; r[$1]=r[$1]" "$3}
+grep -v '^round' "$WORK/raw" | sort | awk '{v[$1]=v[$1]" "$2; r[$1]=r[$1]" "$3}
   END {for (k in v) print k, v[k], "|", r[k]}' |
   python3 -c '
 import sys, statistics
@@ -156,3 +159,19 @@ for line in sys.stdin:
     rps = [float(x) for x in rps.split()]
     print(f"{name:28} {statistics.median(us):7.3f} us/req  {statistics.median(rps):9.0f} req/s  (rounds: {us})")
 '
+echo "# per-round ratio to the baseline, median"
+python3 - "$WORK/raw" <<'PY'
+import statistics, sys
+rounds, cur = [], {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] == "round":
+        rounds.append(cur)
+        cur = {}
+    else:
+        cur[f[0]] = float(f[1])
+base = "old-1site" if "old-1site" in rounds[0] else "new-1site"
+for name in sorted(rounds[0]):
+    r = [x[name] / x[base] for x in rounds]
+    print(f"{name:28} x{statistics.median(r):.3f} of {base}  (rounds: {[round(v, 3) for v in r]})")
+PY

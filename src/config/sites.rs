@@ -163,7 +163,7 @@ pub(super) fn sites(
         let rules = site_rules(&ss)?;
         let https = https(&ss, tls.is_some())?;
         let label = lower[0].clone();
-        site_certificates(&ss, site, i, tls.as_deref_mut())?;
+        site_certificates(&ss, site.acme == Some(true), tls.as_deref_mut())?;
         if site.acme == Some(true) {
             for name in &lower {
                 if name.starts_with("*.") {
@@ -231,46 +231,23 @@ fn site_settings(top: &Settings, site: &SiteSettings, i: usize) -> Settings {
         error_pages: site.error_pages.clone(),
         hsts: site.hsts.clone().or(top.hsts.clone()),
         redirect_https: site.redirect_https,
+        tls_cert: site.tls_cert.clone(),
+        tls_key: site.tls_key.clone(),
+        tls_certificates: site.tls_certificates.clone(),
         ..Settings::default()
     }
 }
 
-/// A site's `tls_cert`/`tls_key` and `[[sites.tls_certificates]]`, added
-/// to the TLS settings (chosen by SNI from their subjectAltNames, as the
-/// top level's are).
+/// A site's `tls_cert`/`tls_key` and `[[sites.tls_certificates]]` (read
+/// from `ss`, its settings), added to the TLS settings: chosen by SNI from
+/// their subjectAltNames, as the top level's are.
 fn site_certificates(
     ss: &Settings,
-    site: &SiteSettings,
-    i: usize,
+    acme: bool,
     tls: Option<&mut crate::tls::TlsSettings>,
 ) -> anyhow::Result<()> {
-    let mut pairs = Vec::new();
-    match (&site.tls_cert, &site.tls_key) {
-        (Some(cert), Some(key)) => pairs.push(crate::tls::CertPaths {
-            cert: cert.clone(),
-            key: key.clone(),
-            origin: format!("sites[{i}].tls_cert"),
-            acme: false,
-        }),
-        (Some(_), None) => bail!(
-            "{}: needs `tls_key` too, the certificate's private key",
-            ss.name("tls_cert")
-        ),
-        (None, Some(_)) => bail!(
-            "{}: needs `tls_cert` too, the certificate this key is for",
-            ss.name("tls_key")
-        ),
-        (None, None) => {}
-    }
-    for (j, p) in site.tls_certificates.iter().flatten().enumerate() {
-        pairs.push(crate::tls::CertPaths {
-            cert: p.cert.clone(),
-            key: p.key.clone(),
-            origin: format!("sites[{i}].tls_certificates[{j}]"),
-            acme: false,
-        });
-    }
-    if pairs.is_empty() && site.acme != Some(true) {
+    let pairs = super::tls::cert_pairs(ss)?;
+    if pairs.is_empty() && !acme {
         return Ok(());
     }
     let Some(tls) = tls else {

@@ -6,33 +6,7 @@ use super::*;
 
 /// `tls_*`: listeners need a certificate, a certificate needs its key.
 pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>> {
-    let mut pairs = Vec::new();
-    match (&s.tls_cert, &s.tls_key) {
-        (Some(cert), Some(key)) => pairs.push(crate::tls::CertPaths {
-            cert: cert.clone(),
-            key: key.clone(),
-            origin: "tls_cert".into(),
-            acme: false,
-        }),
-        // A pair's error points at the half that is there.
-        (Some(_), None) => bail!(
-            "{}: needs `tls_key` too, the certificate's private key",
-            s.name("tls_cert")
-        ),
-        (None, Some(_)) => bail!(
-            "{}: needs `tls_cert` too, the certificate this key is for",
-            s.name("tls_key")
-        ),
-        (None, None) => {}
-    }
-    for (i, p) in s.tls_certificates.iter().flatten().enumerate() {
-        pairs.push(crate::tls::CertPaths {
-            cert: p.cert.clone(),
-            key: p.key.clone(),
-            origin: format!("tls_certificates[{i}]"),
-            acme: false,
-        });
-    }
+    let pairs = cert_pairs(s)?;
     let mut listen: Vec<SocketAddr> = Vec::new();
     for a in s.tls_listen.iter().flatten() {
         for addr in a
@@ -78,6 +52,41 @@ pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::Tl
         h2: s.h2.unwrap_or(true),
         acme_tls_alpn: false,
     }))
+}
+
+/// `tls_cert`/`tls_key` and `[[tls_certificates]]` (of the top level, or
+/// of a site: their origins carry `key_prefix`), each certificate with its
+/// key.
+pub(super) fn cert_pairs(s: &Settings) -> anyhow::Result<Vec<crate::tls::CertPaths>> {
+    let prefix = &s.key_prefix;
+    let mut pairs = Vec::new();
+    match (&s.tls_cert, &s.tls_key) {
+        (Some(cert), Some(key)) => pairs.push(crate::tls::CertPaths {
+            cert: cert.clone(),
+            key: key.clone(),
+            origin: format!("{prefix}tls_cert"),
+            acme: false,
+        }),
+        // A pair's error points at the half that is there.
+        (Some(_), None) => bail!(
+            "{}: needs `tls_key` too, the certificate's private key",
+            s.name("tls_cert")
+        ),
+        (None, Some(_)) => bail!(
+            "{}: needs `tls_cert` too, the certificate this key is for",
+            s.name("tls_key")
+        ),
+        (None, None) => {}
+    }
+    for (i, p) in s.tls_certificates.iter().flatten().enumerate() {
+        pairs.push(crate::tls::CertPaths {
+            cert: p.cert.clone(),
+            key: p.key.clone(),
+            origin: format!("{prefix}tls_certificates[{i}]"),
+            acme: false,
+        });
+    }
+    Ok(pairs)
 }
 
 /// What [`https()`] validates.

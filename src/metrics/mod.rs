@@ -627,7 +627,7 @@ mod tests {
         let text = String::from_utf8(metrics.render(&[StoreStats::default()])).unwrap();
         assert!(text.contains("shardhttpd_io_backend{"), "{text}");
         assert!(
-            text.contains("shardhttpd_site_requests_total{class=\"2xx\",site=\"default\"} 0"),
+            text.contains("shardhttpd_site_requests_total{site=\"default\",class=\"2xx\"} 0"),
             "{text}"
         );
     }
