@@ -1,6 +1,7 @@
 //! The `/status` page in a real browser: headless Chromium loads it from a
 //! two-shard server under load, lets it poll `/status.json`, and the test
-//! reads back from the DOM what the chart drew for each core.
+//! reads back from the DOM what the chart drew for each core, and, on a
+//! server with `[[sites]]`, the Sites table.
 //!
 //! Skips with a loud `SKIP: chromium not installed` where there is no
 //! Chromium; `.ci/run` installs it.
@@ -243,4 +244,98 @@ fn status_page_draws_requests_per_second_for_each_core_in_chromium() {
     let body = &table[table.find("<tbody>").expect("tbody")..];
     assert_eq!(body.matches("<tr>").count(), 2, "one row per core: {body}");
     assert!(body.contains("running"), "{body}");
+}
+
+/// With `[[sites]]` the page shows a Sites table, one row per site with
+/// its requests (the default site first); without, the section stays
+/// hidden.
+#[test]
+fn status_page_lists_the_sites_in_chromium() {
+    let Some(browser) = find_program(&["chromium", "chromium-browser"]) else {
+        loud("SKIP: chromium not installed");
+        return;
+    };
+    let dir = TempDir::new("status-sites");
+    for (site, body) in [("default", "d"), ("a", "a")] {
+        support::write_file(dir.path(), &format!("{site}/index.html"), body.as_bytes());
+    }
+    let config = support::write_file(
+        dir.path(),
+        "sites.toml",
+        format!(
+            "root = \"{0}/default\"\n[[sites]]\nnames = \"a.test\"\nroot = \"{0}/a\"\n",
+            dir.path().display()
+        )
+        .as_bytes(),
+    );
+    let args: Vec<String> = ["--config", config.to_str().unwrap()]
+        .iter()
+        .chain(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--cores",
+            "1",
+        ])
+        .map(|s| s.to_string())
+        .collect();
+    let server = Server::spawn(&args, 1);
+    let admin = server.admin_addr();
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(server.addr()).unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    let published = poll_until(Duration::from_secs(10), || {
+        let status: Value = serde_json::from_str(&admin_get(admin, "/status.json").1).unwrap();
+        status["sites"][1]["requests"].as_u64() == Some(3)
+    });
+    assert!(
+        published,
+        "status.json never counted a.test's three requests"
+    );
+
+    let profile = TempDir::new("chromium-sites");
+    let dom = chromium(
+        &browser,
+        &profile,
+        "--dump-dom",
+        &format!("http://{admin}/status"),
+    );
+    let section = &dom[dom.find("id=\"sites-section\"").expect("#sites-section")..];
+    let head = &section[..section.find('>').unwrap()];
+    assert!(
+        !head.contains("hidden"),
+        "the Sites section is hidden: {head}"
+    );
+    let table = &section[..section.find("</table>").unwrap()];
+    let body = &table[table.find("<tbody>").expect("tbody")..];
+    let rows: Vec<&str> = body.split("<tr>").skip(1).collect();
+    assert_eq!(rows.len(), 2, "one row per site: {body}");
+    assert!(
+        rows[0].starts_with("<td>default</td><td>0</td>"),
+        "{}",
+        rows[0]
+    );
+    assert!(
+        rows[1].starts_with("<td>a.test</td><td>3</td>"),
+        "{}",
+        rows[1]
+    );
+
+    // A server without sites keeps the section hidden.
+    let plain = Server::start(&example_site(), &["--cores", "1"]);
+    let dom = chromium(
+        &browser,
+        &profile,
+        "--dump-dom",
+        &format!("http://{}/status", plain.admin_addr()),
+    );
+    let section = &dom[dom.find("id=\"sites-section\"").expect("#sites-section")..];
+    let head = &section[..section.find('>').unwrap()];
+    assert!(head.contains("hidden"), "{head}");
 }
