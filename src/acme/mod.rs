@@ -51,6 +51,43 @@ const ACCOUNT_GONE: &str = "accountDoesNotExist";
 /// How long a replica waits before trying a lock another one holds.
 const LOCK_RETRY: Duration = Duration::from_secs(5);
 
+/// New orders in a burst, and one more per [`ORDER_REFILL`] seconds: Let's
+/// Encrypt's new-orders limit (300 an account per 3 hours). With many
+/// sites' names due at once (a first start), orders past the burst wait
+/// their turn instead of being refused by the CA and backing off.
+const ORDER_BURST: i64 = 300;
+const ORDER_REFILL: i64 = 36;
+
+/// The orders the account may place now: a token bucket of
+/// [`ORDER_BURST`] orders refilled one per [`ORDER_REFILL`] seconds, kept
+/// in seconds of credit so the arithmetic is exact.
+struct Pace {
+    credit: i64,
+    at: i64,
+}
+
+impl Pace {
+    fn new(now: i64) -> Pace {
+        Pace {
+            credit: ORDER_BURST * ORDER_REFILL,
+            at: now,
+        }
+    }
+
+    /// Take an order's token at `now`, or say how many seconds until one.
+    fn take(&mut self, now: i64) -> Result<(), i64> {
+        let elapsed = (now - self.at).max(0);
+        self.credit = (self.credit + elapsed).min(ORDER_BURST * ORDER_REFILL);
+        self.at = now;
+        if self.credit >= ORDER_REFILL {
+            self.credit -= ORDER_REFILL;
+            Ok(())
+        } else {
+            Err(ORDER_REFILL - self.credit)
+        }
+    }
+}
+
 /// Which challenge proves control of a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChallengeKind {
@@ -288,6 +325,7 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
         })
         .collect();
     let mut account = None;
+    let mut pace = Pace::new(unix_now());
     loop {
         let now = unix_now();
         for (name, d) in settings.domains.iter().zip(due.iter_mut()) {
@@ -323,6 +361,15 @@ fn run(settings: &AcmeSettings, certs: &CertStore, metrics: &AcmeMetrics) {
             if renew > now {
                 d.failures = 0;
                 d.at = renew;
+                continue;
+            }
+            if let Err(wait) = pace.take(now) {
+                tracing::info!(
+                    name = name.as_str(),
+                    wait_s = wait,
+                    "ACME order deferred to stay within the CA's new-orders limit"
+                );
+                d.at = now + wait;
                 continue;
             }
             let why = if held.is_some_and(|h| !h.placeholder) {
@@ -446,6 +493,24 @@ mod tests {
         assert_eq!(renew_at(Some(h(false))), 1100);
         assert_eq!(renew_at(Some(h(true))), i64::MIN);
         assert_eq!(renew_at(None), i64::MIN);
+    }
+
+    #[test]
+    fn orders_are_paced_at_the_cas_new_orders_limit() {
+        let mut pace = Pace::new(1_000);
+        for _ in 0..300 {
+            assert_eq!(pace.take(1_000), Ok(()));
+        }
+        assert_eq!(pace.take(1_000), Err(36), "the burst is spent");
+        assert_eq!(pace.take(1_035), Err(1));
+        assert_eq!(pace.take(1_036), Ok(()));
+        assert_eq!(pace.take(1_036), Err(36));
+        // Three idle hours refill the whole burst, and no more.
+        let later = 1_036 + 3 * 3600;
+        for _ in 0..300 {
+            assert_eq!(pace.take(later), Ok(()));
+        }
+        assert!(pace.take(later).is_err());
     }
 
     #[test]
