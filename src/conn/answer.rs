@@ -140,7 +140,12 @@ impl Conn {
             // RFC 9112 §3.2.2: an absolute-form target's host wins over
             // the `Host` field.
             let host = path::authority(req.target).or(req.host);
-            sites.choose(host, sni).map_err(|status| (status, sni))
+            let tls = self.tls.as_deref();
+            match (sni, host) {
+                // The name the SNI gave: its site, looked up once.
+                (Some(site), Some(h)) if tls.is_some_and(|t| t.is_sni(h)) => Ok(site),
+                _ => sites.choose(host, sni).map_err(|status| (status, sni)),
+            }
         };
         // A refused request is counted for the site its SNI chose, if any.
         let (site, refused) = match chosen {

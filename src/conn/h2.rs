@@ -394,9 +394,12 @@ fn real_peer(peer: &Peer, fields: &Fields, name: &str, trusted: &[proxy::Cidr]) 
 
 impl Handler for Answer<'_> {
     fn respond(&mut self, req: &request::Request<'_>, fields: &Fields) -> serve::Response<'_> {
-        let chosen = match self.sites.single() {
-            true => Ok(DEFAULT),
-            false => self.sites.choose(req.host, self.sni),
+        let tls = self.rec.tls;
+        let chosen = match (self.sites.single(), self.sni, req.host) {
+            (true, _, _) => Ok(DEFAULT),
+            // The name the SNI gave: its site, looked up once.
+            (false, Some(site), Some(h)) if tls.is_some_and(|t| t.is_sni(h)) => Ok(site),
+            (false, sni, host) => self.sites.choose(host, sni),
         };
         match chosen {
             Ok(site) => {

@@ -202,6 +202,15 @@ impl TlsConn {
             .get_or_insert_with(|| conn.server_name().and_then(|n| sites.by_sni(n)))
     }
 
+    /// `host` is the name the client gave in its SNI: its site is
+    /// [`sni_site`](Self::sni_site)'s, with no lookup.
+    #[inline]
+    pub fn is_sni(&self, host: &[u8]) -> bool {
+        self.conn
+            .server_name()
+            .is_some_and(|name| crate::http::host::same(host, name))
+    }
+
     /// Still handshaking (a close now counts as a failed handshake).
     pub fn handshaking(&self) -> bool {
         !self.established

@@ -137,6 +137,15 @@ impl<T: Copy> Names<T> {
     }
 }
 
+/// Whether `host` (a `Host` value) is `name` (a TLS server name), without
+/// case, port or trailing dot: then the site the name chose is the host's
+/// too, with no lookup.
+#[inline]
+pub fn same(host: &[u8], name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    bare(host).is_some_and(|(h, _)| h.eq_ignore_ascii_case(name.as_bytes()))
+}
+
 /// `host` without its port and trailing dot (an IPv6 literal keeps its
 /// brackets), and whether it has capitals; `None` when that is empty or
 /// longer than a DNS name. Eight bytes a step: a `Host` is read once, a
@@ -237,6 +246,15 @@ mod tests {
             assert_eq!(n.insert(bad, 9), Err(NameError::Invalid), "{bad}");
         }
         assert_eq!(n.len(), 6);
+    }
+
+    #[test]
+    fn a_host_is_its_server_name_without_case_port_or_dot() {
+        assert!(same(b"A.Test:443", "a.test"));
+        assert!(same(b"a.test.", "a.test."));
+        assert!(!same(b"b.a.test", "a.test"));
+        assert!(!same(b"a.tes", "a.test"));
+        assert!(!same(b"", "a.test"));
     }
 
     #[test]
