@@ -1,6 +1,6 @@
 //! Start-up and lifecycle: check and claim the addresses, bind the admin
-//! listener and one socket per shard and address, build the first snapshot
-//! (reporting progress), start the shards, then turn signals into actions
+//! listener and one socket per shard and address, build every site's first
+//! snapshot (reporting progress), start the shards, then turn signals into actions
 //! (SIGHUP reloads the configuration and rebuilds, SIGUSR2 upgrades the
 //! binary, SIGTERM/SIGINT drain and exit). A new process of an upgrade adopts the sockets its predecessor
 //! handed over instead of binding them.
@@ -8,8 +8,9 @@
 //!
 //! [`run`] reads as the lifecycle, one stage a function: `claim` (adopt
 //! inherited sockets, preflight), `bind_all` (the admin listener, answering
-//! at once, and the shard sockets), `build` (the first snapshot), `serve`
-//! (shards, standing threads, readiness), `signals::wait_for_signals`, then
+//! at once, and the shard sockets), `build` (every site's first snapshot
+//! and its watcher), `serve` (the table of sites,
+//! shards, standing threads, readiness), `signals::wait_for_signals`, then
 //! `drain`. The shards' sockets are in `sockets`, the first build in
 //! `first_build`, the signals' work in `signals`.
 

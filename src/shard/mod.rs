@@ -1,7 +1,7 @@
 //! One shard per CPU: a pinned thread with its own `SO_REUSEPORT`
 //! listeners, edge-triggered epoll loop, connection slab, timer wheel, Date
 //! cache and counters. Shards share nothing on the request path except the
-//! snapshot pointer, read through a per-shard `arc_swap::Cache`.
+//! sites' snapshot pointers, read through per-shard `arc_swap::Cache`s.
 
 mod backend;
 mod ring;
