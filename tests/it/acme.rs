@@ -120,28 +120,10 @@ fn await_orders(server: &Server, pebble: Option<&Pebble>, result: &str, at_least
     );
 }
 
-/// `openssl s_client` to `addr` for `name`, verifying against `root`:
-/// (the leaf's PEM, the whole output).
-fn s_client(addr: std::net::SocketAddr, name: &str, root: Option<&Path>) -> (String, String) {
-    let addr = addr.to_string();
-    let root = root.map(|r| r.display().to_string());
-    let mut args = vec!["-connect", &addr, "-servername", name];
-    if let Some(root) = &root {
-        args.extend(["-CAfile", root, "-verify_hostname", name]);
-    }
-    let (_, text) = tls::s_client(&args, "Q\n");
-    let pem = text
-        .split_once("-----BEGIN CERTIFICATE-----")
-        .and_then(|(_, rest)| rest.split_once("-----END CERTIFICATE-----"))
-        .map(|(body, _)| body.to_owned())
-        .unwrap_or_default();
-    (pem, text)
-}
-
 /// `name`'s certificate on `addr` verifies against `root` (pebble's):
 /// (the leaf's PEM, the whole output).
 fn verified(addr: std::net::SocketAddr, name: &str, root: &Path) -> (String, String) {
-    let (pem, text) = s_client(addr, name, Some(root));
+    let (pem, text) = pebble::served_certificate(addr, name, Some(root));
     assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
     (pem, text)
 }
@@ -176,21 +158,8 @@ fn leaf_of(wire: &tls::Wire) -> Vec<u8> {
 
 /// `name` on `addr` is still served the self-signed placeholder.
 fn assert_placeholder(addr: std::net::SocketAddr, name: &str) {
-    let (_, text) = s_client(addr, name, None);
+    let (_, text) = pebble::served_certificate(addr, name, None);
     assert!(text.contains("shardhttpd ACME placeholder"), "{text}");
-}
-
-fn tools_present(test: &str) -> bool {
-    if !pebble::available(test) {
-        return false;
-    }
-    for tool in ["openssl", "curl"] {
-        if !installed(tool) {
-            loud(&format!("SKIP: {test}: {tool} is not installed"));
-            return false;
-        }
-    }
-    true
 }
 
 /// HTTP-01: the account is created (its credentials 0600), the token is
@@ -199,7 +168,7 @@ fn tools_present(test: &str) -> bool {
 /// `openssl s_client` and `curl --cacert <pebble's root>`.
 #[test]
 fn http01_issues_a_certificate_served_to_openssl_and_curl() {
-    if !tools_present("http01") {
+    if !pebble::with_clients("http01") {
         return;
     }
     let setup = Setup::new();
@@ -284,7 +253,7 @@ fn listing(root: &Path) -> Vec<std::path::PathBuf> {
 /// beside http/1.1 gets the issued certificate and http/1.1.
 #[test]
 fn tls_alpn01_issues_a_certificate() {
-    if !tools_present("tls-alpn-01") {
+    if !pebble::with_clients("tls-alpn-01") {
         return;
     }
     let setup = Setup::new();
@@ -356,7 +325,7 @@ fn tls_alpn01_issues_a_certificate() {
 /// keeps working, on the certificate it was made with.
 #[test]
 fn short_lived_certificate_is_renewed() {
-    if !tools_present("renewal") {
+    if !pebble::with_clients("renewal") {
         return;
     }
     let setup = Setup::new();
@@ -379,7 +348,7 @@ fn short_lived_certificate_is_renewed() {
     await_orders(&server, Some(&pebble), "success", 2.0);
     let end = Instant::now() + ISSUE_DEADLINE;
     let (second, text) = loop {
-        let (pem, text) = s_client(tls, "c.test", Some(pebble.root()));
+        let (pem, text) = pebble::served_certificate(tls, "c.test", Some(pebble.root()));
         if pem != first || Instant::now() > end {
             break (pem, text);
         }
@@ -420,7 +389,7 @@ fn short_lived_certificate_is_renewed() {
 /// problem document, and does not stop the other name from being issued.
 #[test]
 fn refused_name_keeps_serving_and_is_counted() {
-    if !tools_present("refused") {
+    if !pebble::with_clients("refused") {
         return;
     }
     let setup = Setup::new();
@@ -446,7 +415,7 @@ fn refused_name_keeps_serving_and_is_counted() {
 /// certificate once the CA is up.
 #[test]
 fn ca_down_at_start_serves_and_retries() {
-    if !tools_present("ca-down") {
+    if !pebble::with_clients("ca-down") {
         return;
     }
     let setup = Setup::new();
@@ -538,7 +507,7 @@ fn settings_are_checked() {
 /// renewal succeeds, the old certificate serving meanwhile.
 #[test]
 fn forgotten_account_is_replaced() {
-    if !tools_present("account-gone") {
+    if !pebble::with_clients("account-gone") {
         return;
     }
     let setup = Setup::new();
@@ -580,7 +549,7 @@ fn forgotten_account_is_replaced() {
 /// the issued certificate at once, without ordering.
 #[test]
 fn lock_holds_orders_back_and_state_is_served_at_once() {
-    if !tools_present("lock") {
+    if !pebble::with_clients("lock") {
         return;
     }
     let setup = Setup::new();

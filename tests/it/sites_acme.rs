@@ -131,21 +131,6 @@ impl Sites {
     }
 }
 
-/// Whether pebble, openssl and curl are installed; a loud skip (a failure
-/// under `SHARDHTTPD_TEST_REQUIRE=all`) when not.
-fn tools_present(test: &str) -> bool {
-    if !pebble::available(test) {
-        return false;
-    }
-    for tool in ["openssl", "curl"] {
-        if !installed(tool) {
-            loud(&format!("SKIP: {test}: {tool} is not installed"));
-            return false;
-        }
-    }
-    true
-}
-
 /// The names whose issued certificate's expiry gauge is published.
 fn issued(samples: &[Sample]) -> Vec<&'static str> {
     NAMES
@@ -189,20 +174,6 @@ fn first_pem(text: &str) -> Option<String> {
     let (_, rest) = text.split_once("-----BEGIN CERTIFICATE-----")?;
     let (body, _) = rest.split_once("-----END CERTIFICATE-----")?;
     Some(body.split_whitespace().collect())
-}
-
-/// `openssl s_client` to `addr` with SNI `name`, verifying the chain
-/// against `root` and the name against the certificate: the leaf's PEM
-/// body and the whole output.
-fn s_client(addr: std::net::SocketAddr, name: &str, root: Option<&Path>) -> (String, String) {
-    let addr = addr.to_string();
-    let root = root.map(|r| r.display().to_string());
-    let mut args = vec!["-connect", &addr, "-servername", name];
-    if let Some(root) = &root {
-        args.extend(["-CAfile", root, "-verify_hostname", name]);
-    }
-    let (_, text) = tls::s_client(&args, "Q\n");
-    (first_pem(&text).unwrap_or_default(), text)
 }
 
 /// A certificate's issuer and subjectAltNames, as `openssl x509` prints
@@ -254,7 +225,7 @@ fn curl_index(tls: std::net::SocketAddr, name: &str, root: &Path) -> String {
 /// from its site's root.
 #[test]
 fn acme_orders_a_certificate_for_every_name_of_every_acme_site() {
-    if !tools_present("sites acme http-01") {
+    if !pebble::with_clients("sites acme http-01") {
         return;
     }
     orders_every_name("http-01");
@@ -264,7 +235,7 @@ fn acme_orders_a_certificate_for_every_name_of_every_acme_site() {
 /// name gets that name's challenge certificate.
 #[test]
 fn acme_sites_are_validated_by_tls_alpn01_too() {
-    if !tools_present("sites acme tls-alpn-01") {
+    if !pebble::with_clients("sites acme tls-alpn-01") {
         return;
     }
     orders_every_name("tls-alpn-01");
@@ -278,7 +249,7 @@ fn orders_every_name(challenge: &str) {
     // Nothing can be issued before pebble runs: every name has its
     // placeholder from the start.
     for (name, _) in NAMES {
-        let (_, text) = s_client(tls, name, None);
+        let (_, text) = pebble::served_certificate(tls, name, None);
         assert!(
             text.contains("shardhttpd ACME placeholder"),
             "{name} before issuance: {text}\n{}",
@@ -311,13 +282,14 @@ fn orders_every_name(challenge: &str) {
 
         // Served for the SNI: that very certificate (so its SAN and
         // issuer above), verified against pebble's root and for the name.
-        let (served, text) = s_client(tls, name, Some(pebble.root()));
+        let (served, text) = pebble::served_certificate(tls, name, Some(pebble.root()));
         assert!(
             text.contains("Verify return code: 0 (ok)"),
             "{name}: {text}\n{}",
             server.log_text()
         );
         assert!(!text.contains("shardhttpd ACME placeholder"), "{text}");
+        let served: String = served.split_whitespace().collect();
         assert_eq!(
             served,
             stored,

@@ -16,6 +16,40 @@ use super::{installed, loud, TempDir};
 /// How long pebble gets to start listening.
 const START_DEADLINE: Duration = Duration::from_secs(20);
 
+/// Whether pebble, openssl and curl are installed; a loud skip (a failure
+/// under `SHARDHTTPD_TEST_REQUIRE=all`) when not.
+pub fn with_clients(test: &str) -> bool {
+    if !available(test) {
+        return false;
+    }
+    for tool in ["openssl", "curl"] {
+        if !installed(tool) {
+            loud(&format!("SKIP: {test}: {tool} is not installed"));
+            return false;
+        }
+    }
+    true
+}
+
+/// `openssl s_client` to `addr` with SNI `name`, verifying the name
+/// against `root` when given: the first certificate's PEM body (the leaf),
+/// and everything s_client printed.
+pub fn served_certificate(addr: SocketAddr, name: &str, root: Option<&Path>) -> (String, String) {
+    let addr = addr.to_string();
+    let root = root.map(|r| r.display().to_string());
+    let mut args = vec!["-connect", &addr, "-servername", name];
+    if let Some(root) = &root {
+        args.extend(["-CAfile", root, "-verify_hostname", name]);
+    }
+    let (_, text) = super::tls::s_client(&args, "Q\n");
+    let pem = text
+        .split_once("-----BEGIN CERTIFICATE-----")
+        .and_then(|(_, rest)| rest.split_once("-----END CERTIFICATE-----"))
+        .map(|(body, _)| body.to_owned())
+        .unwrap_or_default();
+    (pem, text)
+}
+
 /// Whether pebble and its DNS server are installed; says SKIP when not.
 pub fn available(test: &str) -> bool {
     let ok = installed("pebble") && installed("pebble-challtestsrv");
