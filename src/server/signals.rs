@@ -187,8 +187,9 @@ pub(super) fn spawn_rebuild_thread(
                 if let Some(certs) = &certs {
                     certs.reload();
                 }
-                for store in &stores {
-                    rebuild_on_hup(store);
+                match stores.as_slice() {
+                    [store] => rebuild_on_hup(store),
+                    all => rebuild_sites_on_hup(all),
                 }
             }
         })
@@ -240,8 +241,7 @@ fn reload_on_hup(source: &mut reload::Source, metrics: &Metrics, upgrade: &Upgra
     }
 }
 
-/// SIGHUP: say it arrived, rebuild, and say whether anything changed (for
-/// each site's store in turn).
+/// SIGHUP: say it arrived, rebuild, and say whether anything changed.
 fn rebuild_on_hup(store: &Store) {
     let before = store.load().generation;
     tracing::info!(
@@ -259,6 +259,38 @@ fn rebuild_on_hup(store: &Store) {
             "snapshot rebuild failed; serving the old one"
         ),
     }
+}
+
+/// SIGHUP with `[[sites]]`: every site rebuilt in turn, a failure logged
+/// with its root, and one line for the whole (a line a site would be
+/// thousands a signal).
+fn rebuild_sites_on_hup(stores: &[Arc<Store>]) {
+    tracing::info!(
+        sites = stores.len(),
+        "SIGHUP received; rebuilding every site's snapshot"
+    );
+    let (mut changed, mut failed) = (0, 0);
+    for store in stores {
+        let before = store.load().generation;
+        match store.rebuild() {
+            Ok(now) if now == before => {}
+            Ok(_) => changed += 1,
+            Err(e) => {
+                failed += 1;
+                tracing::error!(
+                    root = %store.root().display(),
+                    error = format!("{e:#}"),
+                    "snapshot rebuild failed; serving the old one"
+                );
+            }
+        }
+    }
+    tracing::info!(
+        sites = stores.len(),
+        changed,
+        failed,
+        "SIGHUP rebuild: every site's snapshot rebuilt"
+    );
 }
 
 /// What an upgrade hands the new process: the listening sockets and the
