@@ -31,7 +31,6 @@ use crate::cache::watch::Watcher;
 use crate::cache::Store;
 use crate::config::{Config, Steer};
 use crate::conn::ConnConfig;
-use crate::http::host::Names;
 use crate::metrics::access_log::AccessLog;
 use crate::metrics::{admin, Metrics};
 use crate::notify::notify;
@@ -330,34 +329,27 @@ fn build(config: &Config, bound: &mut Bound) -> anyhow::Result<Option<Built>> {
 
 /// The table of sites the shards answer from: each site's snapshot,
 /// settings and names.
-fn site_table(config: &Config, stores: &[Arc<Store>]) -> anyhow::Result<Sites> {
+fn site_table(config: &Config, stores: &[Arc<Store>]) -> Sites {
     let hsts_line = |hsts: &Option<String>| {
         hsts.as_ref()
             .map(|v| format!("Strict-Transport-Security: {v}\r\n").into_bytes())
             .unwrap_or_default()
     };
-    let mut list = vec![Site {
-        label: "default".into(),
-        snapshot: stores[0].shared(),
-        hsts_line: hsts_line(&config.hsts),
-        redirect_https: config.redirect_https,
-    }];
-    let mut names = Names::default();
-    for (i, (site, store)) in config.sites.iter().zip(&stores[1..]).enumerate() {
-        let index = u32::try_from(i + 1).context("too many sites")?;
-        for name in &site.names {
-            names
-                .insert(name, index)
-                .map_err(|e| anyhow::anyhow!("site {}: `{name}` {e}", site.label))?;
-        }
-        list.push(Site {
-            label: site.label.as_str().into(),
+    let settings = std::iter::once((&config.hsts, config.redirect_https))
+        .chain(config.sites.iter().map(|s| (&s.hsts, s.redirect_https)));
+    let list = config
+        .site_labels()
+        .into_iter()
+        .zip(settings)
+        .zip(stores)
+        .map(|((label, (hsts, redirect_https)), store)| Site {
+            label: label.into(),
             snapshot: store.shared(),
-            hsts_line: hsts_line(&site.hsts),
-            redirect_https: site.redirect_https,
-        });
-    }
-    Ok(Sites::new(list, names, config.unknown_host))
+            hsts_line: hsts_line(hsts),
+            redirect_https,
+        })
+        .collect();
+    Sites::new(list, config.site_names.clone(), config.unknown_host)
 }
 
 /// What [`serve`] leaves running, for the signal loop and the drain.
@@ -405,7 +397,7 @@ fn serve(
         }
     }
     let shared = Arc::new(Shared {
-        sites: Arc::new(site_table(config, &stores)?),
+        sites: Arc::new(site_table(config, &stores)),
         closing: AtomicBool::new(false),
         draining: AtomicBool::new(false),
         shutdown_grace: config.shutdown_grace,

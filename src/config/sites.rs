@@ -120,16 +120,17 @@ pub(super) fn unknown_host(s: &Settings) -> anyhow::Result<UnknownHost> {
     })
 }
 
-/// Every `[[sites]]` table checked, each name claimed once; a site's
-/// certificates are added to `tls` and its `acme = true` names to
+/// Every `[[sites]]` table checked, each name claimed once, with the
+/// table of names → site (the default site is 0, `sites[i]` is `i + 1`);
+/// a site's certificates are added to `tls` and its `acme = true` names to
 /// `acme_names`.
 pub(super) fn sites(
     s: &Settings,
     mut tls: Option<&mut crate::tls::TlsSettings>,
     acme_names: &mut Vec<(String, String)>,
-) -> anyhow::Result<Vec<SiteConfig>> {
+) -> anyhow::Result<(Vec<SiteConfig>, Names<u32>)> {
     let mut out = Vec::new();
-    let mut claimed: Names<usize> = Names::default();
+    let mut claimed: Names<u32> = Names::default();
     let mut owner: BTreeMap<String, usize> = BTreeMap::new();
     for (i, site) in s.sites.iter().flatten().enumerate() {
         let ss = site_settings(s, site, i);
@@ -140,10 +141,11 @@ pub(super) fn sites(
                 ss.name("names")
             );
         }
+        let index = u32::try_from(i + 1).context("more sites than a table holds")?;
         let mut lower = Vec::new();
         for name in &names {
             let key = name.trim_end_matches('.').to_ascii_lowercase();
-            if let Err(e) = claimed.insert(name, i) {
+            if let Err(e) = claimed.insert(name, index) {
                 let by = match owner.get(&key) {
                     Some(j) if *j != i => format!(" (also by sites[{j}])"),
                     _ => String::new(),
@@ -192,7 +194,7 @@ pub(super) fn sites(
             redirect_https: https.redirect_https,
         });
     }
-    Ok(out)
+    Ok((out, claimed))
 }
 
 /// The settings one site is validated from: its own keys, then the top
@@ -270,7 +272,10 @@ mod tests {
         std::fs::create_dir_all(dir.join("a")).unwrap();
         std::fs::create_dir_all(dir.join("b")).unwrap();
         let text = text.replace("DIR", &dir.display().to_string());
-        let path = dir.join("s.toml");
+        // One file per call: the tests run in parallel in one process.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!("s{n}.toml"));
         std::fs::write(&path, &text).unwrap();
         let file = Settings::from_file(&path)?;
         Config::validate(file, &[0])

@@ -115,6 +115,9 @@ pub struct Config {
     pub request_id_header: Option<String>,
     /// `[[sites]]`, in file order; the top level is the default site.
     pub sites: Vec<super::SiteConfig>,
+    /// Every site's names → its index (`sites[i]` is `i + 1`; the default
+    /// site, 0, has none).
+    pub site_names: crate::http::host::Names<u32>,
     pub unknown_host: super::UnknownHost,
 }
 
@@ -164,7 +167,7 @@ impl Config {
         let site = site_rules(&s)?;
         let mut tls = tls_settings(&s)?;
         let mut acme_names = Vec::new();
-        let sites = super::sites::sites(&s, tls.as_mut(), &mut acme_names)?;
+        let (sites, site_names) = super::sites::sites(&s, tls.as_mut(), &mut acme_names)?;
         let unknown_host = super::sites::unknown_host(&s)?;
         let acme = super::acme::acme_settings(&s, tls.as_mut(), &acme_names)?;
         let https = https(&s, tls.is_some())?;
@@ -252,6 +255,7 @@ impl Config {
             tls,
             acme,
             sites,
+            site_names,
             unknown_host,
         })
     }
