@@ -111,23 +111,6 @@ names = "b.test"
 root = "BASE/b"
 "#;
 
-/// The server on `config` (whose `root` and `[[sites]]` it serves) with a
-/// cleartext and an admin listener on port 0, plus `extra` flags. Spawned
-/// with exactly these flags, so the harness's TLS transport adds no
-/// listener of its own.
-fn start(config: &Path, extra: &[&str]) -> Server {
-    let mut args: Vec<String> = vec![
-        "--config".into(),
-        config.display().to_string(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--admin".into(),
-        "127.0.0.1:0".into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    Server::spawn(&args, 1)
-}
-
 /// `GET path` with `Host: host` on a fresh connection.
 fn get_host(server: &Server, host: &str, path: &str) -> Response {
     server.send(&format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n"))
@@ -214,7 +197,7 @@ fn host_chooses_exact_name_then_longest_wildcard_else_the_default_site() {
     let config = roots.config(&format!(
         "{TWO_SITES}\n[[sites]]\nnames = [\"*.deep.a.test\", \"*.c.test\"]\nroot = \"BASE/c\"\n"
     ));
-    let server = start(&config, &[]);
+    let server = Server::with_config(&config, &[]);
     let addr = server.addr();
     for (name, want) in [
         ("a.test", "a"),
@@ -250,7 +233,7 @@ fn host_chooses_exact_name_then_longest_wildcard_else_the_default_site() {
 #[test]
 fn host_matching_ignores_case_port_and_trailing_dot() {
     let roots = Roots::new("sites-host-forms");
-    let server = start(&roots.config(TWO_SITES), &[]);
+    let server = Server::with_config(&roots.config(TWO_SITES), &[]);
     for (host, want) in [
         ("A.TEST", "a"),
         ("a.test:8080", "a"),
@@ -331,7 +314,7 @@ names = "b.test"
 root = "BASE/b"
 "#,
     );
-    let server = start(&config, &[]);
+    let server = Server::with_config(&config, &[]);
 
     // Headers and Cache-Control: a's own, b's and the default's inherited.
     for (host, x_site, x_top, cache) in [
@@ -406,7 +389,7 @@ root = "BASE/b"
 #[test]
 fn absolute_form_target_chooses_the_site_over_the_host_field() {
     let roots = Roots::new("sites-absolute");
-    let server = start(&roots.config(TWO_SITES), &[]);
+    let server = Server::with_config(&roots.config(TWO_SITES), &[]);
     for (target, host, want) in [
         ("http://b.test/index.html", "a.test", "b"),
         ("http://A.TEST:8080/index.html", "b.test", "a"),
@@ -452,7 +435,7 @@ fn unknown_host_421_or_404_keeps_unclaimed_names_off_the_default_site() {
         (&with_421, &[][..], 421u16),
         (&plain, &["--unknown-host", "404"][..], 404),
     ] {
-        let server = start(config, extra);
+        let server = Server::with_config(config, extra);
         let what = format!("unknown_host {want}");
         let mut answers = vec![
             get_host(&server, "unknown.test", "/index.html"),
@@ -506,7 +489,7 @@ fn h2c_chooses_the_site_by_authority() {
         return;
     }
     let roots = Roots::new("sites-h2c");
-    let server = start(&roots.config(TWO_SITES), &[]);
+    let server = Server::with_config(&roots.config(TWO_SITES), &[]);
     let addr = server.addr();
     for (name, want) in [
         ("a.test", "a"),
@@ -561,7 +544,7 @@ fn pipelined_requests_for_several_sites_are_answered_in_order() {
         "tls_listen = \"127.0.0.1:0\"\ntls_cert = {:?}\ntls_key = {:?}\n{TWO_SITES}",
         leaf.cert, leaf.key
     ));
-    let server = start(&config, &[]);
+    let server = Server::with_config(&config, &[]);
     let asks: [(&str, &str, Vec<u8>); 6] = [
         ("b.test", "/mid.bin", pattern(2, mid)),
         ("a.test", "/index.html", index("a").into_bytes()),
@@ -610,7 +593,7 @@ fn h2_streams_for_several_sites_share_one_connection() {
     write_file(&roots.root("default"), "big.bin", &pattern(0, size));
     write_file(&roots.root("a"), "big.bin", &pattern(1, size));
     write_file(&roots.root("b"), "big.bin", &pattern(2, size));
-    let server = start(&roots.config(TWO_SITES), &[]);
+    let server = Server::with_config(&roots.config(TWO_SITES), &[]);
     let sites = [
         ("a.test", 1),
         ("b.test", 2),
@@ -689,7 +672,7 @@ impl TlsSites {
              tls_cert = {:?}\ntls_key = {:?}\n",
             default.cert, default.key, a.cert, a.key, b.cert, b.key
         ));
-        let server = start(&config, &[]);
+        let server = Server::with_config(&config, &[]);
         let tls = tls_addr(&server);
         Some(TlsSites {
             _roots: roots,
@@ -933,7 +916,7 @@ fn redirect_https_and_hsts_are_per_site() {
          [[sites]]\nnames = \"b.test\"\nroot = \"BASE/b\"\n",
         leaf.cert, leaf.key
     ));
-    let server = start(&config, &[]);
+    let server = Server::with_config(&config, &[]);
     let port = tls_addr(&server).port();
 
     for host in ["a.test", "x.a.test:8080"] {
@@ -1010,7 +993,7 @@ fn metrics_count_requests_and_snapshots_per_site() {
             )
             .replace("[\"a.test\", \"*.a.test\"]", "[\"A.Test\", \"*.a.test\"]"),
     );
-    let server = start(&config, &[]);
+    let server = Server::with_config(&config, &[]);
     let admin = server.admin_addr();
 
     for _ in 0..2 {
@@ -1121,7 +1104,7 @@ fn metrics_count_requests_and_snapshots_per_site() {
 fn access_log_names_the_site() {
     let roots = Roots::new("sites-log");
     let json_log = roots.base().join("access.json");
-    let json = start(
+    let json = Server::with_config(
         &roots.config_named("json.toml", TWO_SITES),
         &[
             "--access-log",
@@ -1167,7 +1150,7 @@ fn access_log_names_the_site() {
     }
 
     let timed_log = roots.base().join("timed.log");
-    let timed = start(
+    let timed = Server::with_config(
         &roots.config_named("timed.toml", TWO_SITES),
         &[
             "--access-log",
@@ -1177,7 +1160,7 @@ fn access_log_names_the_site() {
         ],
     );
     let plain_log = roots.base().join("plain-timed.log");
-    let no_sites = start(
+    let no_sites = Server::with_config(
         &roots.config_named("none.toml", "root = \"BASE/default\"\n"),
         &[
             "--access-log",
@@ -1567,7 +1550,7 @@ fn a_deploy_in_one_site_fails_no_request_of_another_under_load() {
         .collect();
     write_file(&roots.root("b"), "big.bin", &big);
     let config = roots.config(&TWO_SITES.replace("BASE/a\"", "BASE/a-current\""));
-    let server = start(&config, &[]);
+    let server = Server::with_config(&config, &[]);
     let admin = server.admin_addr();
     assert_eq!(
         get_host(&server, "a.test", "/").body_str(),
@@ -1658,7 +1641,7 @@ fn sighup_adds_and_removes_sites_and_refuses_a_broken_one() {
     let roots = Roots::new("sites-reload");
     roots.add("c");
     let file = roots.config(TWO_SITES);
-    let server = start(&file, &[]);
+    let server = Server::with_config(&file, &[]);
     let successors = Successors::default();
     let (admin, first) = (server.admin_addr(), server.pid());
     assert_site(

@@ -102,15 +102,7 @@ impl Sites {
     /// transport adds no listener of its own): the server and its TLS
     /// address.
     fn start(&self, config: &Path) -> (Server, std::net::SocketAddr) {
-        let args: Vec<String> = vec![
-            "--config".into(),
-            config.display().to_string(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--admin".into(),
-            "127.0.0.1:0".into(),
-        ];
-        let server = Server::spawn(&args, 1);
+        let server = Server::with_config(config, &[]);
         let tls = tls::tls_addr(&server);
         (server, tls)
     }

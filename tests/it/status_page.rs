@@ -268,19 +268,7 @@ fn status_page_lists_the_sites_in_chromium() {
         )
         .as_bytes(),
     );
-    let args: Vec<String> = ["--config", config.to_str().unwrap()]
-        .iter()
-        .chain(&[
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--cores",
-            "1",
-        ])
-        .map(|s| s.to_string())
-        .collect();
-    let server = Server::spawn(&args, 1);
+    let server = Server::with_config(&config, &["--cores", "1"]);
     let admin = server.admin_addr();
     for _ in 0..3 {
         let mut c = TcpStream::connect(server.addr()).unwrap();

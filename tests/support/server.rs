@@ -149,6 +149,19 @@ impl Server {
         server
     }
 
+    /// The server on the config file `config` (its root, `[[sites]]`, TLS),
+    /// with one cleartext and the admin listener on port 0, plus `extra`
+    /// flags. Spawned with exactly these flags: no transport is put in
+    /// front, since the file decides the TLS listeners.
+    pub fn with_config(config: &Path, extra: &[&str]) -> Server {
+        let mut args: Vec<String> = vec!["--config".into(), config.display().to_string()];
+        for flag in ["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"] {
+            args.push(flag.into());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Server::spawn(&args, 1)
+    }
+
     /// Spawns the binary with exactly `args` and waits for `listens`
     /// listening lines.
     pub fn spawn(args: &[String], listens: usize) -> Server {
