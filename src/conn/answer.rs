@@ -262,7 +262,7 @@ fn persistence(
     (cfg, stop): (&ConnConfig, Stop),
 ) -> (Persist, CloseReason) {
     let client_closes = match version {
-        Version::Http11 | Version::Http2 => close,
+        Version::Http11 | Version::Http2 | Version::Http3 => close,
         Version::Http10 => close || !keep_alive,
     };
     if client_closes {

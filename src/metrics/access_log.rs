@@ -269,6 +269,7 @@ impl<'a> Fields<'a> {
                     Version::Http10 => "HTTP/1.0",
                     Version::Http11 => "HTTP/1.1",
                     Version::Http2 => "HTTP/2.0",
+                    Version::Http3 => "HTTP/3",
                 },
                 referer: r.referer,
                 agent: r.user_agent,

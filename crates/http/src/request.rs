@@ -82,6 +82,8 @@ pub enum Version {
     Http11,
     /// A request on an HTTP/2 stream (`h2`).
     Http2,
+    /// A request on an HTTP/3 request stream (`h3`).
+    Http3,
 }
 
 /// A parsed request head. Header values are raw bytes, trimmed.

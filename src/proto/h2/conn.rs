@@ -527,7 +527,7 @@ impl H2 {
                 "request header fields too large",
             )
         } else {
-            match build(&self.fields, &self.cfg) {
+            match build(&self.fields, crate::http::request::Version::Http2) {
                 Err(Malformed) => {
                     return self.client_reset(out.buf(), id, ErrorCode::Protocol, counters, now)
                 }
@@ -561,7 +561,7 @@ impl H2 {
         self.encoder.response(&resp, &mut block);
         // The common small answer: a body that fits the windows and one
         // frame goes out at once, without being copied into the stream.
-        if let Some(parts) = stream::copied(&resp.body) {
+        if let Some(parts) = crate::proto::body::copied(&resp.body) {
             let body_len = parts[0].len() + parts[1].len();
             let fits = (body_len as i64) <= stream.send_window.min(self.send_window)
                 && body_len <= self.peer_max_frame.min(frame::DEFAULT_MAX_FRAME as usize);

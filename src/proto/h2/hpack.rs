@@ -43,6 +43,21 @@ impl Fields {
         self.bytes.capacity().max(self.raw.capacity())
     }
 
+    /// Add a field, or only count it once the list is past `max_list`
+    /// bytes (RFC 7541 sizes, as RFC 9204 counts them too).
+    pub fn push(&mut self, name: &[u8], value: &[u8], max_list: usize) {
+        self.size += name.len() + value.len() + FIELD_OVERHEAD;
+        if self.size > max_list {
+            self.too_large = true;
+            return;
+        }
+        let n0 = self.bytes.len();
+        self.bytes.extend_from_slice(name);
+        let n1 = self.bytes.len();
+        self.bytes.extend_from_slice(value);
+        self.spans.push((n0..n1, n1..self.bytes.len()));
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         self.spans
             .iter()
@@ -78,25 +93,14 @@ pub fn decode(
             ));
         }
     };
-    let res = decoder.decode_with_cb(block, |name, value| {
-        fields.size += name.len() + value.len() + FIELD_OVERHEAD;
-        if fields.size > max_list {
-            fields.too_large = true;
-            return;
-        }
-        let n0 = fields.bytes.len();
-        fields.bytes.extend_from_slice(&name);
-        let n1 = fields.bytes.len();
-        fields.bytes.extend_from_slice(&value);
-        fields.spans.push((n0..n1, n1..fields.bytes.len()));
-    });
+    let res = decoder.decode_with_cb(block, |name, value| fields.push(&name, &value, max_list));
     fields.raw = raw;
     res
 }
 
 /// RFC 7541 §5.1 integer at the start of `b` with an `n`-bit prefix:
 /// (value, bytes used), or `None` when truncated or too large.
-fn read_integer(b: &[u8], n: u8) -> Option<(usize, usize)> {
+pub(in crate::proto) fn read_integer(b: &[u8], n: u8) -> Option<(usize, usize)> {
     let mask = (1usize << n) - 1;
     let mut value = usize::from(*b.first()?) & mask;
     if value < mask {
@@ -184,7 +188,7 @@ fn unhuffman(block: &[u8], out: &mut Vec<u8>) -> Result<bool, huffman::Error> {
 }
 
 /// RFC 7541 §5.1 integer with an `n`-bit prefix under `mask`.
-pub(super) fn integer(out: &mut Vec<u8>, mut value: usize, n: u8, mask: u8) {
+pub(in crate::proto) fn integer(out: &mut Vec<u8>, mut value: usize, n: u8, mask: u8) {
     let max = (1usize << n) - 1;
     if value < max {
         out.push(mask | value as u8);

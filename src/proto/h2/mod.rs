@@ -21,10 +21,10 @@
 pub mod encode;
 pub mod frame;
 pub mod hpack;
-mod huffman;
+pub(in crate::proto) mod huffman;
 
 mod conn;
-mod request;
+pub(in crate::proto) mod request;
 mod stream;
 
 use std::collections::VecDeque;

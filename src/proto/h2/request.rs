@@ -4,14 +4,13 @@
 
 use super::hpack;
 use super::stream::DEFAULT_URGENCY;
-use super::H2Config;
 use crate::http::request::{valid_host, Method, ParseError, Request, Version};
 
 /// A request that breaks RFC 9113 §8: a stream error PROTOCOL_ERROR.
-pub(super) struct Malformed;
+pub(in crate::proto) struct Malformed;
 
 /// A request built from a decoded header list.
-pub(super) struct Built<'f> {
+pub(in crate::proto) struct Built<'f> {
     pub req: Request<'f>,
     pub content_length: Option<u64>,
     pub urgency: u8,
@@ -26,9 +25,9 @@ pub(super) struct Built<'f> {
 /// connection-specific fields; `te` only `trailers`; values without NUL,
 /// CR or LF; a `host` that names another authority than `:authority`
 /// (§8.3.1).
-pub(super) fn build<'f>(
+pub(in crate::proto) fn build<'f>(
     fields: &'f hpack::Fields,
-    _cfg: &H2Config,
+    version: Version,
 ) -> Result<Built<'f>, Malformed> {
     let mut method = None;
     let mut scheme = false;
@@ -92,7 +91,7 @@ pub(super) fn build<'f>(
         return Err(Malformed);
     }
     let kind = Method::of(method_name);
-    let mut req = Request::new(kind, method_name, path, Version::Http2, 0);
+    let mut req = Request::new(kind, method_name, path, version, 0);
     let mut host = None;
     let mut content_length = None;
     let mut urgency = DEFAULT_URGENCY;
@@ -225,7 +224,6 @@ mod tests {
     use super::{build, is_lower_token, parse_priority, trim, Malformed};
     use crate::http::request::{ParseError, Version};
     use crate::proto::h2::hpack::Fields;
-    use crate::proto::h2::H2Config;
 
     fn list(fields: &[(&[u8], &[u8])]) -> Fields {
         let mut list = Fields::default();
@@ -241,7 +239,6 @@ mod tests {
 
     #[test]
     fn nul_cr_and_lf_make_a_request_malformed_wherever_they_are() {
-        let cfg = cfg();
         let good: [(&[u8], &[u8]); 4] = [
             (b":method", b"GET"),
             (b":scheme", b"https"),
@@ -249,26 +246,17 @@ mod tests {
             (b"accept", b"*/*"),
         ];
         let good_list = list(&good);
-        let built = build(&good_list, &cfg).ok().unwrap();
+        let built = build(&good_list, Version::Http2).ok().unwrap();
         assert_eq!(built.req.target, b"/a");
         for bad in [&b"a\rb"[..], b"a\nb", b"a\0b", b"\r", b"ab\n"] {
             for at in 0..good.len() {
                 let mut fields = good;
                 fields[at].1 = bad;
-                assert!(matches!(build(&list(&fields), &cfg), Err(Malformed)));
+                assert!(matches!(build(&list(&fields), Version::Http2), Err(Malformed)));
             }
             let mut fields = good.to_vec();
             fields.push((bad, b"x"));
-            assert!(matches!(build(&list(&fields), &cfg), Err(Malformed)));
-        }
-    }
-
-    fn cfg() -> H2Config {
-        H2Config {
-            max_concurrent: 100,
-            max_header_list: 1 << 16,
-            max_uri: 8192,
-            max_body: 1 << 20,
+            assert!(matches!(build(&list(&fields), Version::Http2), Err(Malformed)));
         }
     }
 
@@ -371,12 +359,12 @@ mod tests {
         ];
         for (what, fields) in malformed {
             assert!(
-                matches!(build(&list(fields), &cfg()), Err(Malformed)),
+                matches!(build(&list(fields), Version::Http2), Err(Malformed)),
                 "{what}"
             );
         }
         let fields = with(&[]);
-        let built = build(&fields, &cfg()).ok().unwrap();
+        let built = build(&fields, Version::Http2).ok().unwrap();
         assert_eq!(built.req.method_name, "GET");
         assert_eq!(built.req.target, b"/a");
         assert_eq!(built.req.version, Version::Http2);
@@ -402,11 +390,11 @@ mod tests {
                 (name, value),
             ];
             assert!(
-                matches!(build(&list(&fields), &cfg()), Err(Malformed)),
+                matches!(build(&list(&fields), Version::Http2), Err(Malformed)),
                 "{name:?}: {value:?}"
             );
         }
-        assert!(build(&with(&[(b"te", b"trailers")]), &cfg()).is_ok());
+        assert!(build(&with(&[(b"te", b"trailers")]), Version::Http2).is_ok());
     }
 
     #[test]
@@ -416,7 +404,7 @@ mod tests {
                 .iter()
                 .map(|v| (&b"content-length"[..], *v))
                 .collect();
-            build(&with(&fields), &cfg()).map(|b| b.content_length)
+            build(&with(&fields), Version::Http2).map(|b| b.content_length)
         };
         assert!(matches!(cl(&[]), Ok(None)));
         assert!(matches!(cl(&[b"10"]), Ok(Some(10))));
@@ -450,7 +438,7 @@ mod tests {
             (b"priority", b"u=1, i"),
             (b"host", b"h.example"),
         ]);
-        let b = build(&fields, &cfg()).ok().unwrap();
+        let b = build(&fields, Version::Http2).ok().unwrap();
         let r = &b.req;
         assert_eq!(r.if_match, Some(&b"\"a\""[..]));
         assert_eq!(r.if_none_match, Some(&b"\"b\""[..]));
@@ -470,7 +458,7 @@ mod tests {
             (b":path", b"/"),
             (b"host", b"A.example"),
         ]);
-        let b = build(&fields, &cfg()).ok().unwrap();
+        let b = build(&fields, Version::Http2).ok().unwrap();
         assert_eq!(b.req.host, Some(&b"a.example"[..]), ":authority names it");
         assert_eq!((b.urgency, b.incremental), (3, false));
     }
@@ -482,7 +470,7 @@ mod tests {
     fn authority_and_host_are_checked_as_http1_checks_host() {
         let auth = |a: &'static [u8]| with(&[(b":authority", a)]);
         let host = |h: &'static [u8]| with(&[(b"host", h)]);
-        let bad = |f: &Fields| build(f, &cfg()).ok().unwrap().bad_host;
+        let bad = |f: &Fields| build(f, Version::Http2).ok().unwrap().bad_host;
         for ok in [
             &b"a.example"[..],
             b"a.example:8443",
@@ -513,9 +501,9 @@ mod tests {
         }
         assert_eq!(bad(&with(&[])), Some(ParseError::MissingHost));
         let differ = with(&[(b":authority", b"a.example"), (b"host", b"b.example")]);
-        assert!(matches!(build(&differ, &cfg()), Err(Malformed)));
+        assert!(matches!(build(&differ, Version::Http2), Err(Malformed)));
         let twice = with(&[(b"host", b"a.example"), (b"host", b"a.example")]);
-        assert!(matches!(build(&twice, &cfg()), Err(Malformed)));
+        assert!(matches!(build(&twice, Version::Http2), Err(Malformed)));
     }
 
     #[test]
@@ -558,7 +546,7 @@ mod tests {
     fn connect_names_only_an_authority() {
         let connect: &[Field] = &[(b":method", b"CONNECT"), (b":authority", b"a.example:443")];
         let fields = list(connect);
-        let built = build(&fields, &cfg()).ok().expect("well formed");
+        let built = build(&fields, Version::Http2).ok().expect("well formed");
         assert_eq!(built.req.method, crate::http::request::Method::NotAllowed);
         assert_eq!(built.req.method_name, "CONNECT");
         assert_eq!(built.req.target, b"a.example:443");
@@ -598,12 +586,12 @@ mod tests {
         ];
         for (what, fields) in malformed {
             assert!(
-                matches!(build(&list(fields), &cfg()), Err(Malformed)),
+                matches!(build(&list(fields), Version::Http2), Err(Malformed)),
                 "{what}"
             );
         }
         // Any other method still needs `:scheme` and `:path`.
         let get = list(&[(b":method", b"GET"), (b":authority", b"a.example")]);
-        assert!(matches!(build(&get, &cfg()), Err(Malformed)));
+        assert!(matches!(build(&get, Version::Http2), Err(Malformed)));
     }
 }

@@ -6,65 +6,16 @@
 //! urgency goes first; within one urgency, non-incremental streams go one
 //! at a time in stream order, incremental ones round-robin by frame.
 
-use std::collections::VecDeque;
-use std::fs::File;
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::frame::{self, ErrorCode};
 use super::{H2Counters, H2, ROUND_BYTES};
-use crate::cache::{Body, Snapshot, Witness};
-use crate::io::output::{read_verified, Output, COPY_MAX, HIGH_WATER};
-use crate::serve::{Part, Payload};
-
-/// A body small enough to copy rather than reference (as HTTP/1 copies it
-/// into its output): its bytes, in two slices.
-pub fn copied<'r>(body: &'r Payload<'_>) -> Option<[&'r [u8]; 2]> {
-    match body {
-        Payload::Message(m) => Some([m.as_bytes(), b"\n"]),
-        Payload::Bytes(b) => Some([b, b""]),
-        Payload::Snapshot(s) => match s.body {
-            Body::Mem { off } if s.len as usize <= COPY_MAX => {
-                Some([s.snapshot.mem(off + s.start as usize, s.len as usize), b""])
-            }
-            _ => None,
-        },
-        _ => None,
-    }
-}
+use crate::io::output::{Output, HIGH_WATER};
+use crate::proto::body::{BodyQueue, Copied};
+use crate::serve::Payload;
 
 /// RFC 9218 §4.1: the default urgency.
 pub const DEFAULT_URGENCY: u8 = 3;
-
-#[derive(Debug)]
-enum Src {
-    /// The next `len` bytes of the stream's `own`.
-    Own(usize),
-    Mem {
-        off: usize,
-        len: usize,
-    },
-    /// A large file's bytes, from the fd the response started on.
-    File {
-        file: Arc<File>,
-        witness: Witness,
-        off: u64,
-        len: u64,
-    },
-    /// The large file could not be opened as the snapshot's version.
-    Cut,
-}
-
-impl Src {
-    fn len(&self) -> u64 {
-        match *self {
-            Src::Own(len) => len as u64,
-            Src::Mem { len, .. } => len as u64,
-            Src::File { len, .. } => len,
-            Src::Cut => 1,
-        }
-    }
-}
 
 pub struct Stream {
     pub id: u32,
@@ -83,10 +34,7 @@ pub struct Stream {
     pub urgency: u8,
     pub incremental: bool,
     /// Response body still to send.
-    body: VecDeque<Src>,
-    own: Vec<u8>,
-    own_at: usize,
-    pin: Option<Arc<Snapshot>>,
+    body: BodyQueue,
 }
 
 impl Stream {
@@ -102,10 +50,7 @@ impl Stream {
             received: 0,
             urgency: DEFAULT_URGENCY,
             incremental: false,
-            body: VecDeque::new(),
-            own: Vec::new(),
-            own_at: 0,
-            pin: None,
+            body: BodyQueue::default(),
         }
     }
 
@@ -124,76 +69,12 @@ impl Stream {
 
     /// Take a response's body.
     pub fn set_body(&mut self, body: &Payload<'_>) {
-        if let Some(parts) = copied(body) {
-            self.push_own(parts[0]);
-            self.push_own(parts[1]);
-            return;
-        }
-        match body {
-            Payload::Snapshot(s) => {
-                self.push_slice(s.snapshot, s.body, s.start, s.len, s.file.as_ref())
-            }
-            Payload::Multipart(m) => m.for_each_part(|part| match part {
-                Part::Bytes(b) => self.push_own(b),
-                Part::Range { start, len } => {
-                    self.push_slice(m.snapshot, m.body, start, len, m.file.as_ref());
-                }
-            }),
-            _ => {}
-        }
-    }
-
-    fn push_own(&mut self, b: &[u8]) {
-        if b.is_empty() {
-            return;
-        }
-        self.own.extend_from_slice(b);
-        match self.body.back_mut() {
-            Some(Src::Own(len)) => *len += b.len(),
-            _ => self.body.push_back(Src::Own(b.len())),
-        }
-    }
-
-    /// `len` bytes of a snapshot body from `start`: the arena range (the
-    /// stream pins its snapshot), or the large file from the fd the
-    /// response took.
-    fn push_slice(
-        &mut self,
-        snapshot: &Arc<Snapshot>,
-        body: &Body,
-        start: u64,
-        len: u64,
-        opened: Option<&Arc<File>>,
-    ) {
-        if len == 0 {
-            return;
-        }
-        self.body.push_back(match body {
-            Body::Mem { off } => {
-                self.pin = Some(Arc::clone(snapshot));
-                Src::Mem {
-                    off: off + start as usize,
-                    len: len as usize,
-                }
-            }
-            Body::File(large) => match opened.map_or_else(|| large.file(), |f| Ok(Arc::clone(f))) {
-                Ok(file) => Src::File {
-                    file,
-                    witness: large.stamp.witness(),
-                    off: start,
-                    len,
-                },
-                Err(_) => Src::Cut,
-            },
-        });
+        self.body.set(body);
     }
 
     /// Forget the response (the stream was reset).
     pub fn drop_body(&mut self) {
         self.body.clear();
-        self.own = Vec::new();
-        self.own_at = 0;
-        self.pin = None;
     }
 }
 
@@ -325,12 +206,12 @@ impl H2 {
                 break Sent::Idle;
             };
             let s = &mut self.streams.list[i];
-            let front = s.body.front().map_or(0, Src::len);
+            let front = s.body.front_len();
             let n = (front as i64)
                 .min(s.send_window)
                 .min(self.send_window)
                 .min(max_frame as i64) as usize;
-            let last = s.body.len() == 1 && n as u64 == front;
+            let last = s.body.front_is_last() && n as u64 == front;
             let flags = if last { frame::FLAG_END_STREAM } else { 0 };
             let mark = out.buf().len();
             frame::write_head(out.buf(), n, frame::DATA, flags, s.id);
@@ -381,76 +262,12 @@ pub const REF_MIN: usize = 1024;
 /// when a large file is no longer the snapshot's version (or cannot be
 /// read).
 fn put_front(s: &mut Stream, n: usize, out: &mut Output) -> Result<(), ()> {
-    if let (Some(Src::Mem { off, len }), Some(snap)) = (s.body.front_mut(), s.pin.as_ref()) {
-        if n >= REF_MIN && !snap.retired() && out.push_mem(snap, *off, n) {
-            *off += n;
-            *len -= n;
-            if *len == 0 {
-                s.body.pop_front();
-            }
-            return Ok(());
-        }
+    if n >= REF_MIN && s.body.push_front_ref(n, out) {
+        return Ok(());
     }
-    if copy_front(s, n, out.buf())? == Copied::FromReplaced {
+    if s.body.copy_front(n, out.buf())? == Copied::FromReplaced {
         // Counted by the connection as HTTP/1's are (`Conn::drive`).
         out.from_replaced += 1;
     }
     Ok(())
-}
-
-/// What [`copy_front`] moved.
-#[derive(Debug, PartialEq, Eq)]
-enum Copied {
-    Bytes,
-    /// The last bytes of a large file whose name was renamed over or
-    /// unlinked meanwhile (link count 0): a download finished whole from
-    /// the inode it started on.
-    FromReplaced,
-}
-
-/// Move `n` bytes of the stream's front piece into `out`. `Err` when a
-/// large file is no longer the snapshot's version (or cannot be read).
-fn copy_front(s: &mut Stream, n: usize, out: &mut Vec<u8>) -> Result<Copied, ()> {
-    let Some(src) = s.body.front_mut() else {
-        return Ok(Copied::Bytes);
-    };
-    let mut copied = Copied::Bytes;
-    match src {
-        Src::Cut => return Err(()),
-        Src::Own(len) => {
-            out.extend_from_slice(&s.own[s.own_at..s.own_at + n]);
-            s.own_at += n;
-            *len -= n;
-        }
-        Src::Mem { off, len } => {
-            let snap = s.pin.as_ref().ok_or(())?;
-            out.extend_from_slice(snap.mem(*off, n));
-            *off += n;
-            *len -= n;
-        }
-        Src::File {
-            file,
-            witness,
-            off,
-            len,
-        } => {
-            // The output queue's verified copy, as for HTTP/1: read from
-            // the fd the response started on (a rename or unlink of the
-            // file cannot cut it), kept only if its bytes did not change in
-            // place. Checked before the frame goes out, so a change resets
-            // this stream rather than the connection.
-            let at = out.len();
-            out.resize(at + n, 0);
-            let unlinked = read_verified(file, witness, *off, &mut out[at..]).map_err(|_| ())?;
-            *off += n as u64;
-            *len -= n as u64;
-            if *len == 0 && unlinked {
-                copied = Copied::FromReplaced;
-            }
-        }
-    }
-    if src.len() == 0 {
-        s.body.pop_front();
-    }
-    Ok(copied)
 }
