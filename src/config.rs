@@ -465,6 +465,26 @@ pub struct Settings {
     /// REFUSED_STREAM.
     #[arg(long, value_name = "N")]
     pub h2_max_concurrent_streams: Option<u32>,
+    /// HTTP/3 over QUIC on UDP: one socket per shard on each `tls_listen`
+    /// address (or `quic_listen`), with the TLS certificates; TLS
+    /// responses advertise it with `Alt-Svc` (README, "HTTP/3").
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub h3: Option<bool>,
+    /// UDP addresses for HTTP/3 instead of the `tls_listen` addresses;
+    /// repeat for several. Needs h3.
+    #[arg(long, value_name = "ADDR")]
+    #[serde(default, deserialize_with = "units::string_or_list")]
+    pub quic_listen: Option<Vec<Address>>,
+    /// Every new QUIC connection proves its address with a stateless Retry
+    /// first (one more round trip). Without it, Retry is used only while a
+    /// shard sees more than `quic_retry_above` handshakes a second.
+    #[arg(long, value_name = "BOOL")]
+    pub quic_retry: Option<bool>,
+    /// New QUIC handshakes a second, per shard, above which new
+    /// connections must pass a stateless Retry (an address-spoofing flood
+    /// then costs a packet, not a handshake).
+    #[arg(long, value_name = "N")]
+    pub quic_retry_above: Option<u32>,
     /// Every listener (cleartext and TLS) expects a PROXY protocol header
     /// (v1 or v2, as HAProxy `send-proxy`, AWS NLB and ingress controllers
     /// send it) before anything else, and logs the client address it
@@ -641,6 +661,7 @@ impl Settings {
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
             max_connections_per_core, hsts, redirect_https, h2, h2c, h2c_only, h2_max_concurrent_streams,
+            h3, quic_listen, quic_retry, quic_retry_above,
             proxy_protocol, trusted_proxies, real_ip_header, request_id_header,
             acme_domains, acme_email, acme_directory, acme_ca_roots, acme_state_dir,
             acme_challenge, acme_eab_kid, acme_eab_hmac_key, acme_retry_min,

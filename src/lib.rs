@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod notify;
 pub mod preflight;
 pub mod proto;
+pub mod quic;
 pub mod reload;
 pub mod serve;
 pub mod server;

@@ -329,11 +329,14 @@ fn build(config: &Config, bound: &mut Bound) -> anyhow::Result<Option<Built>> {
 
 /// The table of sites the shards answer from: each site's snapshot,
 /// settings and names.
-fn site_table(config: &Config, stores: &[Arc<Store>]) -> Sites {
-    let hsts_line = |hsts: &Option<String>| {
-        hsts.as_ref()
-            .map(|v| format!("Strict-Transport-Security: {v}\r\n").into_bytes())
-            .unwrap_or_default()
+fn site_table(config: &Config, stores: &[Arc<Store>], alt_svc: &str) -> Sites {
+    let tls_lines = |hsts: &Option<String>| {
+        let mut lines = hsts
+            .as_ref()
+            .map(|v| format!("Strict-Transport-Security: {v}\r\n"))
+            .unwrap_or_default();
+        lines.push_str(alt_svc);
+        lines.into_bytes()
     };
     let settings = std::iter::once((&config.hsts, config.redirect_https))
         .chain(config.sites.iter().map(|s| (&s.hsts, s.redirect_https)));
@@ -345,11 +348,16 @@ fn site_table(config: &Config, stores: &[Arc<Store>]) -> Sites {
         .map(|((label, (hsts, redirect_https)), store)| Site {
             label: label.into(),
             snapshot: store.shared(),
-            hsts_line: hsts_line(hsts),
+            tls_lines: tls_lines(hsts),
             redirect_https,
         })
         .collect();
     Sites::new(list, config.site_names.clone(), config.unknown_host)
+}
+
+/// The field section bound of HTTP/2 and HTTP/3 requests.
+fn conn_max_section(config: &Config) -> usize {
+    config.max_head_bytes
 }
 
 /// What [`serve`] leaves running, for the signal loop and the drain.
@@ -396,8 +404,16 @@ fn serve(
                 .context("spawning the watcher thread")?;
         }
     }
+    let quic = match (&config.quic, tls.as_ref()) {
+        (Some(settings), Some(tls)) => Some(
+            sockets::bind_quic(config, settings, addrs.tls(), tls, conn_max_section(config))
+                .context("binding the QUIC sockets")?,
+        ),
+        _ => None,
+    };
+    let alt_svc = quic.as_ref().map_or_else(String::new, |q| q.alt_svc());
     let shared = Arc::new(Shared {
-        sites: Arc::new(site_table(config, &stores)),
+        sites: Arc::new(site_table(config, &stores, &alt_svc)),
         closing: AtomicBool::new(false),
         draining: AtomicBool::new(false),
         shutdown_grace: config.shutdown_grace,
@@ -420,7 +436,8 @@ fn serve(
         metrics: &metrics,
         access_log: access_log.as_ref(),
     };
-    let shards = spawn_shards(config, listening, common)?;
+    let quic_addrs = quic.as_ref().map_or_else(Vec::new, |q| q.addrs.clone());
+    let shards = spawn_shards(config, listening, quic, common)?;
     // SIGHUP's work (certificate reload, snapshot rebuild) runs on its own
     // thread (see `signals::spawn_rebuild_thread`). Spawned before
     // "listening" is logged, so the process has all its standing threads
@@ -433,6 +450,9 @@ fn serve(
     }
     for addr in addrs.tls() {
         tracing::info!(shards = shards.threads.len(), "listening tls_addr={addr}");
+    }
+    for addr in quic_addrs {
+        tracing::info!(shards = shards.threads.len(), "listening quic_addr={addr}");
     }
     if let Err(e) = claims.answer_askers() {
         tracing::warn!(error = %e, "cannot answer who holds the address claims; a --check may block");
@@ -473,8 +493,13 @@ struct ShardCommon<'a> {
 fn spawn_shards(
     config: &Config,
     listening: Listening,
+    quic: Option<sockets::QuicSockets>,
     common: ShardCommon<'_>,
 ) -> anyhow::Result<Shards> {
+    let (mut quic_sockets, quic_shared) = match quic {
+        Some(q) => (q.per_shard.into_iter().map(Some).collect(), Some(q.shared)),
+        None => (Vec::new(), None),
+    };
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
@@ -494,6 +519,10 @@ fn spawn_shards(
             metrics: Arc::clone(common.metrics),
             access_log: common.access_log.map(AccessLog::for_shard),
             io: config.io,
+            quic: quic_shared.as_ref().and_then(|shared| {
+                let sockets = quic_sockets.get_mut(index)?.take()?;
+                Some((sockets, Arc::clone(shared)))
+            }),
             started: started_tx.clone(),
         };
         let thread = std::thread::Builder::new()

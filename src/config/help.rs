@@ -108,6 +108,13 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("h2", "true".into()),
         ("h2c", "true".into()),
         ("h2c_only", "false".into()),
+        ("h3", "false".into()),
+        ("quic_listen", "the tls_listen addresses".into()),
+        ("quic_retry", "false".into()),
+        (
+            "quic_retry_above",
+            crate::quic::DEFAULT_RETRY_ABOVE.to_string(),
+        ),
         (
             "h2_max_concurrent_streams",
             crate::proto::h2::DEFAULT_MAX_CONCURRENT_STREAMS.to_string(),

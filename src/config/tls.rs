@@ -120,3 +120,50 @@ pub(super) fn https(s: &Settings, has_tls: bool) -> anyhow::Result<Https> {
         },
     })
 }
+
+/// `h3`, `quic_listen`, `quic_retry*`: HTTP/3 needs the TLS certificates,
+/// and listens on the TLS addresses unless told others.
+pub(super) fn quic_settings(
+    s: &Settings,
+    tls: Option<&crate::tls::TlsSettings>,
+) -> anyhow::Result<Option<crate::quic::QuicSettings>> {
+    if s.h3 != Some(true) {
+        for (key, set) in [
+            ("quic_listen", s.quic_listen.is_some()),
+            ("quic_retry", s.quic_retry.is_some()),
+            ("quic_retry_above", s.quic_retry_above.is_some()),
+        ] {
+            if set {
+                bail!("{}: needs `h3 = true`", s.name(key));
+            }
+        }
+        return Ok(None);
+    }
+    let Some(tls) = tls else {
+        bail!(
+            "{}: needs `tls_listen` and a certificate (QUIC is always TLS)",
+            s.name("h3")
+        );
+    };
+    let mut listen: Vec<SocketAddr> = Vec::new();
+    for a in s.quic_listen.iter().flatten() {
+        for addr in a
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("quic_listen")))?
+        {
+            if !listen.contains(&addr) {
+                listen.push(addr);
+            }
+        }
+    }
+    if listen.is_empty() {
+        listen = tls.listen.clone();
+    }
+    Ok(Some(crate::quic::QuicSettings {
+        listen,
+        retry: s.quic_retry.unwrap_or(false),
+        retry_above: s
+            .quic_retry_above
+            .unwrap_or(crate::quic::DEFAULT_RETRY_ABOVE),
+    }))
+}

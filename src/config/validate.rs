@@ -105,6 +105,8 @@ pub struct Config {
     /// Cleartext listeners speak nothing but h2c.
     pub h2c_only: bool,
     pub h2_max_concurrent_streams: u32,
+    /// HTTP/3 over QUIC; `None` without `h3`.
+    pub quic: Option<crate::quic::QuicSettings>,
     /// Listeners expect a PROXY protocol header first.
     pub proxy_protocol: bool,
     /// Peers whose PROXY header or `real_ip_header` is believed.
@@ -248,6 +250,7 @@ impl Config {
                 (_, only) => only,
             },
             h2_max_concurrent_streams: limits.h2_max_concurrent_streams,
+            quic: super::tls::quic_settings(&s, tls.as_ref())?,
             proxy_protocol,
             trusted_proxies,
             real_ip_header,

@@ -156,7 +156,7 @@ pub(super) fn serve_env<'s>(
         date,
         server_line: &cfg.server_line,
         max_ranges: cfg.max_ranges,
-        conn_lines: if tls { &site.hsts_line } else { b"" },
+        conn_lines: if tls { &site.tls_lines } else { b"" },
         tls,
     }
 }

@@ -96,8 +96,9 @@ impl Conn {
                 date: env.date,
                 counters: &mut *env.counters,
                 log: env.log.as_deref_mut(),
-                peer: &self.peer,
+                peer: self.peer,
                 tls: self.tls.as_deref(),
+                secure: self.tls.is_some(),
                 answered: 0,
                 now: env.now,
             },
@@ -250,9 +251,9 @@ pub(super) fn park(io: &mut ConnIo, pool: &mut BufPool) {
     }
 }
 
-/// Answers HTTP/2 requests through the semantics layer, counted and
-/// logged as HTTP/1 ones are.
-struct Answer<'a> {
+/// Answers HTTP/2 and HTTP/3 requests through the semantics layer,
+/// counted and logged as HTTP/1 ones are.
+pub struct Answer<'a> {
     sites: &'a Sites,
     snapshots: &'a mut Local,
     /// The site the connection's SNI fixed, if any.
@@ -269,8 +270,11 @@ struct Record<'a> {
     date: &'a DateCache,
     counters: &'a mut ShardCounters,
     log: Option<&'a mut ShardLog>,
-    peer: &'a Peer,
+    peer: Peer,
+    /// The TCP connection's TLS session, for the access log.
     tls: Option<&'a TlsConn>,
+    /// Over TLS (or QUIC): HTTPS-only lines go out, no HTTPS redirect.
+    secure: bool,
     answered: usize,
     /// The event's time: a request's HEADERS arrived in it.
     now: Instant,
@@ -291,9 +295,9 @@ impl Record<'_> {
         if let Some(log) = self.log.as_deref_mut() {
             let peer = match (&self.cfg.real_ip_header, fields) {
                 (Some(name), Some(fields)) => {
-                    real_peer(self.peer, fields, name, &self.cfg.trusted_proxies)
+                    real_peer(&self.peer, fields, name, &self.cfg.trusted_proxies)
                 }
-                _ => *self.peer,
+                _ => self.peer,
             };
             let line = crate::metrics::access_log::Line {
                 peer: peer.get(),
@@ -355,7 +359,7 @@ impl<'a> Answer<'a> {
             *id = rec.choose_id(fields, &mut scratch.ids);
         }
         let (cfg, date) = (rec.cfg, rec.date);
-        let tls = rec.tls.is_some();
+        let tls = rec.secure;
         let site_cfg = sites.get(site);
         let env = serve_env(cfg, (site_cfg, snapshots.load(site)), date, tls);
         let redirect = https_redirect(cfg, site_cfg, tls);
@@ -390,6 +394,31 @@ fn last_value<'f>(fields: &'f Fields, name: &str) -> Option<&'f [u8]> {
 #[inline(never)]
 fn real_peer(peer: &Peer, fields: &Fields, name: &str, trusted: &[proxy::Cidr]) -> Peer {
     peer.real_from(last_value(fields, name), trusted)
+}
+
+impl<'a> Answer<'a> {
+    /// The answerer of an HTTP/3 connection from `peer`, whose SNI chose
+    /// `sni` (a site), on the shard's `env`.
+    pub fn for_h3(env: &'a mut ShardEnv<'_>, peer: std::net::SocketAddr, sni: Option<u32>) -> Self {
+        Answer {
+            sites: env.sites,
+            snapshots: &mut *env.snapshots,
+            sni,
+            scratch: &mut *env.scratch,
+            id: None,
+            rec: Record {
+                cfg: env.cfg,
+                date: env.date,
+                counters: &mut *env.counters,
+                log: env.log.as_deref_mut(),
+                peer: Peer::new(Some(peer)),
+                tls: None,
+                secure: true,
+                answered: 0,
+                now: env.now,
+            },
+        }
+    }
 }
 
 impl Handler for Answer<'_> {

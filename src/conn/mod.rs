@@ -30,6 +30,7 @@ use crate::sys::{EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use tls::TlsConn;
 
 pub use env::{BufPool, ConnConfig, Scratch, ShardEnv, Stop};
+pub use h2::Answer;
 use peer::Peer;
 use ring::RingState;
 pub use ring::{RingLeftovers, RingWants};

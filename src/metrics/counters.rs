@@ -157,6 +157,43 @@ pub struct ShardCounters {
     pub uring_recv_nobufs: u64,
     /// Responses and body bytes by site (`serve::sites` order).
     pub sites: Vec<SiteCounts>,
+    /// QUIC and HTTP/3 (`quic`).
+    pub quic: QuicCounters,
+}
+
+/// A shard's QUIC and HTTP/3 counters.
+#[derive(Debug, Clone, Default)]
+pub struct QuicCounters {
+    /// Handshakes completed.
+    pub connections: u64,
+    /// Handshakes that ended before completing (timeout, refusal, error).
+    pub handshakes_failed: u64,
+    /// Requests answered over HTTP/3 (part of `requests`).
+    pub requests: u64,
+    /// UDP datagrams read and written (a GSO batch counts each segment).
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    /// Datagrams the socket would not take (its buffer full): dropped,
+    /// for QUIC's loss recovery to resend.
+    pub send_dropped: u64,
+    /// Packets of closed connections declared lost, summed at close.
+    pub lost_packets: u64,
+    /// Stateless Retry packets sent.
+    pub retries: u64,
+    /// Packets answered with Version Negotiation.
+    pub version_negotiation: u64,
+    /// Connections whose client address changed (NAT rebinding, migration).
+    pub migrations: u64,
+    /// Short-header packets read by this shard whose connection ID names
+    /// another shard (steering missed).
+    pub foreign: u64,
+    /// HTTP/3 GOAWAY frames sent (drain).
+    pub goaways: u64,
+    /// Connections closed by an HTTP/3 error of the client's making, by
+    /// [`H3Error`](crate::proto::h3::Code) (frame, settings, QPACK…).
+    pub h3_errors: u64,
+    /// Connections closed at idle timeout.
+    pub idle_timeouts: u64,
 }
 
 /// One site's responses by status and body bytes, on one shard (exported
@@ -215,6 +252,7 @@ impl ShardCounters {
             h2: crate::proto::h2::H2Counters::default(),
             uring_recv_nobufs: 0,
             sites: vec![SiteCounts::default(); sites.max(1)],
+            quic: QuicCounters::default(),
         }
     }
 

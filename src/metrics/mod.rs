@@ -23,8 +23,8 @@ use prometheus::proto::{
 use prometheus::{Encoder, Registry, TextEncoder};
 
 pub use counters::{
-    CloseReason, DrainClose, Handshake, ShardCounters, DURATION_BUCKETS, HANDSHAKE_BUCKETS,
-    STATUSES,
+    CloseReason, DrainClose, Handshake, QuicCounters, ShardCounters, DURATION_BUCKETS,
+    HANDSHAKE_BUCKETS, STATUSES,
 };
 
 use crate::cache::StoreStats;

@@ -226,7 +226,8 @@ impl BodyQueue {
                 // connection.
                 let at = out.len();
                 out.resize(at + n, 0);
-                let unlinked = read_verified(file, witness, *off, &mut out[at..]).map_err(|_| ())?;
+                let unlinked =
+                    read_verified(file, witness, *off, &mut out[at..]).map_err(|_| ())?;
                 *off += n as u64;
                 *len -= n as u64;
                 if *len == 0 && unlinked {

@@ -32,8 +32,9 @@ pub struct Site {
     /// Its first name (`default` for the top level): the `site` label.
     pub label: Arc<str>,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
-    /// `Strict-Transport-Security: …\r\n` for its TLS responses, or empty.
-    pub hsts_line: Vec<u8>,
+    /// What its successful TLS responses add: `Strict-Transport-Security`
+    /// (`hsts`) and `Alt-Svc` (with `h3`) lines, or nothing.
+    pub tls_lines: Vec<u8>,
     /// Its cleartext requests get a 301 to HTTPS.
     pub redirect_https: bool,
 }
@@ -158,7 +159,7 @@ mod tests {
         let site = |label: &str| Site {
             label: label.into(),
             snapshot: Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
-            hsts_line: Vec::new(),
+            tls_lines: Vec::new(),
             redirect_https: false,
         };
         let mut names = Names::default();
@@ -211,7 +212,7 @@ mod tests {
         let site = Site {
             label: "default".into(),
             snapshot: Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
-            hsts_line: Vec::new(),
+            tls_lines: Vec::new(),
             redirect_https: false,
         };
         let t = Sites::new(vec![site], Names::default(), UnknownHost::Default);

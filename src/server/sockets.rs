@@ -330,3 +330,82 @@ pub(super) fn steer_by_cpu(cpus: &[usize], per_shard: &[Vec<TcpListener>]) -> st
     }
     Ok(())
 }
+
+/// HTTP/3's sockets: one UDP socket per shard per QUIC address, each
+/// address an `SO_REUSEPORT` group in shard order whose BPF program steers
+/// packets by connection ID (`quic::cid`).
+pub(super) struct QuicSockets {
+    pub(super) per_shard: Vec<Vec<std::net::UdpSocket>>,
+    pub(super) shared: std::sync::Arc<crate::quic::Shared>,
+    /// The addresses bound (a port 0 resolved).
+    pub(super) addrs: Vec<SocketAddr>,
+}
+
+impl QuicSockets {
+    /// The `Alt-Svc` line for TLS responses: the first address's port.
+    pub(super) fn alt_svc(&self) -> String {
+        self.addrs
+            .first()
+            .map_or_else(String::new, |a| self.shared.alt_svc_line(a.port()))
+    }
+}
+
+/// Bind the QUIC sockets. An address with port 0 takes the port of the
+/// TLS listener on the same IP when there is one (so HTTP/3 is where
+/// `Alt-Svc` says, beside HTTPS), else the port shard 0's socket got.
+pub(super) fn bind_quic(
+    config: &Config,
+    settings: &crate::quic::QuicSettings,
+    tls_bound: &[SocketAddr],
+    tls: &crate::tls::Tls,
+    max_field_section: usize,
+) -> anyhow::Result<QuicSockets> {
+    let shards = config.cpus.len();
+    let mut per_shard: Vec<Vec<std::net::UdpSocket>> = (0..shards).map(|_| Vec::new()).collect();
+    let mut addrs = Vec::new();
+    let program = crate::quic::cid::steer_program(shards);
+    for &configured in &settings.listen {
+        let mut addr = configured;
+        if addr.port() == 0 {
+            if let Some(t) = tls_bound.iter().find(|t| t.ip() == addr.ip()) {
+                addr.set_port(t.port());
+            }
+        }
+        for (shard, list) in per_shard.iter_mut().enumerate() {
+            let socket =
+                udp_socket(addr).with_context(|| format!("binding QUIC address {addr}"))?;
+            let udp: std::net::UdpSocket = socket.into();
+            if shard == 0 {
+                addr = udp.local_addr()?;
+                // The program belongs to the group: attached through shard
+                // 0's socket, it covers every shard's.
+                crate::sys::attach_reuseport_cbpf(&udp, &program)
+                    .context("attaching the QUIC steering program")?;
+            }
+            list.push(udp);
+        }
+        addrs.push(addr);
+    }
+    let shared = crate::quic::Shared::new(&tls.config, settings.clone(), max_field_section)?;
+    Ok(QuicSockets {
+        per_shard,
+        shared: std::sync::Arc::new(shared),
+        addrs,
+    })
+}
+
+/// A non-blocking UDP socket in `addr`'s `SO_REUSEPORT` group, with room
+/// for bursts in its buffers.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    // Best effort: capped by net.core.[rw]mem_max.
+    let _ = socket.set_recv_buffer_size(4 << 20);
+    let _ = socket.set_send_buffer_size(4 << 20);
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}

@@ -22,6 +22,7 @@ use crate::http::date::DateCache;
 use crate::metrics::access_log::ShardLog;
 use crate::metrics::Handshake;
 use crate::metrics::{CloseReason, DrainClose, Metrics, ShardCounters, PUBLISH_INTERVAL};
+use crate::quic::Quic;
 use crate::serve::sites::{Local, Sites};
 use crate::sys::{self, EventFd, Events, EPOLLIN, EPOLLOUT, EPOLLRDHUP, REARM};
 use backend::Poller;
@@ -51,6 +52,9 @@ const WAKE: u64 = u64::MAX;
 /// Listener `i` has token `LISTENER_BASE - i`; connection tokens never get
 /// there (their generation is below `u32::MAX`).
 const LISTENER_BASE: u64 = u64::MAX - 1;
+/// QUIC socket `i` has token `UDP_BASE - i`: below every listener's, above
+/// every connection's.
+const UDP_BASE: u64 = u64::MAX - (1 << 20);
 /// What a connection is watched for, once, at accept.
 const CONN_INTEREST: u32 = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
 /// Longest sleep in `epoll_wait`: the Date header and counters refresh at
@@ -91,6 +95,9 @@ pub struct ShardSpec {
     pub access_log: Option<ShardLog>,
     /// The event source to use (`--io`).
     pub io: crate::config::IoBackend,
+    /// HTTP/3: this shard's UDP sockets (one per QUIC address) and what
+    /// the shards' endpoints share.
+    pub quic: Option<(Vec<std::net::UdpSocket>, Arc<crate::quic::Shared>)>,
     /// Told once the shard is pinned and its loop is set up (or failed to).
     pub started: std::sync::mpsc::Sender<io::Result<()>>,
 }
@@ -182,6 +189,8 @@ struct Shard {
     /// The ring's receive and send completions being handled (kept for
     /// its allocation).
     ring_done: Vec<sys::Done>,
+    /// HTTP/3 over QUIC, when on.
+    quic: Option<Quic>,
 }
 
 impl Shard {
@@ -199,6 +208,16 @@ impl Shard {
             poller.add(l, LISTENER_BASE - i as u64, EPOLLIN)?;
         }
         poller.add(&*spec.waker, WAKE, EPOLLIN)?;
+        let quic = match spec.quic {
+            Some((sockets, shared)) => {
+                let quic = Quic::new(spec.index, sockets, shared)?;
+                for (i, s) in quic.sockets().enumerate() {
+                    poller.add(s, UDP_BASE - i as u64, EPOLLIN)?;
+                }
+                Some(quic)
+            }
+            None => None,
+        };
         let now = Instant::now();
         Ok(Shard {
             index: spec.index,
@@ -233,6 +252,7 @@ impl Shard {
             shed: 0,
             to_send: Vec::new(),
             ring_done: Vec::new(),
+            quic,
         })
     }
 
@@ -258,12 +278,18 @@ impl Shard {
             // no longer be lent goes on the resume list.
             self.submit_sends();
             let now = Instant::now();
-            let timeout = if self.accept_pending.iter().any(|&p| p) || !self.resume.is_empty() {
+            let quic_pending = self.quic.as_ref().is_some_and(Quic::has_pending);
+            let timeout = if self.accept_pending.iter().any(|&p| p)
+                || !self.resume.is_empty()
+                || quic_pending
+            {
                 Duration::ZERO
             } else {
+                let quic_next = self.quic.as_mut().and_then(Quic::next_timeout);
                 self.wheel
                     .until_next(now)
                     .min(self.next_publish.saturating_duration_since(now))
+                    .min(quic_next.map_or(MAX_SLEEP, |t| t.saturating_duration_since(now)))
                     .min(MAX_SLEEP)
             };
             self.poller.wait(&mut events, timeout)?;
@@ -278,6 +304,11 @@ impl Shard {
                     WAKE => self.on_wake(now),
                     t if t > LISTENER_BASE - self.listeners.len() as u64 => {
                         self.accept_pending[(LISTENER_BASE - t) as usize] = true;
+                    }
+                    t if t <= UDP_BASE && UDP_BASE - t < 1 << 16 => {
+                        if let Some(q) = self.quic.as_mut() {
+                            q.readable((UDP_BASE - t) as usize);
+                        }
                     }
                     t => self.on_conn_event(t, ready, now),
                 }
@@ -302,6 +333,7 @@ impl Shard {
                     self.accept(i, now);
                 }
             }
+            self.with_quic(now, Quic::turn);
             expired.clear();
             self.wheel.expire(now, &mut expired);
             for &token in &expired {
@@ -327,7 +359,7 @@ impl Shard {
                 self.next_publish = now + PUBLISH_INTERVAL;
             }
             if let Some(deadline) = self.draining {
-                if self.conns.is_empty() {
+                if self.conns.is_empty() && self.quic.as_ref().is_none_or(Quic::is_empty) {
                     self.log_drained(deadline, now);
                     return Ok(());
                 }
@@ -341,6 +373,7 @@ impl Shard {
                     for token in tokens {
                         self.close_as(token, CloseReason::Shutdown, Some(DrainClose::Deadline));
                     }
+                    self.with_quic(now, Quic::close_all);
                     self.log_drained(deadline, now);
                     return Ok(());
                 }
@@ -415,6 +448,34 @@ impl Shard {
         for token in tokens {
             self.dispatch(token, now, |conn, env| Some(conn.on_drain(env)));
         }
+        self.with_quic(now, Quic::drain);
+    }
+
+    /// Run `f` on the shard's QUIC endpoint, if it has one, with the
+    /// shard's environment.
+    fn with_quic(&mut self, now: Instant, f: impl FnOnce(&mut Quic, &mut ShardEnv<'_>)) {
+        let Some(quic) = self.quic.as_mut() else {
+            return;
+        };
+        let mut env = ShardEnv {
+            cfg: &self.cfg,
+            sites: &self.shared.sites,
+            snapshots: &mut self.snapshots,
+            date: &self.date,
+            scratch: &mut self.scratch,
+            pool: &mut self.pool,
+            counters: &mut self.counters,
+            log: self.log.as_mut(),
+            now,
+            stop: if self.draining.is_some() {
+                Stop::Draining
+            } else if self.closing {
+                Stop::Closing
+            } else {
+                Stop::Serving
+            },
+        };
+        f(quic, &mut env);
     }
 
     fn accept(&mut self, i: usize, now: Instant) {
@@ -577,6 +638,15 @@ impl Shard {
         } else if token > LISTENER_BASE - self.listeners.len() as u64 {
             match &self.listeners[(LISTENER_BASE - token) as usize] {
                 Some(l) => self.poller.add(l, token, EPOLLIN),
+                None => Ok(()),
+            }
+        } else if token <= UDP_BASE && UDP_BASE - token < 1 << 16 {
+            match self
+                .quic
+                .as_ref()
+                .and_then(|q| q.sockets().nth((UDP_BASE - token) as usize))
+            {
+                Some(s) => self.poller.add(s, token, EPOLLIN),
                 None => Ok(()),
             }
         } else {

@@ -252,11 +252,17 @@ mod tests {
             for at in 0..good.len() {
                 let mut fields = good;
                 fields[at].1 = bad;
-                assert!(matches!(build(&list(&fields), Version::Http2), Err(Malformed)));
+                assert!(matches!(
+                    build(&list(&fields), Version::Http2),
+                    Err(Malformed)
+                ));
             }
             let mut fields = good.to_vec();
             fields.push((bad, b"x"));
-            assert!(matches!(build(&list(&fields), Version::Http2), Err(Malformed)));
+            assert!(matches!(
+                build(&list(&fields), Version::Http2),
+                Err(Malformed)
+            ));
         }
     }
 

@@ -128,14 +128,26 @@ mod tests {
     #[test]
     fn varints_round_trip_in_the_fewest_bytes() {
         // RFC 9000 §A.1's examples, then each length's bounds.
-        assert_eq!(varint(&[0xc2, 0x19, 0x7c, 0x5e, 0xff, 0x14, 0xe8, 0x8c]), Some((151_288_809_941_952_652, 8)));
+        assert_eq!(
+            varint(&[0xc2, 0x19, 0x7c, 0x5e, 0xff, 0x14, 0xe8, 0x8c]),
+            Some((151_288_809_941_952_652, 8))
+        );
         assert_eq!(varint(&[0x9d, 0x7f, 0x3e, 0x7d]), Some((494_878_333, 4)));
         assert_eq!(varint(&[0x7b, 0xbd]), Some((15_293, 2)));
         assert_eq!(varint(&[0x25]), Some((37, 1)));
         assert_eq!(varint(&[0x40, 0x25]), Some((37, 2)));
         assert_eq!(varint(&[0x7b]), None);
         assert_eq!(varint(&[]), None);
-        for (v, len) in [(0, 1), (63, 1), (64, 2), (16_383, 2), (16_384, 4), ((1 << 30) - 1, 4), (1 << 30, 8), (VARINT_MAX, 8)] {
+        for (v, len) in [
+            (0, 1),
+            (63, 1),
+            (64, 2),
+            (16_383, 2),
+            (16_384, 4),
+            ((1 << 30) - 1, 4),
+            (1 << 30, 8),
+            (VARINT_MAX, 8),
+        ] {
             let mut out = Vec::new();
             put_varint(&mut out, v);
             assert_eq!(out.len(), len, "{v}");
@@ -159,6 +171,12 @@ mod tests {
             settings.push((id, v));
             p = &p[a + b..];
         }
-        assert_eq!(settings, [(SETTINGS_MAX_FIELD_SECTION_SIZE, 16_384), (0x1f * 7 + 0x21, 0)]);
+        assert_eq!(
+            settings,
+            [
+                (SETTINGS_MAX_FIELD_SECTION_SIZE, 16_384),
+                (0x1f * 7 + 0x21, 0)
+            ]
+        );
     }
 }

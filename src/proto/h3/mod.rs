@@ -91,15 +91,20 @@ pub enum Bad {
     Malformed,
 }
 
-/// Decode a HEADERS payload into `fields` and build the request, under the
-/// same rules as an HTTP/2 request (RFC 9114 §4.3 follows RFC 9113 §8.3).
+/// Decode a HEADERS payload into `fields`, then build the request from
+/// them under the same rules as an HTTP/2 request (RFC 9114 §4.3 follows
+/// RFC 9113 §8.3).
 pub fn request<'f>(
     payload: &[u8],
     max_list: usize,
     fields: &'f mut Fields,
 ) -> Result<Request<'f>, Bad> {
     qpack::decode(payload, max_list, fields).map_err(|_| Bad::Qpack)?;
-    let fields: &'f Fields = fields;
+    request_of(fields)
+}
+
+/// The request `fields` (decoded) make.
+pub fn request_of(fields: &Fields) -> Result<Request<'_>, Bad> {
     match build(fields, Version::Http3) {
         Ok(built) => Ok(built.req),
         Err(_) => Err(Bad::Malformed),
@@ -147,9 +152,22 @@ mod tests {
 
     #[test]
     fn data_or_control_frames_first_are_unexpected() {
-        for ty in [frame::DATA, frame::SETTINGS, frame::GOAWAY, frame::MAX_PUSH_ID, 0x2, 0x6, 0x8, 0x9] {
+        for ty in [
+            frame::DATA,
+            frame::SETTINGS,
+            frame::GOAWAY,
+            frame::MAX_PUSH_ID,
+            0x2,
+            0x6,
+            0x8,
+            0x9,
+        ] {
             let mut r = RequestReader::default();
-            assert_eq!(r.read(&frame_bytes(ty, b"x"), 1024), Err(Code::FrameUnexpected), "{ty:#x}");
+            assert_eq!(
+                r.read(&frame_bytes(ty, b"x"), 1024),
+                Err(Code::FrameUnexpected),
+                "{ty:#x}"
+            );
         }
     }
 
@@ -174,7 +192,13 @@ mod tests {
         assert_eq!(req.target, b"/index.html");
         assert_eq!(req.host, Some(&b"a.test"[..]));
         let mut fields = Fields::default();
-        assert_eq!(request(&[0x00, 0x00, 0xd1], 1 << 16, &mut fields).err(), Some(Bad::Malformed));
-        assert_eq!(request(&[0x01, 0x00], 1 << 16, &mut fields).err(), Some(Bad::Qpack));
+        assert_eq!(
+            request(&[0x00, 0x00, 0xd1], 1 << 16, &mut fields).err(),
+            Some(Bad::Malformed)
+        );
+        assert_eq!(
+            request(&[0x01, 0x00], 1 << 16, &mut fields).err(),
+            Some(Bad::Qpack)
+        );
     }
 }

@@ -72,8 +72,14 @@ pub const STATIC: [(&str, &str); 99] = [
     ("content-type", "text/plain;charset=utf-8"),
     ("range", "bytes=0-"),
     ("strict-transport-security", "max-age=31536000"),
-    ("strict-transport-security", "max-age=31536000; includesubdomains"),
-    ("strict-transport-security", "max-age=31536000; includesubdomains; preload"),
+    (
+        "strict-transport-security",
+        "max-age=31536000; includesubdomains",
+    ),
+    (
+        "strict-transport-security",
+        "max-age=31536000; includesubdomains; preload",
+    ),
     ("vary", "accept-encoding"),
     ("vary", "origin"),
     ("x-content-type-options", "nosniff"),
@@ -181,7 +187,9 @@ pub fn decode(block: &[u8], max_list: usize, fields: &mut Fields) -> Result<(), 
 fn string<'b>(b: &'b [u8], n: u8, buf: &'b mut Vec<u8>) -> Result<(&'b [u8], usize), Failed> {
     let first = *b.first().ok_or(Failed)?;
     let (len, used) = read_integer(b, n).ok_or(Failed)?;
-    let raw = b.get(used..used.checked_add(len).ok_or(Failed)?).ok_or(Failed)?;
+    let raw = b
+        .get(used..used.checked_add(len).ok_or(Failed)?)
+        .ok_or(Failed)?;
     if first & (1 << n) == 0 {
         return Ok((raw, used + len));
     }
@@ -326,7 +334,12 @@ mod tests {
         decode(block, 1 << 16, &mut fields)?;
         Ok(fields
             .iter()
-            .map(|(n, v)| (String::from_utf8_lossy(n).into(), String::from_utf8_lossy(v).into()))
+            .map(|(n, v)| {
+                (
+                    String::from_utf8_lossy(n).into(),
+                    String::from_utf8_lossy(v).into(),
+                )
+            })
             .collect())
     }
 
@@ -342,7 +355,9 @@ mod tests {
         block.extend_from_slice(&[0x03]);
         block.extend_from_slice(b"bar");
         block.extend_from_slice(&[0x50, 0x80 | 12]);
-        block.extend_from_slice(&[0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff]);
+        block.extend_from_slice(&[
+            0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff,
+        ]);
         let got = decoded(&block).unwrap();
         let want = [
             (":path", "/index.html"),
@@ -357,14 +372,14 @@ mod tests {
     #[test]
     fn dynamic_references_and_bad_input_fail() {
         for block in [
-            &[0x01, 0x00][..],        // Required Insert Count 1
-            &[0x00, 0x00, 0x80],      // indexed, dynamic
-            &[0x00, 0x00, 0x40, 0x00], // name reference, dynamic
-            &[0x00, 0x00, 0x10],      // indexed post-base
-            &[0x00, 0x00, 0x00, 0x00], // literal post-base
+            &[0x01, 0x00][..],                                       // Required Insert Count 1
+            &[0x00, 0x00, 0x80],                                     // indexed, dynamic
+            &[0x00, 0x00, 0x40, 0x00],                               // name reference, dynamic
+            &[0x00, 0x00, 0x10],                                     // indexed post-base
+            &[0x00, 0x00, 0x00, 0x00],                               // literal post-base
             &[0x00, 0x00, 0xc0 | 63, 99 - 63], // static index 99: past the table
-            &[0x00, 0x00, 0x51, 0x0b, b'/'], // a value longer than the block
-            &[0x00],                  // no Delta Base
+            &[0x00, 0x00, 0x51, 0x0b, b'/'],   // a value longer than the block
+            &[0x00],                           // no Delta Base
             &[0x00, 0x00, 0x5f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], // an index too large
         ] {
             assert_eq!(decoded(block), Err(Failed), "{block:x?}");

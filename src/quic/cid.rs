@@ -1,0 +1,192 @@
+//! Connection IDs that name their shard, and the classic BPF program that
+//! sends each packet to the shard its destination connection ID names.
+//!
+//! Every connection ID the server issues is [`CID_LEN`] bytes: the shard's
+//! index (two bytes, big-endian), then ten random bytes. The shard index
+//! is visible on the wire, as nginx's worker id and QUIC-LB's plaintext
+//! server ids are; it says which of this server's cores holds the
+//! connection, nothing about the connection itself.
+//!
+//! The program runs on each datagram that reaches the `SO_REUSEPORT`
+//! group of a QUIC address (the UDP payload starts at offset 0). A short
+//! header (first bit 0) has the destination ID at byte 1; a long header
+//! has its length at byte 5 and the ID from byte 6. When the ID has our
+//! length and its first two bytes are below the number of shards, they
+//! are the index of the socket to wake; otherwise the program returns an
+//! index past the group, and the kernel uses its flow hash instead. A
+//! client's first Initial carries an ID of its own choosing, so new
+//! connections spread by either, and every later packet, whatever address
+//! it comes from (NAT rebinding, migration), finds its shard.
+
+use quinn_proto::{ConnectionId, ConnectionIdGenerator};
+
+use crate::sys::Insn;
+
+/// Bytes of every connection ID the server issues.
+pub const CID_LEN: usize = 12;
+
+/// Issues the connection IDs of one shard.
+pub struct ShardCids {
+    shard: u16,
+}
+
+impl ShardCids {
+    pub fn new(shard: usize) -> ShardCids {
+        ShardCids {
+            shard: shard as u16,
+        }
+    }
+}
+
+impl ConnectionIdGenerator for ShardCids {
+    fn generate_cid(&mut self) -> ConnectionId {
+        let mut id = [0u8; CID_LEN];
+        id[..2].copy_from_slice(&self.shard.to_be_bytes());
+        // aws-lc's DRBG, the randomness of the TLS keys.
+        aws_lc_rs::rand::fill(&mut id[2..]).expect("the system random source works");
+        ConnectionId::new(&id)
+    }
+
+    fn cid_len(&self) -> usize {
+        CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+/// The shard a packet's destination connection ID names, if it is one of
+/// ours: what the kernel program computes, for packets that reached
+/// another shard anyway (counted as foreign).
+pub fn shard_of(packet: &[u8]) -> Option<usize> {
+    let first = *packet.first()?;
+    let at = if first & 0x80 == 0 {
+        1
+    } else {
+        if usize::from(*packet.get(5)?) != CID_LEN {
+            return None;
+        }
+        6
+    };
+    let id = packet.get(at..at + 2)?;
+    Some(usize::from(u16::from_be_bytes([id[0], id[1]])))
+}
+
+// Opcodes of linux/bpf_common.h: stable kernel ABI.
+const LD_B_ABS: u16 = 0x30;
+const LD_H_ABS: u16 = 0x28;
+const JMP_JA: u16 = 0x05;
+const JMP_JEQ_K: u16 = 0x15;
+const JMP_JGE_K: u16 = 0x35;
+const JMP_JSET_K: u16 = 0x45;
+const RET_A: u16 = 0x16;
+const RET_K: u16 = 0x06;
+
+/// An index no group has: the kernel falls back to its flow hash.
+const NO_INDEX: u32 = u32::MAX;
+
+/// The steering program for a group of `shards` sockets, socket `i`
+/// being shard `i`'s.
+pub fn steer_program(shards: usize) -> Vec<Insn> {
+    let insn = |code, jt, jf, k| Insn { code, jt, jf, k };
+    vec![
+        insn(LD_B_ABS, 0, 0, 0),
+        // Long header: to 4.
+        insn(JMP_JSET_K, 2, 0, 0x80),
+        insn(LD_H_ABS, 0, 0, 1),
+        insn(JMP_JA, 0, 0, 3),
+        insn(LD_B_ABS, 0, 0, 5),
+        insn(JMP_JEQ_K, 0, 3, CID_LEN as u32),
+        insn(LD_H_ABS, 0, 0, 6),
+        // Not a shard: the hash.
+        insn(JMP_JGE_K, 1, 0, shards as u32),
+        insn(RET_A, 0, 0, 0),
+        insn(RET_K, 0, 0, NO_INDEX),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the classic BPF that `steer_program` emits over `packet`, as
+    /// the kernel does (a load past the end returns 0).
+    fn run(prog: &[Insn], packet: &[u8]) -> u32 {
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let i = prog[pc];
+            pc += 1;
+            let k = i.k as usize;
+            match i.code {
+                LD_B_ABS => match packet.get(k) {
+                    Some(&b) => a = u32::from(b),
+                    None => return 0,
+                },
+                LD_H_ABS => match packet.get(k..k + 2) {
+                    Some(b) => a = u32::from(u16::from_be_bytes([b[0], b[1]])),
+                    None => return 0,
+                },
+                JMP_JA => pc += k,
+                JMP_JEQ_K => pc += usize::from(if a == i.k { i.jt } else { i.jf }),
+                JMP_JGE_K => pc += usize::from(if a >= i.k { i.jt } else { i.jf }),
+                JMP_JSET_K => pc += usize::from(if a & i.k != 0 { i.jt } else { i.jf }),
+                RET_A => return a,
+                RET_K => return i.k,
+                c => panic!("unexpected opcode {c:#x}"),
+            }
+        }
+    }
+
+    fn short(cid: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x40];
+        p.extend_from_slice(cid);
+        p.extend_from_slice(&[0; 20]);
+        p
+    }
+
+    fn long(cid: &[u8]) -> Vec<u8> {
+        let mut p = vec![0xc0, 0, 0, 0, 1, cid.len() as u8];
+        p.extend_from_slice(cid);
+        p.extend_from_slice(&[8, 1, 2, 3, 4, 5, 6, 7, 8]);
+        p
+    }
+
+    #[test]
+    fn our_ids_reach_their_shard_in_both_headers() {
+        for shards in [1, 2, 7, 64, 300] {
+            let prog = steer_program(shards);
+            for shard in [0, 1, shards / 2, shards - 1] {
+                let cid = ShardCids::new(shard).generate_cid();
+                assert_eq!(cid.len(), CID_LEN);
+                for packet in [short(&cid), long(&cid)] {
+                    assert_eq!(run(&prog, &packet), shard as u32, "{shards} shards");
+                    assert_eq!(shard_of(&packet), Some(shard));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_ids_fall_to_the_hash() {
+        let prog = steer_program(4);
+        // A client's own Initial ID of another length, or naming no shard.
+        assert_eq!(run(&prog, &long(&[0; 8])), NO_INDEX);
+        assert_eq!(shard_of(&long(&[0; 8])), None);
+        let mut cid = [0xffu8; CID_LEN];
+        assert_eq!(run(&prog, &long(&cid)), NO_INDEX);
+        assert_eq!(run(&prog, &short(&cid)), NO_INDEX);
+        cid[..2].copy_from_slice(&4u16.to_be_bytes());
+        assert_eq!(run(&prog, &short(&cid)), NO_INDEX);
+        // Too short to hold an ID: the kernel's load fails, socket 0.
+        assert_eq!(run(&prog, &[0x40]), 0);
+    }
+
+    #[test]
+    fn ids_are_random_past_the_shard() {
+        let mut g = ShardCids::new(3);
+        let (a, b) = (g.generate_cid(), g.generate_cid());
+        assert_eq!(a[..2], b[..2]);
+        assert_ne!(a[2..], b[2..]);
+    }
+}

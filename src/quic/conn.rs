@@ -1,0 +1,508 @@
+//! One QUIC connection's HTTP/3 (RFC 9114): our control stream and its
+//! SETTINGS, the client's control and QPACK streams, request streams
+//! answered through the semantics layer, bodies written as DATA frames
+//! as the stream and connection windows open, GOAWAY on drain.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::Bytes;
+use quinn_proto::{
+    Connection, ConnectionError, Dir, Event, ReadError, ReadableError, StreamId, VarInt, WriteError,
+};
+
+use super::Shared;
+use crate::conn::{Answer, ShardEnv};
+use crate::http::Status;
+use crate::proto::body::{BodyQueue, Copied};
+use crate::proto::h2::hpack::Fields;
+use crate::proto::h2::Handler;
+use crate::proto::h3::{self, frame, qpack, Code, Event as H3Event, RequestReader};
+
+/// H3_NO_ERROR, for QUIC's application close.
+pub const H3_NO_ERROR: u32 = Code::NoError as u32;
+/// DATA frames carry at most this much body each.
+const DATA_CHUNK: usize = 32 * 1024;
+/// Bytes of one control-stream frame we buffer at most (SETTINGS and
+/// GOAWAY are a few bytes).
+const CONTROL_FRAME_MAX: usize = 4096;
+
+/// A client unidirectional stream.
+struct Uni {
+    id: StreamId,
+    /// Its type, once read.
+    kind: Option<u64>,
+    buf: Vec<u8>,
+    /// The control stream's SETTINGS came.
+    settings: bool,
+}
+
+/// A request stream.
+struct Req {
+    id: StreamId,
+    buf: Vec<u8>,
+    reader: RequestReader,
+    answered: bool,
+    /// The client finished sending.
+    recv_done: bool,
+    /// Framed bytes not yet taken by the stream, from `out_at`.
+    out: Vec<u8>,
+    out_at: usize,
+    body: BodyQueue,
+}
+
+pub struct QConn {
+    pub inner: Connection,
+    /// The shard socket it arrived on.
+    pub sock: usize,
+    /// The deadline queued in the shard's timer heap.
+    pub timer: Option<Instant>,
+    established: bool,
+    remote: SocketAddr,
+    /// The site its SNI named.
+    sni: Option<u32>,
+    control: Option<StreamId>,
+    control_out: Vec<u8>,
+    uni: Vec<Uni>,
+    reqs: Vec<Req>,
+    /// The first request stream id not taken (GOAWAY's).
+    next_request: u64,
+    goaway: bool,
+    closing: bool,
+    fields: Fields,
+    /// Why it closed, counted when it is gone.
+    lost: Option<ConnectionError>,
+}
+
+impl QConn {
+    pub fn new(inner: Connection, sock: usize) -> QConn {
+        let remote = inner.remote_address();
+        QConn {
+            inner,
+            sock,
+            timer: None,
+            established: false,
+            remote,
+            sni: None,
+            control: None,
+            control_out: Vec::new(),
+            uni: Vec::new(),
+            reqs: Vec::new(),
+            next_request: 0,
+            goaway: false,
+            closing: false,
+            fields: Fields::default(),
+            lost: None,
+        }
+    }
+
+    /// Close with an HTTP/3 error of the client's making.
+    fn fail(&mut self, code: Code, env: &mut ShardEnv<'_>) {
+        if !self.closing {
+            self.closing = true;
+            env.counters.quic.h3_errors += 1;
+            self.inner.close(
+                env.now,
+                VarInt::from_u64(code as u64).expect("an H3 code"),
+                Bytes::new(),
+            );
+        }
+    }
+
+    /// Everything HTTP/3 has to do after new input.
+    pub(super) fn h3(&mut self, shared: &Shared, draining: bool, env: &mut ShardEnv<'_>) {
+        while let Some(ev) = self.inner.poll() {
+            match ev {
+                Event::HandshakeDataReady => self.sni = sni_site(&self.inner, env),
+                Event::Connected => {
+                    self.established = true;
+                    env.counters.quic.connections += 1;
+                    if let Some(id) = self.inner.streams().open(Dir::Uni) {
+                        self.control = Some(id);
+                        frame::control_preamble(
+                            &mut self.control_out,
+                            shared.max_field_section as u64,
+                        );
+                    }
+                }
+                Event::ConnectionLost { reason } => self.lost = Some(reason),
+                _ => {}
+            }
+        }
+        if !self.established || self.lost.is_some() {
+            return;
+        }
+        if self.inner.remote_address() != self.remote {
+            self.remote = self.inner.remote_address();
+            env.counters.quic.migrations += 1;
+        }
+        while let Some(id) = self.inner.streams().accept(Dir::Uni) {
+            self.uni.push(Uni {
+                id,
+                kind: None,
+                buf: Vec::new(),
+                settings: false,
+            });
+        }
+        while let Some(id) = self.inner.streams().accept(Dir::Bi) {
+            self.next_request = VarInt::from(id).into_inner() + 4;
+            if self.goaway {
+                // Past our GOAWAY's id: never taken, retryable (§5.2).
+                let code = VarInt::from_u32(Code::RequestRejected as u32);
+                let _ = self.inner.recv_stream(id).stop(code);
+                let _ = self.inner.send_stream(id).reset(code);
+                continue;
+            }
+            self.reqs.push(Req {
+                id,
+                buf: Vec::new(),
+                reader: RequestReader::default(),
+                answered: false,
+                recv_done: false,
+                out: Vec::new(),
+                out_at: 0,
+                body: BodyQueue::default(),
+            });
+        }
+        if let Err(code) = self.read_uni() {
+            self.fail(code, env);
+            return;
+        }
+        let max_section = shared.max_field_section;
+        let mut i = 0;
+        while i < self.reqs.len() {
+            match self.request(i, max_section, env) {
+                Ok(true) => i += 1,
+                Ok(false) => {
+                    self.reqs.swap_remove(i);
+                }
+                Err(code) => {
+                    self.fail(code, env);
+                    return;
+                }
+            }
+        }
+        if draining && !self.goaway {
+            self.goaway = true;
+            frame::goaway(&mut self.control_out, self.next_request);
+            env.counters.quic.goaways += 1;
+        }
+        if let Some(id) = self.control {
+            if !self.control_out.is_empty() {
+                if let Ok(n) = self.inner.send_stream(id).write(&self.control_out) {
+                    self.control_out.drain(..n);
+                }
+            }
+        }
+        if self.goaway && self.reqs.is_empty() && self.control_out.is_empty() && !self.closing {
+            self.closing = true;
+            self.inner
+                .close(env.now, VarInt::from_u32(H3_NO_ERROR), Bytes::new());
+        }
+    }
+
+    /// Read the client's unidirectional streams: the control stream's
+    /// frames, the QPACK streams (with no dynamic table, only a capacity
+    /// of 0 may come on the encoder stream; the decoder stream has nothing
+    /// to tell), others refused.
+    fn read_uni(&mut self) -> Result<(), Code> {
+        let mut i = 0;
+        while i < self.uni.len() {
+            let id = self.uni[i].id;
+            let finished = read_into(
+                &mut self.inner,
+                id,
+                &mut self.uni[i].buf,
+                CONTROL_FRAME_MAX * 2,
+            )?;
+            let u = &mut self.uni[i];
+            if u.kind.is_none() {
+                if let Some((kind, n)) = frame::varint(&u.buf) {
+                    u.kind = Some(kind);
+                    u.buf.drain(..n);
+                    if kind == frame::CONTROL_STREAM
+                        && self.uni[..i]
+                            .iter()
+                            .any(|o| o.kind == Some(frame::CONTROL_STREAM))
+                    {
+                        return Err(Code::StreamCreationError);
+                    }
+                }
+            }
+            let u = &mut self.uni[i];
+            match u.kind {
+                Some(frame::CONTROL_STREAM) => control_frames(u)?,
+                Some(frame::QPACK_ENCODER_STREAM) => {
+                    if u.buf.iter().any(|&b| b != 0x20) {
+                        return Err(Code::QpackEncoderStreamError);
+                    }
+                    u.buf.clear();
+                }
+                Some(frame::QPACK_DECODER_STREAM) => u.buf.clear(),
+                Some(frame::PUSH_STREAM) => return Err(Code::StreamCreationError),
+                Some(_) => {
+                    // An unknown type: ignored (§6.2), and not read.
+                    let code = VarInt::from_u32(Code::StreamCreationError as u32);
+                    let _ = self.inner.recv_stream(id).stop(code);
+                    self.uni.swap_remove(i);
+                    continue;
+                }
+                None => {}
+            }
+            if finished
+                && self.uni[i]
+                    .kind
+                    .is_some_and(|k| k <= frame::QPACK_DECODER_STREAM)
+            {
+                return Err(Code::ClosedCriticalStream);
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// Read, answer and write request stream `i`: false once it is done
+    /// (or gone).
+    fn request(
+        &mut self,
+        i: usize,
+        max_section: usize,
+        env: &mut ShardEnv<'_>,
+    ) -> Result<bool, Code> {
+        let id = self.reqs[i].id;
+        if !self.reqs[i].answered {
+            let r = &mut self.reqs[i];
+            let finished = match read_into(&mut self.inner, id, &mut r.buf, max_section + 64) {
+                Ok(f) => f,
+                // Reset by the client before an answer: nothing to do.
+                Err(_) => return Ok(false),
+            };
+            r.recv_done = finished;
+            let (used, event) = r.reader.read(&r.buf, max_section)?;
+            match event {
+                Some(H3Event::Headers(range)) => {
+                    let payload = r.buf[range].to_vec();
+                    r.buf.drain(..used);
+                    if !self.answer(i, &payload, env)? {
+                        return Ok(false);
+                    }
+                }
+                Some(H3Event::TooLarge) => {
+                    self.refuse(
+                        i,
+                        Status::HeaderFieldsTooLarge,
+                        "Request Header Fields Too Large",
+                        env,
+                    );
+                }
+                None => {
+                    r.buf.drain(..used);
+                    if finished {
+                        // The stream ended before its HEADERS (§4.1.2).
+                        let code = VarInt::from_u32(Code::RequestIncomplete as u32);
+                        let _ = self.inner.send_stream(id).reset(code);
+                        return Ok(false);
+                    }
+                    return Ok(true);
+                }
+            }
+            let r = &mut self.reqs[i];
+            if !r.recv_done {
+                // Answered: the rest of the request (a body) is not read.
+                let _ = self
+                    .inner
+                    .recv_stream(id)
+                    .stop(VarInt::from_u32(H3_NO_ERROR));
+            }
+        }
+        self.write(i, env)
+    }
+
+    /// Answer request stream `i`'s HEADERS `payload`: false when the stream
+    /// was reset instead (a malformed request).
+    fn answer(&mut self, i: usize, payload: &[u8], env: &mut ShardEnv<'_>) -> Result<bool, Code> {
+        let remote = self.remote;
+        let r = &mut self.reqs[i];
+        let max_list = env.cfg.h2.max_header_list;
+        if qpack::decode(payload, max_list, &mut self.fields).is_err() {
+            return Err(Code::QpackDecompressionFailed);
+        }
+        let req = match h3::request_of(&self.fields) {
+            Ok(req) => req,
+            Err(_) => {
+                // A malformed request is a stream error (§4.1.2).
+                let code = VarInt::from_u32(Code::MessageError as u32);
+                let _ = self.inner.send_stream(r.id).reset(code);
+                let _ = self.inner.recv_stream(r.id).stop(code);
+                return Ok(false);
+            }
+        };
+        let mut answer = Answer::for_h3(env, remote, self.sni);
+        let resp = if self.fields.too_large {
+            answer.refuse(
+                Status::HeaderFieldsTooLarge,
+                "Request Header Fields Too Large",
+            )
+        } else {
+            answer.respond(&req, &self.fields)
+        };
+        h3::headers(&resp, &mut r.out);
+        r.body.set(&resp.body);
+        r.answered = true;
+        env.counters.quic.requests += 1;
+        Ok(true)
+    }
+
+    /// Answer request stream `i` with an error of ours, unread.
+    fn refuse(&mut self, i: usize, status: Status, message: &'static str, env: &mut ShardEnv<'_>) {
+        let r = &mut self.reqs[i];
+        let mut answer = Answer::for_h3(env, self.remote, self.sni);
+        let resp = answer.refuse(status, message);
+        h3::headers(&resp, &mut r.out);
+        r.body.set(&resp.body);
+        r.answered = true;
+        env.counters.quic.requests += 1;
+    }
+
+    /// Write request stream `i`'s response as far as the windows allow:
+    /// false once all of it is handed to QUIC (or the client stopped it).
+    fn write(&mut self, i: usize, env: &mut ShardEnv<'_>) -> Result<bool, Code> {
+        let r = &mut self.reqs[i];
+        let mut stream = self.inner.send_stream(r.id);
+        loop {
+            if r.out_at == r.out.len() {
+                r.out.clear();
+                r.out_at = 0;
+                if r.body.is_empty() {
+                    let _ = stream.finish();
+                    return Ok(false);
+                }
+                let n = (r.body.front_len() as usize).min(DATA_CHUNK);
+                frame::put_head(&mut r.out, frame::DATA, n);
+                match r.body.copy_front(n, &mut r.out) {
+                    Ok(Copied::FromReplaced) => env.counters.downloads_from_replaced += 1,
+                    Ok(Copied::Bytes) => {}
+                    Err(()) => {
+                        // The file changed in place: this stream only.
+                        env.counters.downloads_cut_changed += 1;
+                        let _ = stream.reset(VarInt::from_u32(Code::InternalError as u32));
+                        return Ok(false);
+                    }
+                }
+            }
+            match stream.write(&r.out[r.out_at..]) {
+                Ok(n) => {
+                    r.out_at += n;
+                    if r.out_at < r.out.len() {
+                        return Ok(true);
+                    }
+                }
+                Err(WriteError::Blocked) => return Ok(true),
+                // Stopped by the client, or gone.
+                Err(_) => return Ok(false),
+            }
+        }
+    }
+
+    /// The connection is gone: count how it ended.
+    pub(super) fn closed(&self, env: &mut ShardEnv<'_>) {
+        let q = &mut env.counters.quic;
+        if !self.established {
+            q.handshakes_failed += 1;
+        }
+        if matches!(self.lost, Some(ConnectionError::TimedOut)) {
+            q.idle_timeouts += 1;
+        }
+        q.lost_packets += self.inner.stats().path.lost_packets;
+    }
+}
+
+/// The client control stream's frames: SETTINGS first and once, then
+/// GOAWAY and unknown frames; anything else is unexpected.
+fn control_frames(u: &mut Uni) -> Result<(), Code> {
+    loop {
+        let Some((ty, len, n)) = frame::head(&u.buf) else {
+            return Ok(());
+        };
+        if !u.settings && ty != frame::SETTINGS {
+            return Err(Code::MissingSettings);
+        }
+        match ty {
+            frame::SETTINGS if u.settings => return Err(Code::FrameUnexpected),
+            frame::DATA | frame::HEADERS | frame::PUSH_PROMISE => {
+                return Err(Code::FrameUnexpected)
+            }
+            t if frame::is_h2_only(t) => return Err(Code::FrameUnexpected),
+            _ => {}
+        }
+        if len > CONTROL_FRAME_MAX as u64 {
+            return Err(Code::ExcessiveLoad);
+        }
+        let end = n + len as usize;
+        if u.buf.len() < end {
+            return Ok(());
+        }
+        if ty == frame::SETTINGS {
+            u.settings = true;
+            settings(&u.buf[n..end])?;
+        }
+        u.buf.drain(..end);
+    }
+}
+
+/// A SETTINGS payload: pairs of varints, each identifier once, none of
+/// HTTP/2's (§7.2.4.1).
+fn settings(mut p: &[u8]) -> Result<(), Code> {
+    let mut seen = Vec::new();
+    while !p.is_empty() {
+        let (id, a) = frame::varint(p).ok_or(Code::FrameError)?;
+        let (_, b) = frame::varint(&p[a..]).ok_or(Code::FrameError)?;
+        if matches!(id, 0x2..=0x5) || seen.contains(&id) {
+            return Err(Code::SettingsError);
+        }
+        seen.push(id);
+        p = &p[a + b..];
+    }
+    Ok(())
+}
+
+/// Append what stream `id` has (up to `max` buffered bytes): whether it
+/// has finished. `Err` when it was reset.
+fn read_into(
+    conn: &mut Connection,
+    id: StreamId,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> Result<bool, Code> {
+    let mut stream = conn.recv_stream(id);
+    let mut chunks = match stream.read(true) {
+        Ok(c) => c,
+        Err(ReadableError::ClosedStream) => return Ok(true),
+        Err(ReadableError::IllegalOrderedRead) => return Err(Code::InternalError),
+    };
+    let res = loop {
+        if buf.len() >= max {
+            break Ok(false);
+        }
+        match chunks.next(max - buf.len()) {
+            Ok(Some(chunk)) => buf.extend_from_slice(&chunk.bytes),
+            Ok(None) => break Ok(true),
+            Err(ReadError::Blocked) => break Ok(false),
+            Err(ReadError::Reset(_)) => break Err(Code::RequestCancelled),
+        }
+    };
+    let _ = chunks.finalize();
+    res
+}
+
+/// The site the handshake's SNI names, on a server with sites.
+fn sni_site(conn: &Connection, env: &ShardEnv<'_>) -> Option<u32> {
+    if env.sites.single() {
+        return None;
+    }
+    let data = conn.crypto_session().handshake_data()?;
+    let data = data
+        .downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+        .ok()?;
+    env.sites.by_sni(data.server_name.as_deref()?)
+}

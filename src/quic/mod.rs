@@ -1,0 +1,487 @@
+//! HTTP/3's transport: QUIC by `quinn-proto`, sans-I/O, driven by the
+//! shard loop on the shard's own UDP sockets (one per QUIC address, in an
+//! `SO_REUSEPORT` group whose BPF program steers packets by connection ID:
+//! `cid`). Datagrams are read and written in batches by `quinn-udp` (GRO,
+//! GSO, ECN, the packet's destination address); each connection's HTTP/3
+//! state is in `conn`, answering through the same semantics layer as
+//! HTTP/1 and HTTP/2.
+
+pub mod cid;
+mod conn;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, IoSliceMut};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use quinn_proto::{
+    ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, ServerConfig, TransportConfig,
+    VarInt,
+};
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+
+use crate::conn::ShardEnv;
+use conn::QConn;
+
+/// `quic_retry_above`'s default: new handshakes a second per shard above
+/// which unvalidated clients get a Retry first.
+pub const DEFAULT_RETRY_ABOVE: u32 = 2000;
+/// Most concurrent request streams a client may open
+/// (`initial_max_streams_bidi`), as h2o and Caddy allow.
+pub const MAX_STREAMS: u32 = 100;
+/// Bytes a client may send on one request stream before we read it: a
+/// request's HEADERS, with room.
+const STREAM_WINDOW: u32 = 64 * 1024;
+/// What a connection's unacknowledged response data may total.
+const SEND_WINDOW: u64 = 2 * 1024 * 1024;
+/// A connection silent for this long is closed (`max_idle_timeout`).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Datagrams taken per `recvmmsg`, and batches per readiness event before
+/// other work gets a turn.
+const RECV_BATCH: usize = 16;
+const RECV_ROUNDS: usize = 8;
+/// Each receive buffer holds a GRO batch (up to 64 KiB).
+const RECV_BUF: usize = 64 * 1024;
+
+/// The HTTP/3 settings, validated (`h3`, `quic_listen`, `quic_retry*`).
+#[derive(Debug, Clone)]
+pub struct QuicSettings {
+    /// UDP addresses (the TLS ones unless `quic_listen` names others).
+    pub listen: Vec<SocketAddr>,
+    /// Every new connection passes a stateless Retry first.
+    pub retry: bool,
+    /// Handshakes a second per shard above which unvalidated clients get
+    /// a Retry.
+    pub retry_above: u32,
+}
+
+/// What every shard's endpoint shares: the QUIC server configuration (its
+/// TLS config, with ALPN `h3`; the Retry token key) and the stateless
+/// reset key, so that any shard can validate another's tokens.
+pub struct Shared {
+    server: Arc<ServerConfig>,
+    reset_key: Arc<dyn quinn_proto::crypto::HmacKey>,
+    settings: QuicSettings,
+    max_field_section: usize,
+}
+
+impl Shared {
+    /// From the TLS server configuration, made QUIC's: TLS 1.3 only, ALPN
+    /// `h3`, no 0-RTT (replayable requests, and nothing a static file needs
+    /// it for: a resumed handshake already costs one round trip).
+    pub fn new(
+        tls: &rustls::ServerConfig,
+        settings: QuicSettings,
+        max_field_section: usize,
+    ) -> anyhow::Result<Shared> {
+        let mut tls = tls.clone();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        tls.max_early_data_size = 0;
+        let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
+            .map_err(|e| anyhow::anyhow!("the TLS configuration cannot serve QUIC: {e}"))?;
+        let mut transport = TransportConfig::default();
+        transport
+            .max_concurrent_bidi_streams(VarInt::from_u32(MAX_STREAMS))
+            // The client's control stream and its two QPACK streams.
+            .max_concurrent_uni_streams(VarInt::from_u32(3))
+            .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
+            .receive_window(VarInt::from_u32(STREAM_WINDOW * 4))
+            .send_window(SEND_WINDOW)
+            .max_idle_timeout(Some(IDLE_TIMEOUT.try_into().expect("a valid idle timeout")));
+        let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(Arc::new(transport));
+        let mut key = [0u8; 64];
+        aws_lc_rs::rand::fill(&mut key).expect("the system random source works");
+        let reset_key = Arc::new(aws_lc_rs::hmac::Key::new(
+            aws_lc_rs::hmac::HMAC_SHA256,
+            &key,
+        ));
+        Ok(Shared {
+            server: Arc::new(server),
+            reset_key,
+            settings,
+            max_field_section,
+        })
+    }
+
+    /// The `Alt-Svc` line TLS responses carry (RFC 7838): HTTP/3 on the
+    /// first QUIC address's port, remembered for a day.
+    pub fn alt_svc_line(&self, port: u16) -> String {
+        format!("Alt-Svc: h3=\":{port}\"; ma=86400\r\n")
+    }
+
+    pub fn settings(&self) -> &QuicSettings {
+        &self.settings
+    }
+}
+
+/// One UDP socket of a shard, with its batched-I/O state.
+struct Socket {
+    udp: UdpSocket,
+    state: UdpSocketState,
+    /// Readiness seen and not yet read to exhaustion.
+    pending: bool,
+}
+
+/// A shard's QUIC endpoint and connections.
+pub struct Quic {
+    index: usize,
+    endpoint: Endpoint,
+    shared: Arc<Shared>,
+    sockets: Vec<Socket>,
+    /// By `ConnectionHandle`'s index.
+    conns: Vec<Option<Box<QConn>>>,
+    open: usize,
+    /// Connections' next deadlines, earliest first; an entry is stale when
+    /// it is not the connection's current `timer`.
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    /// Connections with input to act on this turn.
+    dirty: Vec<usize>,
+    recv_bufs: Vec<Vec<u8>>,
+    send_buf: Vec<u8>,
+    /// New handshakes in the current second, for `retry_above`.
+    second: (Instant, u32),
+    draining: bool,
+}
+
+impl Quic {
+    /// Shard `index`'s endpoint over its `sockets` (one per QUIC address).
+    pub fn new(index: usize, sockets: Vec<UdpSocket>, shared: Arc<Shared>) -> io::Result<Quic> {
+        let mut config = EndpointConfig::new(Arc::clone(&shared.reset_key));
+        config.cid_generator(move || Box::new(cid::ShardCids::new(index)));
+        let endpoint = Endpoint::new(
+            Arc::new(config),
+            Some(Arc::clone(&shared.server)),
+            true,
+            None,
+        );
+        let sockets = sockets
+            .into_iter()
+            .map(|udp| {
+                udp.set_nonblocking(true)?;
+                let state = UdpSocketState::new((&udp).into())?;
+                Ok(Socket {
+                    udp,
+                    state,
+                    pending: true,
+                })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Quic {
+            index,
+            endpoint,
+            shared,
+            sockets,
+            conns: Vec::new(),
+            open: 0,
+            timers: BinaryHeap::new(),
+            dirty: Vec::new(),
+            recv_bufs: vec![vec![0; RECV_BUF]; RECV_BATCH],
+            send_buf: Vec::with_capacity(64 * 1024),
+            second: (Instant::now(), 0),
+            draining: false,
+        })
+    }
+
+    /// The sockets, to watch for readability.
+    pub fn sockets(&self) -> impl Iterator<Item = &UdpSocket> {
+        self.sockets.iter().map(|s| &s.udp)
+    }
+
+    /// Connections open.
+    pub fn len(&self) -> usize {
+        self.open
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open == 0
+    }
+
+    /// Socket `i` is readable.
+    pub fn readable(&mut self, i: usize) {
+        if let Some(s) = self.sockets.get_mut(i) {
+            s.pending = true;
+        }
+    }
+
+    /// Whether a socket still has datagrams to read (the loop does not
+    /// sleep then).
+    pub fn has_pending(&self) -> bool {
+        self.sockets.iter().any(|s| s.pending)
+    }
+
+    /// The earliest connection deadline.
+    pub fn next_timeout(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, ch))) = self.timers.peek().copied() {
+            match self.conns.get(ch).and_then(Option::as_ref) {
+                Some(c) if c.timer == Some(at) => return Some(at),
+                _ => {
+                    self.timers.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Read what the sockets hold, run the connections' expired timers,
+    /// and drive every connection that has something to do.
+    pub fn turn(&mut self, env: &mut ShardEnv<'_>) {
+        let now = env.now;
+        for i in 0..self.sockets.len() {
+            if self.sockets[i].pending {
+                self.receive(i, env);
+            }
+        }
+        while let Some(Reverse((at, ch))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(c) = self.conns.get_mut(ch).and_then(Option::as_mut) {
+                if c.timer == Some(at) {
+                    c.timer = None;
+                    c.inner.handle_timeout(now);
+                    self.dirty.push(ch);
+                }
+            }
+        }
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        for &ch in &dirty {
+            self.drive(ch, env);
+        }
+        dirty.clear();
+        self.dirty = dirty;
+    }
+
+    /// Up to [`RECV_ROUNDS`] batches from socket `i`.
+    fn receive(&mut self, i: usize, env: &mut ShardEnv<'_>) {
+        let now = env.now;
+        let mut meta = [RecvMeta::default(); RECV_BATCH];
+        let mut recv_bufs = std::mem::take(&mut self.recv_bufs);
+        self.receive_rounds(i, &mut recv_bufs, &mut meta, env, now);
+        self.recv_bufs = recv_bufs;
+    }
+
+    fn receive_rounds(
+        &mut self,
+        i: usize,
+        recv_bufs: &mut [Vec<u8>],
+        meta: &mut [RecvMeta; RECV_BATCH],
+        env: &mut ShardEnv<'_>,
+        now: Instant,
+    ) {
+        for _ in 0..RECV_ROUNDS {
+            let mut bufs = recv_bufs.iter_mut().map(|b| IoSliceMut::new(&mut b[..]));
+            let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
+                std::array::from_fn(|_| bufs.next().expect("RECV_BATCH buffers"));
+            let s = &self.sockets[i];
+            let n = match s.state.recv((&s.udp).into(), &mut slices, meta) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.sockets[i].pending = false;
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "QUIC receive failed");
+                    return;
+                }
+            };
+            drop(slices);
+            for (m, b) in meta.iter().zip(recv_bufs.iter()).take(n) {
+                let data = &b[..m.len];
+                let stride = m.stride.max(1);
+                for packet in data.chunks(stride) {
+                    env.counters.quic.datagrams_in += 1;
+                    let ecn = m
+                        .ecn
+                        .and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8));
+                    self.datagram(i, m.addr, m.dst_ip, ecn, packet, env, now);
+                }
+            }
+        }
+        // The batch budget ran out: the socket may hold more.
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn datagram(
+        &mut self,
+        sock: usize,
+        from: SocketAddr,
+        dst_ip: Option<std::net::IpAddr>,
+        ecn: Option<quinn_proto::EcnCodepoint>,
+        packet: &[u8],
+        env: &mut ShardEnv<'_>,
+        now: Instant,
+    ) {
+        if packet.first().is_some_and(|b| b & 0x80 == 0)
+            && cid::shard_of(packet).is_some_and(|s| s != self.index)
+        {
+            env.counters.quic.foreign += 1;
+        }
+        if packet.first().is_some_and(|b| b & 0x80 != 0)
+            && packet
+                .get(1..5)
+                .is_some_and(|v| v != [0, 0, 0, 1] && v != [0, 0, 0, 0])
+        {
+            env.counters.quic.version_negotiation += 1;
+        }
+        let mut buf = std::mem::take(&mut self.send_buf);
+        buf.clear();
+        let event = self
+            .endpoint
+            .handle(now, from, dst_ip, ecn, BytesMut::from(packet), &mut buf);
+        match event {
+            Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
+                if let Some(c) = self.conns.get_mut(ch.0).and_then(Option::as_mut) {
+                    c.inner.handle_event(ev);
+                    self.dirty.push(ch.0);
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                if self.draining {
+                    let t = self.endpoint.refuse(incoming, &mut buf);
+                    self.send(sock, &t, &buf, env);
+                } else if !incoming.remote_address_validated() && self.wants_retry(now) {
+                    match self.endpoint.retry(incoming, &mut buf) {
+                        Ok(t) => {
+                            env.counters.quic.retries += 1;
+                            self.send(sock, &t, &buf, env);
+                        }
+                        Err(e) => self.endpoint.ignore(e.into_incoming()),
+                    }
+                } else {
+                    self.second.1 += 1;
+                    match self.endpoint.accept(incoming, now, &mut buf, None) {
+                        Ok((ch, connection)) => {
+                            let c = QConn::new(connection, sock);
+                            if self.conns.len() <= ch.0 {
+                                self.conns.resize_with(ch.0 + 1, || None);
+                            }
+                            self.conns[ch.0] = Some(Box::new(c));
+                            self.open += 1;
+                            self.dirty.push(ch.0);
+                        }
+                        Err(e) => {
+                            env.counters.quic.handshakes_failed += 1;
+                            if let Some(t) = e.response {
+                                self.send(sock, &t, &buf, env);
+                            }
+                        }
+                    }
+                }
+            }
+            Some(DatagramEvent::Response(t)) => self.send(sock, &t, &buf, env),
+            None => {}
+        }
+        self.send_buf = buf;
+    }
+
+    /// Whether an unvalidated client gets a Retry: always with
+    /// `quic_retry`, else while this second's handshakes are past
+    /// `quic_retry_above`.
+    fn wants_retry(&mut self, now: Instant) -> bool {
+        if self.shared.settings.retry {
+            return true;
+        }
+        if now.duration_since(self.second.0) >= Duration::from_secs(1) {
+            self.second = (now, 0);
+        }
+        self.second.1 >= self.shared.settings.retry_above
+    }
+
+    /// Write one transmit (a GSO batch when `segment_size` is set).
+    fn send(&self, sock: usize, t: &quinn_proto::Transmit, buf: &[u8], env: &mut ShardEnv<'_>) {
+        send_on(&self.sockets[sock], t, buf, env);
+    }
+
+    /// Act on connection `ch`'s input: its HTTP/3 streams, its packets
+    /// out, its events for the endpoint, its next deadline.
+    fn drive(&mut self, ch: usize, env: &mut ShardEnv<'_>) {
+        let Some(mut c) = self.conns.get_mut(ch).and_then(Option::take) else {
+            return;
+        };
+        let now = env.now;
+        c.h3(&self.shared, self.draining, env);
+        let max = self.sockets[c.sock].state.max_gso_segments();
+        let mut buf = std::mem::take(&mut self.send_buf);
+        loop {
+            buf.clear();
+            let Some(t) = c.inner.poll_transmit(now, max, &mut buf) else {
+                break;
+            };
+            send_on(&self.sockets[c.sock], &t, &buf, env);
+        }
+        self.send_buf = buf;
+        let mut drained = false;
+        while let Some(ev) = c.inner.poll_endpoint_events() {
+            drained |= ev.is_drained();
+            if let Some(back) = self.endpoint.handle_event(ConnectionHandle(ch), ev) {
+                c.inner.handle_event(back);
+            }
+        }
+        if drained {
+            c.closed(env);
+            self.open -= 1;
+            return;
+        }
+        let next = c.inner.poll_timeout();
+        if next != c.timer {
+            c.timer = next;
+            if let Some(at) = next {
+                self.timers.push(Reverse((at, ch)));
+            }
+        }
+        self.conns[ch] = Some(c);
+    }
+
+    /// The shard drains: new connections are refused, and every
+    /// connection gets GOAWAY, finishes its streams, then closes.
+    pub fn drain(&mut self, env: &mut ShardEnv<'_>) {
+        self.draining = true;
+        for ch in 0..self.conns.len() {
+            if self.conns[ch].is_some() {
+                self.dirty.push(ch);
+            }
+        }
+        self.turn(env);
+    }
+
+    /// The grace ran out: close what is left, at once.
+    pub fn close_all(&mut self, env: &mut ShardEnv<'_>) {
+        for ch in 0..self.conns.len() {
+            if let Some(c) = self.conns[ch].as_mut() {
+                c.inner.close(
+                    env.now,
+                    VarInt::from_u32(conn::H3_NO_ERROR),
+                    bytes::Bytes::new(),
+                );
+                self.dirty.push(ch);
+            }
+        }
+        self.turn(env);
+    }
+}
+
+/// Write one transmit on `s`; a full socket buffer drops it (counted),
+/// for loss recovery to resend.
+fn send_on(s: &Socket, t: &quinn_proto::Transmit, buf: &[u8], env: &mut ShardEnv<'_>) {
+    let transmit = Transmit {
+        destination: t.destination,
+        ecn: t
+            .ecn
+            .and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
+        contents: &buf[..t.size],
+        segment_size: t.segment_size,
+        src_ip: t.src_ip,
+    };
+    let segments = t.segment_size.map_or(1, |s| t.size.div_ceil(s)) as u64;
+    match s.state.try_send((&s.udp).into(), &transmit) {
+        Ok(()) => env.counters.quic.datagrams_out += segments,
+        Err(_) => env.counters.quic.send_dropped += segments,
+    }
+}

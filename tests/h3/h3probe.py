@@ -1,0 +1,164 @@
+"""A scripted HTTP/3 client on aioquic, for tests/it/h3*.rs.
+
+Usage: h3probe.py HOST PORT [options] PATH...
+
+Prints one JSON object: the connection's facts (ALPN, cipher, whether it
+resumed, Retry seen) and, per request, its status, headers, body length
+and SHA-256, or the stream error it ended with.
+"""
+
+import argparse
+import asyncio
+import hashlib
+import json
+import ssl
+import sys
+
+from aioquic.asyncio import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated, StreamReset
+from aioquic.tls import CipherSuite, SessionTicket
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.h3 = H3Connection(self._quic)
+        self.waiting = {}
+        self.results = {}
+        self.terminated = None
+
+    def request(self, method, authority, path, headers):
+        sid = self._quic.get_next_available_stream_id()
+        fields = [
+            (b":method", method.encode()),
+            (b":scheme", b"https"),
+            (b":authority", authority.encode()),
+            (b":path", path.encode()),
+        ] + [(k.encode(), v.encode()) for k, v in headers]
+        self.h3.send_headers(stream_id=sid, headers=fields, end_stream=True)
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting[sid] = fut
+        self.results[sid] = {"path": path, "status": None, "headers": [], "body": hashlib.sha256(), "len": 0}
+        self.transmit()
+        return fut
+
+    def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            self.terminated = {"error_code": event.error_code, "reason": event.reason_phrase}
+            for fut in self.waiting.values():
+                if not fut.done():
+                    fut.set_result(None)
+        if isinstance(event, StreamReset) and event.stream_id in self.waiting:
+            self.results[event.stream_id]["reset"] = event.error_code
+            self.waiting[event.stream_id].set_result(None)
+        for ev in self.h3.handle_event(event):
+            r = self.results.get(getattr(ev, "stream_id", None))
+            if r is None:
+                continue
+            if isinstance(ev, HeadersReceived):
+                for k, v in ev.headers:
+                    if k == b":status":
+                        r["status"] = int(v)
+                    else:
+                        r["headers"].append([k.decode(), v.decode()])
+            elif isinstance(ev, DataReceived):
+                r["body"].update(ev.data)
+                r["len"] += len(ev.data)
+            if getattr(ev, "stream_ended", False):
+                fut = self.waiting[ev.stream_id]
+                if not fut.done():
+                    fut.set_result(None)
+
+
+async def run(args):
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.server_name = args.sni or args.host
+    if args.cafile:
+        config.load_verify_locations(args.cafile)
+    else:
+        config.verify_mode = ssl.CERT_NONE
+    if args.chacha:
+        config.cipher_suites = [CipherSuite.CHACHA20_POLY1305_SHA256]
+    tickets = []
+    if args.ticket_in:
+        import pickle
+        with open(args.ticket_in, "rb") as f:
+            config.session_ticket = pickle.load(f)
+    out = {"requests": []}
+    async with connect(args.host, args.port, configuration=config, create_protocol=Client,
+                       session_ticket_handler=tickets.append, wait_connected=True) as client:
+        quic = client._quic
+        out["alpn"] = quic.tls.alpn_negotiated
+        out["cipher"] = str(quic.tls.key_schedule.cipher_suite) if quic.tls.key_schedule else None
+        out["resumed"] = quic.tls.session_resumed
+        out["retry"] = quic._retry_source_connection_id is not None
+        paths = args.paths * args.repeat
+        for i in range(0, len(paths), args.concurrency):
+            batch = paths[i:i + args.concurrency]
+            futs = [client.request(args.method, args.authority or args.host, p, args.header) for p in batch]
+            if args.key_update and i == 0:
+                quic.request_key_update()
+            if args.migrate and i == 0:
+                # A new local address (port) for the same connection, as
+                # a NAT rebinding looks to the server.
+                import socket
+                new = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                new.bind(("127.0.0.1", 0))
+                new.setblocking(False)
+                loop = asyncio.get_running_loop()
+                client._transport.close()
+                transport, _ = await loop.create_datagram_endpoint(lambda: client, sock=new)
+                client._transport = transport
+                quic.change_connection_id()
+                client.transmit()
+            await asyncio.wait_for(asyncio.gather(*futs), args.timeout)
+        for sid, r in sorted(client.results.items()):
+            r["sha256"] = r.pop("body").hexdigest()
+            out["requests"].append(r)
+        if args.ping_after:
+            await asyncio.sleep(0)
+        out["terminated"] = client.terminated
+        await asyncio.sleep(args.linger)
+        out["terminated"] = client.terminated
+    if args.ticket_out and tickets:
+        import pickle
+        with open(args.ticket_out, "wb") as f:
+            pickle.dump(tickets[-1], f)
+    out["tickets"] = len(tickets)
+    print(json.dumps(out))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("paths", nargs="*", default=["/"])
+    p.add_argument("--sni")
+    p.add_argument("--authority")
+    p.add_argument("--cafile")
+    p.add_argument("--method", default="GET")
+    p.add_argument("--header", nargs=2, action="append", default=[])
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--concurrency", type=int, default=100)
+    p.add_argument("--timeout", type=float, default=20)
+    p.add_argument("--linger", type=float, default=0)
+    p.add_argument("--chacha", action="store_true")
+    p.add_argument("--key-update", action="store_true")
+    p.add_argument("--migrate", action="store_true")
+    p.add_argument("--ping-after", action="store_true")
+    p.add_argument("--ticket-in")
+    p.add_argument("--ticket-out")
+    args = p.parse_args()
+    try:
+        asyncio.run(run(args))
+    except Exception as e:  # a failed handshake or timeout, reported
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
