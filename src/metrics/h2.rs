@@ -11,14 +11,15 @@ pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
     vec![
         per_core_by(
             "shardhttpd_http_requests_by_protocol_total",
-            "HTTP responses sent, by shard and protocol (h1: HTTP/1.x, h2: HTTP/2).",
+            "HTTP responses sent, by shard and protocol (h1: HTTP/1.x, h2: HTTP/2, h3: HTTP/3).",
             shards,
             "protocol",
             |c| {
                 let all: u64 = c.requests.iter().sum();
                 vec![
-                    ("h1", all.saturating_sub(c.h2.requests)),
+                    ("h1", all.saturating_sub(c.h2.requests + c.quic.requests)),
                     ("h2", c.h2.requests),
+                    ("h3", c.quic.requests),
                 ]
             },
         ),

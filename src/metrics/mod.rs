@@ -11,6 +11,7 @@ pub mod access_log;
 pub mod admin;
 mod counters;
 mod h2;
+mod quic;
 mod sites;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -340,6 +341,7 @@ impl Metrics {
             info_family(&shards),
         ];
         out.extend(h2::families(&shards));
+        out.extend(quic::families(&shards));
         out.extend(sites::traffic(&self.sites, &shards));
         out.push(self.io_backend_family());
         out

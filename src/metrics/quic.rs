@@ -1,0 +1,79 @@
+//! The QUIC and HTTP/3 metric families (`crate::quic`): handshakes,
+//! datagrams, loss, Retry, migrations, steering misses, GOAWAYs, errors.
+//! HTTP/3 requests are `protocol="h3"` of the requests by protocol.
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use super::{per_core, per_core_by, ShardRow};
+
+pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
+    let counter = |name: &str, help: &str, value: fn(&super::QuicCounters) -> u64| {
+        per_core(name, help, MetricType::COUNTER, shards, move |c| value(&c.quic))
+    };
+    vec![
+        per_core_by(
+            "shardhttpd_quic_handshakes_total",
+            "QUIC handshakes, by result: completed, or failed (timed out, refused, an error).",
+            shards,
+            "result",
+            |c| {
+                vec![
+                    ("completed", c.quic.connections),
+                    ("failed", c.quic.handshakes_failed),
+                ]
+            },
+        ),
+        per_core_by(
+            "shardhttpd_quic_datagrams_total",
+            "UDP datagrams of QUIC, by direction (a GSO or GRO batch counts each datagram).",
+            shards,
+            "direction",
+            |c| vec![("in", c.quic.datagrams_in), ("out", c.quic.datagrams_out)],
+        ),
+        counter(
+            "shardhttpd_quic_send_dropped_total",
+            "QUIC datagrams the socket buffer would not take: dropped, for loss recovery to resend.",
+            |q| q.send_dropped,
+        ),
+        counter(
+            "shardhttpd_quic_lost_packets_total",
+            "Packets declared lost, over the connections that closed.",
+            |q| q.lost_packets,
+        ),
+        counter(
+            "shardhttpd_quic_retries_total",
+            "Stateless Retry packets sent (quic_retry, or past quic_retry_above).",
+            |q| q.retries,
+        ),
+        counter(
+            "shardhttpd_quic_version_negotiation_total",
+            "Datagrams of a QUIC version this server does not speak (answered with Version Negotiation).",
+            |q| q.version_negotiation,
+        ),
+        counter(
+            "shardhttpd_quic_migrations_total",
+            "Connections whose client address changed (NAT rebinding, migration).",
+            |q| q.migrations,
+        ),
+        counter(
+            "shardhttpd_quic_foreign_packets_total",
+            "Packets read by a shard other than the one their connection ID names (steering missed).",
+            |q| q.foreign,
+        ),
+        counter(
+            "shardhttpd_quic_idle_timeouts_total",
+            "QUIC connections closed by the idle timeout.",
+            |q| q.idle_timeouts,
+        ),
+        counter(
+            "shardhttpd_h3_goaways_sent_total",
+            "HTTP/3 GOAWAY frames sent (drain).",
+            |q| q.goaways,
+        ),
+        counter(
+            "shardhttpd_h3_errors_total",
+            "HTTP/3 connections closed for an error of the client's making (frames, settings, QPACK).",
+            |q| q.h3_errors,
+        ),
+    ]
+}
