@@ -8,7 +8,9 @@ use super::{per_core, per_core_by, ShardRow};
 
 pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
     let counter = |name: &str, help: &str, value: fn(&super::QuicCounters) -> u64| {
-        per_core(name, help, MetricType::COUNTER, shards, move |c| value(&c.quic))
+        per_core(name, help, MetricType::COUNTER, shards, move |c| {
+            value(&c.quic)
+        })
     };
     vec![
         per_core_by(

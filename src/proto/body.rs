@@ -67,6 +67,11 @@ pub enum Copied {
     FromReplaced,
 }
 
+/// A large file's bytes are no longer the snapshot's version (changed in
+/// place), or could not be read: the response cannot go on.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Changed;
+
 /// The body still to send, in order.
 #[derive(Default)]
 pub struct BodyQueue {
@@ -194,20 +199,20 @@ impl BodyQueue {
     /// Move `n` bytes (at most [`BodyQueue::front_len`]) of the front
     /// piece into `out`. `Err` when a large file is no longer the
     /// snapshot's version (or cannot be read).
-    pub fn copy_front(&mut self, n: usize, out: &mut Vec<u8>) -> Result<Copied, ()> {
+    pub fn copy_front(&mut self, n: usize, out: &mut Vec<u8>) -> Result<Copied, Changed> {
         let Some(src) = self.src.front_mut() else {
             return Ok(Copied::Bytes);
         };
         let mut copied = Copied::Bytes;
         match src {
-            Src::Cut => return Err(()),
+            Src::Cut => return Err(Changed),
             Src::Own(len) => {
                 out.extend_from_slice(&self.own[self.own_at..self.own_at + n]);
                 self.own_at += n;
                 *len -= n;
             }
             Src::Mem { off, len } => {
-                let snap = self.pin.as_ref().ok_or(())?;
+                let snap = self.pin.as_ref().ok_or(Changed)?;
                 out.extend_from_slice(snap.mem(*off, n));
                 *off += n;
                 *len -= n;
@@ -227,7 +232,7 @@ impl BodyQueue {
                 let at = out.len();
                 out.resize(at + n, 0);
                 let unlinked =
-                    read_verified(file, witness, *off, &mut out[at..]).map_err(|_| ())?;
+                    read_verified(file, witness, *off, &mut out[at..]).map_err(|_| Changed)?;
                 *off += n as u64;
                 *len -= n as u64;
                 if *len == 0 && unlinked {

@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use quinn_proto::{
-    Connection, ConnectionError, Dir, Event, ReadError, ReadableError, StreamId, VarInt, WriteError,
+    Connection, ConnectionError, Dir, Event, ReadError, ReadableError, StreamEvent, StreamId,
+    VarInt, WriteError,
 };
 
 use super::Shared;
@@ -67,6 +68,9 @@ pub struct QConn {
     reqs: Vec<Req>,
     /// The first request stream id not taken (GOAWAY's).
     next_request: u64,
+    /// Responses handed to QUIC in full whose bytes the client has not
+    /// all acknowledged yet: a drain closes only once there are none.
+    unacked: Vec<StreamId>,
     goaway: bool,
     closing: bool,
     fields: Fields,
@@ -89,6 +93,7 @@ impl QConn {
             uni: Vec::new(),
             reqs: Vec::new(),
             next_request: 0,
+            unacked: Vec::new(),
             goaway: false,
             closing: false,
             fields: Fields::default(),
@@ -126,6 +131,9 @@ impl QConn {
                     }
                 }
                 Event::ConnectionLost { reason } => self.lost = Some(reason),
+                Event::Stream(StreamEvent::Finished { id } | StreamEvent::Stopped { id, .. }) => {
+                    self.unacked.retain(|&u| u != id);
+                }
                 _ => {}
             }
         }
@@ -194,7 +202,12 @@ impl QConn {
                 }
             }
         }
-        if self.goaway && self.reqs.is_empty() && self.control_out.is_empty() && !self.closing {
+        if self.goaway
+            && self.reqs.is_empty()
+            && self.unacked.is_empty()
+            && self.control_out.is_empty()
+            && !self.closing
+        {
             self.closing = true;
             self.inner
                 .close(env.now, VarInt::from_u32(H3_NO_ERROR), Bytes::new());
@@ -374,7 +387,9 @@ impl QConn {
                 r.out.clear();
                 r.out_at = 0;
                 if r.body.is_empty() {
-                    let _ = stream.finish();
+                    if stream.finish().is_ok() {
+                        self.unacked.push(r.id);
+                    }
                     return Ok(false);
                 }
                 let n = (r.body.front_len() as usize).min(DATA_CHUNK);
@@ -382,7 +397,7 @@ impl QConn {
                 match r.body.copy_front(n, &mut r.out) {
                     Ok(Copied::FromReplaced) => env.counters.downloads_from_replaced += 1,
                     Ok(Copied::Bytes) => {}
-                    Err(()) => {
+                    Err(_) => {
                         // The file changed in place: this stream only.
                         env.counters.downloads_cut_changed += 1;
                         let _ = stream.reset(VarInt::from_u32(Code::InternalError as u32));

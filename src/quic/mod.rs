@@ -291,7 +291,6 @@ impl Quic {
                     return;
                 }
             };
-            drop(slices);
             for (m, b) in meta.iter().zip(recv_bufs.iter()).take(n) {
                 let data = &b[..m.len];
                 let stride = m.stride.max(1);

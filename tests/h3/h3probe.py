@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import socket
 import ssl
 import sys
 
@@ -20,7 +21,8 @@ from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated, StreamReset
-from aioquic.tls import CipherSuite, SessionTicket
+from aioquic.buffer import encode_uint_var as encode_varint
+from aioquic.tls import CipherSuite
 
 
 class Client(QuicConnectionProtocol):
@@ -43,6 +45,17 @@ class Client(QuicConnectionProtocol):
         fut = asyncio.get_running_loop().create_future()
         self.waiting[sid] = fut
         self.results[sid] = {"path": path, "status": None, "headers": [], "body": hashlib.sha256(), "len": 0}
+        self.transmit()
+        return fut
+
+    def raw(self, payload):
+        """A request stream carrying `payload` as it is (frames and field
+        sections this client's encoder would never write)."""
+        sid = self._quic.get_next_available_stream_id()
+        self._quic.send_stream_data(sid, payload, end_stream=True)
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting[sid] = fut
+        self.results[sid] = {"path": None, "status": None, "headers": [], "body": hashlib.sha256(), "len": 0}
         self.transmit()
         return fut
 
@@ -96,6 +109,16 @@ async def run(args):
         out["cipher"] = str(quic.tls.key_schedule.cipher_suite) if quic.tls.key_schedule else None
         out["resumed"] = quic.tls.session_resumed
         out["retry"] = quic._retry_source_connection_id is not None
+        if args.raw:
+            payload = bytes.fromhex(args.raw)
+            if args.raw_section:
+                section = payload
+                payload = encode_varint(1) + encode_varint(len(section)) + section
+            try:
+                await asyncio.wait_for(client.raw(payload), args.timeout)
+            except asyncio.TimeoutError:
+                out["timeout"] = True
+            args.paths = [] if not args.paths_after_raw else args.paths
         paths = args.paths * args.repeat
         for i in range(0, len(paths), args.concurrency):
             batch = paths[i:i + args.concurrency]
@@ -103,15 +126,18 @@ async def run(args):
             if args.key_update and i == 0:
                 quic.request_key_update()
             if args.migrate and i == 0:
-                # A new local address (port) for the same connection, as
-                # a NAT rebinding looks to the server.
-                import socket
-                new = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                new.bind(("127.0.0.1", 0))
-                new.setblocking(False)
+                # A new local port for the same connection, as a NAT
+                # rebinding looks to the server: datagrams now leave from
+                # (and return to) another socket.
                 loop = asyncio.get_running_loop()
-                client._transport.close()
-                transport, _ = await loop.create_datagram_endpoint(lambda: client, sock=new)
+
+                class Forward(asyncio.DatagramProtocol):
+                    def datagram_received(self, data, addr):
+                        client.datagram_received(data, addr)
+
+                family = client._transport.get_extra_info("socket").family
+                local = ("::", 0) if family == socket.AF_INET6 else ("127.0.0.1", 0)
+                transport, _ = await loop.create_datagram_endpoint(Forward, local_addr=local, family=family)
                 client._transport = transport
                 quic.change_connection_id()
                 client.transmit()
@@ -136,7 +162,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("host")
     p.add_argument("port", type=int)
-    p.add_argument("paths", nargs="*", default=["/"])
+    p.add_argument("paths", nargs="*", default=[])
     p.add_argument("--sni")
     p.add_argument("--authority")
     p.add_argument("--cafile")
@@ -150,9 +176,12 @@ def main():
     p.add_argument("--key-update", action="store_true")
     p.add_argument("--migrate", action="store_true")
     p.add_argument("--ping-after", action="store_true")
+    p.add_argument("--raw", help="hex bytes sent as a request stream")
+    p.add_argument("--raw-section", action="store_true", help="--raw is a field section: frame it as HEADERS")
+    p.add_argument("--paths-after-raw", action="store_true")
     p.add_argument("--ticket-in")
     p.add_argument("--ticket-out")
-    args = p.parse_args()
+    args = p.parse_intermixed_args()
     try:
         asyncio.run(run(args))
     except Exception as e:  # a failed handshake or timeout, reported

@@ -22,6 +22,7 @@ mod errors;
 mod fd_exhaustion;
 mod flags;
 mod fs_races;
+mod h3;
 mod http2;
 mod http2_conformance;
 mod http2_data;

@@ -10,18 +10,17 @@ use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::path::Path;
+
+use std::time::Duration;
 
 use serde_json::Value;
-use support::{allowed_cpus, example_site, find_program, loud, poll_until, Load, Server, TempDir};
+use support::{
+    allowed_cpus, browser, example_site, find_program, loud, poll_until, Load, Server, TempDir,
+};
 
 /// Virtual time the page gets to run: about five polls of status.json.
 const VIRTUAL_TIME_MS: u32 = 5000;
-/// Wall-clock limit for one Chromium run.
-const BROWSER_DEADLINE: Duration = Duration::from_secs(60);
 
 /// GET from the admin listener (it closes after each answer): (head, body).
 fn admin_get(addr: SocketAddr, path: &str) -> (String, String) {
@@ -34,65 +33,16 @@ fn admin_get(addr: SocketAddr, path: &str) -> (String, String) {
     (head.to_owned(), body.to_owned())
 }
 
-/// Runs headless Chromium on `url` with `mode` (`--dump-dom` or
-/// `--screenshot=...`); its stdout.
-fn chromium(program: &PathBuf, profile: &TempDir, mode: &str, url: &str) -> String {
-    let mut child = Command::new(program)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--window-size=1200,800",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(format!("--virtual-time-budget={VIRTUAL_TIME_MS}"))
-        .arg(mode)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn chromium");
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let err = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let end = Instant::now() + BROWSER_DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait chromium") {
-            break status;
-        }
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "chromium ran past {BROWSER_DEADLINE:?}; stderr:\n{}",
-                err.join().unwrap()
-            );
-        }
-        thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = out.join().unwrap();
-    let stderr = err.join().unwrap();
-    assert!(
-        status.success(),
-        "chromium {mode} failed: {status}\n{stderr}"
-    );
-    stdout
+/// Runs headless Chromium (no QUIC) on `url` with `mode`.
+fn chromium(program: &Path, profile: &TempDir, mode: &str, url: &str) -> String {
+    browser::chromium(
+        program,
+        profile,
+        &["--disable-quic", "--window-size=1200,800"],
+        VIRTUAL_TIME_MS,
+        mode,
+        url,
+    )
 }
 
 /// The text content of the element whose start tag contains `id="{id}"`.

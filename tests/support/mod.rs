@@ -7,10 +7,12 @@
 #![allow(dead_code)]
 
 pub mod access_log;
+pub mod browser;
 pub mod caches;
 mod dates;
 pub mod h2;
 pub mod h2raw;
+pub mod h3;
 pub mod haproxy;
 mod http1;
 pub mod metrics;

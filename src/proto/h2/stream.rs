@@ -265,7 +265,7 @@ fn put_front(s: &mut Stream, n: usize, out: &mut Output) -> Result<(), ()> {
     if n >= REF_MIN && s.body.push_front_ref(n, out) {
         return Ok(());
     }
-    if s.body.copy_front(n, out.buf())? == Copied::FromReplaced {
+    if s.body.copy_front(n, out.buf()).map_err(|_| ())? == Copied::FromReplaced {
         // Counted by the connection as HTTP/1's are (`Conn::drive`).
         out.from_replaced += 1;
     }

@@ -1,0 +1,490 @@
+//! HTTP/3 over QUIC (`h3 = true`) against the real binary with real
+//! clients: aioquic (`tests/h3/h3probe.py`), ngtcp2's `gtlsclient` and
+//! headless Chromium. Files of every size arrive whole (SHA-256), a
+//! hundred streams share a connection, TLS responses advertise HTTP/3 with
+//! `Alt-Svc`, Retry, resumption, key update, ChaCha20 and a client that
+//! changes address all work, malformed requests get the right HTTP/3
+//! errors, the metrics and access log count HTTP/3, and a SIGTERM drains
+//! with GOAWAY while a download finishes.
+
+use crate::support;
+
+use std::path::Path;
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use support::h3::{
+    header, ngtcp2_or_skip, probe, python_or_skip, quic_addr, requests, spki_sha256,
+};
+use support::metrics::{await_value, scrape, sum};
+use support::tls::{Ca, TlsServer};
+use support::*;
+
+/// A site with files of the given sizes (`size-N.bin`, random bytes),
+/// served over TLS and HTTP/3 with `extra` flags.
+fn start(tag: &str, sizes: &[usize], extra: &[&str]) -> (Site, Ca, TlsServer, std::path::PathBuf) {
+    let site = Site::new(tag);
+    for &n in sizes {
+        site.write(&format!("size-{n}.bin"), &random_bytes(n));
+    }
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let ca_pem = ca.write(site.base());
+    let mut args = vec!["--h3"];
+    args.extend_from_slice(extra);
+    let server = TlsServer::start(&site.root, &ca, &leaf, &args);
+    (site, ca, server, ca_pem)
+}
+
+/// `n` bytes that do not compress.
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn file_sha(root: &Path, rel: &str) -> String {
+    sha256_hex(&std::fs::read(root.join(rel)).unwrap())
+}
+
+#[test]
+fn files_of_every_size_arrive_whole_over_h3() {
+    let Some(py) = python_or_skip("h3 files") else {
+        return;
+    };
+    let sizes = [0, 1, 100, 16_384, (1 << 20) + 7, 8 << 20];
+    let (site, _ca, server, ca) = start("h3-files", &sizes, &[]);
+    let addr = quic_addr(&server.server);
+    assert_eq!(
+        addr.port(),
+        server.tls_addr.port(),
+        "HTTP/3 shares the HTTPS port"
+    );
+    let mut paths: Vec<String> = sizes.iter().map(|n| format!("/size-{n}.bin")).collect();
+    paths.push("/missing".into());
+    let args: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let report = probe(&py, addr, &ca, &args);
+    assert_eq!(report["alpn"], "h3", "{report}");
+    let got = requests(&report);
+    assert_eq!(got.len(), paths.len(), "{report}");
+    for (r, n) in got.iter().zip(sizes) {
+        let rel = format!("size-{n}.bin");
+        assert_eq!(r["status"], 200, "{r}");
+        assert_eq!(r["len"], n, "{r}");
+        assert_eq!(r["sha256"], file_sha(&site.root, &rel), "{rel}");
+        assert_eq!(
+            header(r, "content-length"),
+            Some(n.to_string().as_str()),
+            "{r}"
+        );
+    }
+    let missing = &got[sizes.len()];
+    assert_eq!(missing["status"], 404, "{missing}");
+}
+
+#[test]
+fn a_hundred_streams_share_one_connection() {
+    let Some(py) = python_or_skip("h3 streams") else {
+        return;
+    };
+    let (site, _ca, server, ca) = start("h3-streams", &[4096], &[]);
+    let addr = quic_addr(&server.server);
+    let report = probe(
+        &py,
+        addr,
+        &ca,
+        &["--repeat", "100", "--concurrency", "100", "/size-4096.bin"],
+    );
+    let got = requests(&report);
+    assert_eq!(got.len(), 100);
+    let want = file_sha(&site.root, "size-4096.bin");
+    for r in got {
+        assert_eq!(
+            (r["status"].as_u64(), r["sha256"].as_str()),
+            (Some(200), Some(want.as_str())),
+            "{r}"
+        );
+    }
+    let samples = await_value(
+        server.server.admin_addr(),
+        "shardhttpd_http_requests_by_protocol_total",
+        &[("protocol", "h3")],
+        100.0,
+    );
+    assert_eq!(
+        sum(
+            &samples,
+            "shardhttpd_quic_handshakes_total",
+            &[("result", "completed")]
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn ngtcp2_downloads_60_mib_whole_with_each_cipher() {
+    let Some(client) = ngtcp2_or_skip("h3 ngtcp2") else {
+        return;
+    };
+    let n = 60 << 20;
+    let (site, _ca, server, _ca_pem) = start("h3-ngtcp2", &[n], &[]);
+    let addr = quic_addr(&server.server);
+    let want = file_sha(&site.root, &format!("size-{n}.bin"));
+    // GnuTLS priority strings: AES-128-GCM, then ChaCha20-Poly1305 alone.
+    for cipher in ["AES-128-GCM", "CHACHA20-POLY1305"] {
+        let dir = TempDir::new("h3-ngtcp2-dl");
+        let out = Command::new(&client)
+            .args([
+                "--quiet",
+                "--exit-on-all-streams-close",
+                "--key-update=300ms",
+            ])
+            .arg(format!(
+                "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+{cipher}"
+            ))
+            .arg(format!("--download={}", dir.path().display()))
+            .arg(addr.ip().to_string())
+            .arg(addr.port().to_string())
+            .arg(format!("https://localhost:{}/size-{n}.bin", addr.port()))
+            .output()
+            .expect("run gtlsclient");
+        assert!(
+            out.status.success(),
+            "gtlsclient {cipher}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = std::fs::read(dir.path().join(format!("size-{n}.bin"))).expect("the download");
+        assert_eq!(got.len(), n, "{cipher}");
+        assert_eq!(sha256_hex(&got), want, "{cipher}");
+    }
+    // HEAD: the head, with the length, and no body.
+    let out = Command::new(&client)
+        .args(["--exit-on-all-streams-close", "-m", "HEAD"])
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string())
+        .arg(format!("https://localhost:{}/size-{n}.bin", addr.port()))
+        .output()
+        .expect("run gtlsclient");
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("[:status: 200]"), "{text}");
+    assert!(text.contains(&format!("[content-length: {n}]")), "{text}");
+    assert!(
+        !text.contains("stream 0x0 body"),
+        "a HEAD answer has no body: {text}"
+    );
+}
+
+#[test]
+fn tls_responses_advertise_h3_and_cleartext_ones_do_not() {
+    let (_site, _ca, server, ca) = start("h3-alt-svc", &[], &[]);
+    let addr = quic_addr(&server.server);
+    let head = |url: String| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-D", "-", "--cacert"])
+            .arg(&ca)
+            .args([
+                "--resolve",
+                &format!("localhost:{}:127.0.0.1", server.tls_addr.port()),
+            ])
+            .arg(url)
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).to_lowercase()
+    };
+    let tls = head(format!("https://localhost:{}/", server.tls_addr.port()));
+    assert!(
+        tls.contains(&format!("alt-svc: h3=\":{}\"; ma=86400", addr.port())),
+        "{tls}"
+    );
+    let plain = head(format!("http://{}/", server.server.addr()));
+    assert!(plain.starts_with("http/1.1 200"), "{plain}");
+    assert!(!plain.contains("alt-svc"), "{plain}");
+}
+
+#[test]
+fn retry_resumption_key_update_chacha20_and_migration() {
+    let Some(py) = python_or_skip("h3 transport features") else {
+        return;
+    };
+    let (site, _ca, server, ca) = start("h3-features", &[300_000], &["--quic-retry", "true"]);
+    let addr = quic_addr(&server.server);
+    let admin = server.server.admin_addr();
+    let want = file_sha(&site.root, "size-300000.bin");
+    let ok = |report: &serde_json::Value| {
+        let got = requests(report);
+        assert!(!got.is_empty(), "{report}");
+        for r in got {
+            assert_eq!(
+                (r["status"].as_u64(), r["sha256"].as_str()),
+                (Some(200), Some(want.as_str())),
+                "{r}"
+            );
+        }
+    };
+    let tickets = TempDir::new("h3-tickets");
+    let ticket = tickets.path().join("ticket");
+    let ticket = ticket.to_str().unwrap();
+    // Retry: every new connection proves its address first.
+    let first = probe(
+        &py,
+        addr,
+        &ca,
+        &["--ticket-out", ticket, "/size-300000.bin"],
+    );
+    ok(&first);
+    assert_eq!(first["retry"], true, "{first}");
+    assert_eq!(first["resumed"], false, "{first}");
+    await_value(admin, "shardhttpd_quic_retries_total", &[], 1.0);
+    // Resumption from the first connection's ticket.
+    let second = probe(&py, addr, &ca, &["--ticket-in", ticket, "/size-300000.bin"]);
+    ok(&second);
+    assert_eq!(second["resumed"], true, "{second}");
+    // ChaCha20-Poly1305 (TLS_CHACHA20_POLY1305_SHA256 is 0x1303).
+    let chacha = probe(&py, addr, &ca, &["--chacha", "/size-300000.bin"]);
+    ok(&chacha);
+    assert_eq!(chacha["cipher"], "4867", "{chacha}");
+    // A key update, then more requests under the new keys.
+    let update = probe(
+        &py,
+        addr,
+        &ca,
+        &[
+            "--key-update",
+            "--repeat",
+            "3",
+            "--concurrency",
+            "1",
+            "/size-300000.bin",
+        ],
+    );
+    ok(&update);
+    assert_eq!(requests(&update).len(), 3);
+    // A new client address mid-connection (NAT rebinding): the
+    // connection goes on.
+    let moved = probe(
+        &py,
+        addr,
+        &ca,
+        &[
+            "--migrate",
+            "--repeat",
+            "3",
+            "--concurrency",
+            "1",
+            "/size-300000.bin",
+        ],
+    );
+    ok(&moved);
+    assert_eq!(requests(&moved).len(), 3);
+    await_value(admin, "shardhttpd_quic_migrations_total", &[], 1.0);
+    await_value(
+        admin,
+        "shardhttpd_quic_handshakes_total",
+        &[("result", "completed")],
+        5.0,
+    );
+}
+
+#[test]
+fn malformed_requests_get_the_right_http3_errors() {
+    let Some(py) = python_or_skip("h3 errors") else {
+        return;
+    };
+    let (_site, _ca, server, ca) = start("h3-errors", &[], &[]);
+    let addr = quic_addr(&server.server);
+    // `:method GET` alone: no `:scheme` or `:path`. A stream error
+    // H3_MESSAGE_ERROR; the connection serves the next request.
+    let report = probe(
+        &py,
+        addr,
+        &ca,
+        &[
+            "--raw",
+            "0000d1",
+            "--raw-section",
+            "--paths-after-raw",
+            "/index.html",
+        ],
+    );
+    let got = requests(&report);
+    assert_eq!(got[0]["reset"], 0x10e, "{report}");
+    assert_eq!(got[1]["status"], 200, "{report}");
+    // A field section that refers to a dynamic table we never allowed:
+    // the connection closes with QPACK_DECOMPRESSION_FAILED.
+    let report = probe(&py, addr, &ca, &["--raw", "0100", "--raw-section"]);
+    assert_eq!(report["terminated"]["error_code"], 0x200, "{report}");
+    // DATA before HEADERS: H3_FRAME_UNEXPECTED.
+    let report = probe(&py, addr, &ca, &["--raw", "000161"]);
+    assert_eq!(report["terminated"]["error_code"], 0x105, "{report}");
+    await_value(
+        server.server.admin_addr(),
+        "shardhttpd_h3_errors_total",
+        &[],
+        2.0,
+    );
+}
+
+#[test]
+fn the_access_log_and_metrics_say_http3() {
+    let Some(py) = python_or_skip("h3 access log") else {
+        return;
+    };
+    let site = Site::new("h3-log");
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let ca_pem = ca.write(site.base());
+    let log = site.base().join("access.log");
+    let log_arg = log.display().to_string();
+    let server = TlsServer::start(&site.root, &ca, &leaf, &["--h3", "--access-log", &log_arg]);
+    let addr = quic_addr(&server.server);
+    let report = probe(&py, addr, &ca_pem, &["/index.html", "/nope"]);
+    assert_eq!(requests(&report).len(), 2);
+    let lines = support::access_log::wait_for_lines(&log, 2);
+    assert!(
+        lines[0].contains("\"GET /index.html HTTP/3\" 200"),
+        "{lines:?}"
+    );
+    assert!(lines[1].contains("\"GET /nope HTTP/3\" 404"), "{lines:?}");
+    let samples = await_value(
+        server.server.admin_addr(),
+        "shardhttpd_http_requests_by_protocol_total",
+        &[("protocol", "h3")],
+        2.0,
+    );
+    assert_eq!(
+        sum(
+            &samples,
+            "shardhttpd_http_requests_by_protocol_total",
+            &[("protocol", "h2")]
+        ),
+        0.0
+    );
+    assert!(
+        sum(
+            &samples,
+            "shardhttpd_quic_datagrams_total",
+            &[("direction", "in")]
+        ) >= 3.0
+    );
+}
+
+#[test]
+fn sigterm_sends_goaway_and_lets_a_download_finish() {
+    let Some(py) = python_or_skip("h3 drain") else {
+        return;
+    };
+    let n = 24 << 20;
+    let (site, _ca, mut server, ca) = start("h3-drain", &[n], &["--shutdown-grace", "60s"]);
+    let addr = quic_addr(&server.server);
+    let admin = server.server.admin_addr();
+    let want = file_sha(&site.root, &format!("size-{n}.bin"));
+    let path = format!("/size-{n}.bin");
+    let download = {
+        let (py, ca) = (py.clone(), ca.clone());
+        thread::spawn(move || probe(&py, addr, &ca, &["--linger", "0.5", &path]))
+    };
+    // The request is being answered: its connection is up and data flows.
+    assert!(poll_until(Duration::from_secs(20), || {
+        let s = scrape(admin);
+        sum(
+            &s,
+            "shardhttpd_quic_handshakes_total",
+            &[("result", "completed")],
+        ) == 1.0
+            && sum(
+                &s,
+                "shardhttpd_quic_datagrams_total",
+                &[("direction", "out")],
+            ) > 100.0
+    }));
+    server.server.signal("TERM");
+    let report = download.join().unwrap();
+    let r = &requests(&report)[0];
+    assert_eq!(
+        (r["status"].as_u64(), r["len"].as_u64()),
+        (Some(200), Some(n as u64)),
+        "{report}"
+    );
+    assert_eq!(r["sha256"], want);
+    // GOAWAY, then a graceful close once the stream was done.
+    assert_eq!(report["terminated"]["error_code"], 0x100, "{report}");
+    assert!(
+        server.server.wait_exit(Duration::from_secs(30)).is_some(),
+        "the server drained and exited"
+    );
+}
+
+#[test]
+fn chromium_loads_a_page_and_its_40_assets_over_h3() {
+    let Some(browser) = find_program(&["chromium", "chromium-browser"]) else {
+        skip("h3 in Chromium: chromium not installed");
+        return;
+    };
+    let (site, _ca, server, _ca_pem) = start("h3-chromium", &[], &[]);
+    let addr = quic_addr(&server.server);
+    let mut scripts = String::new();
+    for i in 0..40 {
+        site.write(
+            &format!("a/{i}.js"),
+            b"window.loaded = (window.loaded || 0) + 1;\n",
+        );
+        scripts.push_str(&format!("<script src=\"/a/{i}.js\"></script>"));
+    }
+    site.write(
+        "page.html",
+        format!(
+            "<!doctype html><html><body><div id=out>pending</div>{scripts}<script>\n\
+             window.addEventListener('load', () => {{\n\
+               const nav = performance.getEntriesByType('navigation')[0].nextHopProtocol;\n\
+               const res = performance.getEntriesByType('resource').map(e => e.nextHopProtocol);\n\
+               document.getElementById('out').textContent =\n\
+                 'nav=' + nav + ' loaded=' + window.loaded + ' res=' + res.join(',');\n\
+             }});\n</script></body></html>"
+        )
+        .as_bytes(),
+    );
+    let leaf_cert = site.base().join("localhost.crt");
+    let spki = format!(
+        "--ignore-certificate-errors-spki-list={}",
+        spki_sha256(&leaf_cert)
+    );
+    let force = format!("--origin-to-force-quic-on=localhost:{}", addr.port());
+    let profile = TempDir::new("h3-chromium-profile");
+    let dom = browser::chromium(
+        &browser,
+        &profile,
+        &[
+            "--enable-quic",
+            &force,
+            "--host-resolver-rules=MAP localhost 127.0.0.1",
+            &spki,
+        ],
+        5000,
+        "--dump-dom",
+        &format!("https://localhost:{}/page.html", addr.port()),
+    );
+    let at = dom
+        .find("id=\"out\">")
+        .map(|i| i + 9)
+        .expect("the page's output element");
+    let out = &dom[at..at + dom[at..].find('<').unwrap()];
+    let res: Vec<&str> = out.split(" res=").nth(1).unwrap_or("").split(',').collect();
+    assert!(out.starts_with("nav=h3 loaded=40 "), "{out}");
+    assert_eq!(res.len(), 40, "{out}");
+    assert!(res.iter().all(|p| *p == "h3"), "every asset over h3: {out}");
+    await_value(
+        server.server.admin_addr(),
+        "shardhttpd_http_requests_by_protocol_total",
+        &[("protocol", "h2")],
+        0.0,
+    );
+}
