@@ -13,6 +13,7 @@ mod sites;
 pub use sites::{SiteConfig, SiteSettings, UnknownHost};
 mod suggest;
 mod tls;
+pub use tls::{QuicSettings, DEFAULT_RETRY_ABOVE};
 pub mod units;
 mod validate;
 mod values;

@@ -111,10 +111,7 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("h3", "false".into()),
         ("quic_listen", "the tls_listen addresses".into()),
         ("quic_retry", "false".into()),
-        (
-            "quic_retry_above",
-            crate::quic::DEFAULT_RETRY_ABOVE.to_string(),
-        ),
+        ("quic_retry_above", super::DEFAULT_RETRY_ABOVE.to_string()),
         (
             "h2_max_concurrent_streams",
             crate::proto::h2::DEFAULT_MAX_CONCURRENT_STREAMS.to_string(),

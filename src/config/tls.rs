@@ -126,7 +126,7 @@ pub(super) fn https(s: &Settings, has_tls: bool) -> anyhow::Result<Https> {
 pub(super) fn quic_settings(
     s: &Settings,
     tls: Option<&crate::tls::TlsSettings>,
-) -> anyhow::Result<Option<crate::quic::QuicSettings>> {
+) -> anyhow::Result<Option<QuicSettings>> {
     if s.h3 != Some(true) {
         for (key, set) in [
             ("quic_listen", s.quic_listen.is_some()),
@@ -159,11 +159,24 @@ pub(super) fn quic_settings(
     if listen.is_empty() {
         listen = tls.listen.clone();
     }
-    Ok(Some(crate::quic::QuicSettings {
+    Ok(Some(QuicSettings {
         listen,
         retry: s.quic_retry.unwrap_or(false),
-        retry_above: s
-            .quic_retry_above
-            .unwrap_or(crate::quic::DEFAULT_RETRY_ABOVE),
+        retry_above: s.quic_retry_above.unwrap_or(DEFAULT_RETRY_ABOVE),
     }))
+}
+
+/// `quic_retry_above`'s default: new handshakes a second per shard above
+/// which unvalidated clients get a Retry first.
+pub const DEFAULT_RETRY_ABOVE: u32 = 2000;
+/// The HTTP/3 settings, validated (`h3`, `quic_listen`, `quic_retry*`).
+#[derive(Debug, Clone)]
+pub struct QuicSettings {
+    /// UDP addresses (the TLS ones unless `quic_listen` names others).
+    pub listen: Vec<SocketAddr>,
+    /// Every new connection passes a stateless Retry first.
+    pub retry: bool,
+    /// Handshakes a second per shard above which unvalidated clients get
+    /// a Retry.
+    pub retry_above: u32,
 }

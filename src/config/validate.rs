@@ -106,7 +106,7 @@ pub struct Config {
     pub h2c_only: bool,
     pub h2_max_concurrent_streams: u32,
     /// HTTP/3 over QUIC; `None` without `h3`.
-    pub quic: Option<crate::quic::QuicSettings>,
+    pub quic: Option<super::QuicSettings>,
     /// Listeners expect a PROXY protocol header first.
     pub proxy_protocol: bool,
     /// Peers whose PROXY header or `real_ip_header` is believed.

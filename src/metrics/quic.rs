@@ -1,4 +1,4 @@
-//! The QUIC and HTTP/3 metric families (`crate::quic`): handshakes,
+//! The QUIC and HTTP/3 metric families (the `quic` room's counters): handshakes,
 //! datagrams, loss, Retry, migrations, steering misses, GOAWAYs, errors.
 //! HTTP/3 requests are `protocol="h3"` of the requests by protocol.
 

@@ -23,12 +23,10 @@ use quinn_proto::{
 };
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 
+use crate::config::QuicSettings;
 use crate::conn::ShardEnv;
 use conn::QConn;
 
-/// `quic_retry_above`'s default: new handshakes a second per shard above
-/// which unvalidated clients get a Retry first.
-pub const DEFAULT_RETRY_ABOVE: u32 = 2000;
 /// Most concurrent request streams a client may open
 /// (`initial_max_streams_bidi`), as h2o and Caddy allow.
 pub const MAX_STREAMS: u32 = 100;
@@ -45,18 +43,6 @@ const RECV_BATCH: usize = 16;
 const RECV_ROUNDS: usize = 8;
 /// Each receive buffer holds a GRO batch (up to 64 KiB).
 const RECV_BUF: usize = 64 * 1024;
-
-/// The HTTP/3 settings, validated (`h3`, `quic_listen`, `quic_retry*`).
-#[derive(Debug, Clone)]
-pub struct QuicSettings {
-    /// UDP addresses (the TLS ones unless `quic_listen` names others).
-    pub listen: Vec<SocketAddr>,
-    /// Every new connection passes a stateless Retry first.
-    pub retry: bool,
-    /// Handshakes a second per shard above which unvalidated clients get
-    /// a Retry.
-    pub retry_above: u32,
-}
 
 /// What every shard's endpoint shares: the QUIC server configuration (its
 /// TLS config, with ALPN `h3`; the Retry token key) and the stateless

@@ -355,7 +355,7 @@ impl QuicSockets {
 /// `Alt-Svc` says, beside HTTPS), else the port shard 0's socket got.
 pub(super) fn bind_quic(
     config: &Config,
-    settings: &crate::quic::QuicSettings,
+    settings: &crate::config::QuicSettings,
     tls_bound: &[SocketAddr],
     tls: &crate::tls::Tls,
     max_field_section: usize,

@@ -16,16 +16,18 @@ use std::path::{Path, PathBuf};
 
 /// Layers and the modules each must never name.
 const FORBIDDEN: &[(&str, &[&str])] = &[
-    ("proto", &["conn", "shard", "server"]),
-    ("serve", &["conn", "proto", "shard", "server", "io"]),
-    ("io", &["conn", "proto", "serve", "shard", "server"]),
+    ("proto", &["conn", "quic", "shard", "server"]),
+    ("serve", &["conn", "quic", "proto", "shard", "server", "io"]),
+    ("io", &["conn", "quic", "proto", "serve", "shard", "server"]),
     (
         "cache",
-        &["conn", "proto", "serve", "io", "shard", "server"],
+        &["conn", "quic", "proto", "serve", "io", "shard", "server"],
     ),
     (
         "sys",
-        &["conn", "proto", "serve", "io", "cache", "shard", "server"],
+        &[
+            "conn", "quic", "proto", "serve", "io", "cache", "shard", "server",
+        ],
     ),
 ];
 

@@ -1,7 +1,7 @@
 //! HTTP/3 (RFC 9114) sans-I/O, beside HTTP/2: the request stream's frames
 //! up to its HEADERS, the control streams' frames, QPACK with the static
 //! table (`qpack`), and a [`Response`] framed as HEADERS and DATA. The
-//! QUIC transport under it (`crate::quic`) moves the bytes.
+//! QUIC transport under it (the `quic` room) moves the bytes.
 
 pub mod frame;
 pub mod qpack;
