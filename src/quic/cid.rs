@@ -156,7 +156,10 @@ mod tests {
     fn our_ids_reach_their_shard_in_both_headers() {
         for shards in [1, 2, 7, 64, 300] {
             let prog = steer_program(shards);
-            for shard in [0, 1, shards / 2, shards - 1] {
+            for shard in [0, 1, shards / 2, shards - 1]
+                .into_iter()
+                .filter(|&s| s < shards)
+            {
                 let cid = ShardCids::new(shard).generate_cid();
                 assert_eq!(cid.len(), CID_LEN);
                 for packet in [short(&cid), long(&cid)] {
