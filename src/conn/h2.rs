@@ -85,27 +85,12 @@ impl Conn {
             Some(tls) if !env.sites.single() => tls.sni_site(env.sites),
             _ => None,
         };
-        let mut answer = Answer {
-            sites: env.sites,
-            snapshots: &mut *env.snapshots,
-            sni,
-            scratch: &mut *env.scratch,
-            id: None,
-            rec: Record {
-                cfg: env.cfg,
-                date: env.date,
-                counters: &mut *env.counters,
-                log: env.log.as_deref_mut(),
-                peer: self.peer,
-                tls: self.tls.as_deref(),
-                secure: self.tls.is_some(),
-                answered: 0,
-                now: env.now,
-            },
-        };
+        let now = env.now;
+        let tls = self.tls.as_deref();
+        let mut answer = Answer::new(env, self.peer, (tls, tls.is_some()), sni);
         let input = &io.rbuf[io.rstart..io.rend];
         let mut h2c = std::mem::take(&mut answer.rec.counters.h2);
-        let (used, recv) = h2.recv(input, &mut io.out, &mut answer, &mut h2c, env.now);
+        let (used, recv) = h2.recv(input, &mut io.out, &mut answer, &mut h2c, now);
         let answered = answer.rec.answered;
         // Counted here: `answer` saw the shard's H2 counters taken out.
         h2c.requests += answered as u64;
@@ -400,6 +385,19 @@ impl<'a> Answer<'a> {
     /// The answerer of an HTTP/3 connection from `peer`, whose SNI chose
     /// `sni` (a site), on the shard's `env`.
     pub fn for_h3(env: &'a mut ShardEnv<'_>, peer: std::net::SocketAddr, sni: Option<u32>) -> Self {
+        Answer::new(env, Peer::new(Some(peer)), (None, true), sni)
+    }
+
+    /// The answerer of a connection from `peer` on the shard's `env`:
+    /// `(tls, secure)` is its TCP TLS session, for the access log, and
+    /// whether it is encrypted at all (QUIC is, without one); `sni` the
+    /// site its SNI chose.
+    fn new(
+        env: &'a mut ShardEnv<'_>,
+        peer: Peer,
+        (tls, secure): (Option<&'a TlsConn>, bool),
+        sni: Option<u32>,
+    ) -> Self {
         Answer {
             sites: env.sites,
             snapshots: &mut *env.snapshots,
@@ -411,9 +409,9 @@ impl<'a> Answer<'a> {
                 date: env.date,
                 counters: &mut *env.counters,
                 log: env.log.as_deref_mut(),
-                peer: Peer::new(Some(peer)),
-                tls: None,
-                secure: true,
+                peer,
+                tls,
+                secure,
                 answered: 0,
                 now: env.now,
             },

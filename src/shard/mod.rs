@@ -193,6 +193,32 @@ struct Shard {
     quic: Option<Quic>,
 }
 
+/// The shard's environment for a connection or the QUIC endpoint at
+/// `now`, borrowing the shard's fields one by one (so the connection slab
+/// or the endpoint can be borrowed beside it).
+macro_rules! shard_env {
+    ($shard:ident, $now:expr) => {
+        ShardEnv {
+            cfg: &$shard.cfg,
+            sites: &$shard.shared.sites,
+            snapshots: &mut $shard.snapshots,
+            date: &$shard.date,
+            scratch: &mut $shard.scratch,
+            pool: &mut $shard.pool,
+            counters: &mut $shard.counters,
+            log: $shard.log.as_mut(),
+            now: $now,
+            stop: if $shard.draining.is_some() {
+                Stop::Draining
+            } else if $shard.closing {
+                Stop::Closing
+            } else {
+                Stop::Serving
+            },
+        }
+    };
+}
+
 impl Shard {
     fn new(spec: ShardSpec) -> io::Result<Shard> {
         let (mut poller, why) = Poller::new(spec.io)?;
@@ -457,24 +483,7 @@ impl Shard {
         let Some(quic) = self.quic.as_mut() else {
             return;
         };
-        let mut env = ShardEnv {
-            cfg: &self.cfg,
-            sites: &self.shared.sites,
-            snapshots: &mut self.snapshots,
-            date: &self.date,
-            scratch: &mut self.scratch,
-            pool: &mut self.pool,
-            counters: &mut self.counters,
-            log: self.log.as_mut(),
-            now,
-            stop: if self.draining.is_some() {
-                Stop::Draining
-            } else if self.closing {
-                Stop::Closing
-            } else {
-                Stop::Serving
-            },
-        };
+        let mut env = shard_env!(self, now);
         f(quic, &mut env);
     }
 
@@ -695,24 +704,7 @@ impl Shard {
         let Some(conn) = self.conns.get_mut(token) else {
             return;
         };
-        let mut env = ShardEnv {
-            cfg: &self.cfg,
-            sites: &self.shared.sites,
-            snapshots: &mut self.snapshots,
-            date: &self.date,
-            scratch: &mut self.scratch,
-            pool: &mut self.pool,
-            counters: &mut self.counters,
-            log: self.log.as_mut(),
-            now,
-            stop: if self.draining.is_some() {
-                Stop::Draining
-            } else if self.closing {
-                Stop::Closing
-            } else {
-                Stop::Serving
-            },
-        };
+        let mut env = shard_env!(self, now);
         match f(conn, &mut env) {
             Some(Step::Keep) => {
                 // Keep a live wheel entry at or before the deadline.

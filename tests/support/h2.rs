@@ -70,24 +70,27 @@ impl Target {
 /// venv `.ci/run` makes (`.ci/venv/bin/python`), else `python3` on PATH.
 pub fn python() -> Option<PathBuf> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            let mut candidates: Vec<PathBuf> = Vec::new();
-            if let Some(p) = std::env::var_os("SHARDHTTPD_TEST_PYTHON") {
-                candidates.push(p.into());
-            }
-            candidates.push(repo().join(".ci/venv/bin/python"));
-            candidates.extend(find_program(&["python3"]));
-            candidates.into_iter().find(|py| {
-                Command::new(py)
-                    .args(["-c", "import h2, hpack"])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            })
-        })
-        .clone()
+    FOUND.get_or_init(|| python_importing("h2, hpack")).clone()
+}
+
+/// The first interpreter that can import `modules`: `$SHARDHTTPD_TEST_PYTHON`,
+/// else the venv `.ci/run` makes (`.ci/venv/bin/python`), else `python3`
+/// on PATH.
+pub fn python_importing(modules: &str) -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("SHARDHTTPD_TEST_PYTHON") {
+        candidates.push(p.into());
+    }
+    candidates.push(repo().join(".ci/venv/bin/python"));
+    candidates.extend(find_program(&["python3"]));
+    candidates.into_iter().find(|py| {
+        Command::new(py)
+            .args(["-c", &format!("import {modules}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
 }
 
 /// [`python`], or a loud skip naming `what`.

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -27,22 +27,7 @@ pub fn quic_addr(server: &Server) -> SocketAddr {
 pub fn python() -> Option<PathBuf> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
     FOUND
-        .get_or_init(|| {
-            let mut candidates: Vec<PathBuf> = Vec::new();
-            if let Some(p) = std::env::var_os("SHARDHTTPD_TEST_PYTHON") {
-                candidates.push(p.into());
-            }
-            candidates.push(repo().join(".ci/venv/bin/python"));
-            candidates.extend(find_program(&["python3"]));
-            candidates.into_iter().find(|py| {
-                Command::new(py)
-                    .args(["-c", "import aioquic"])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            })
-        })
+        .get_or_init(|| super::h2::python_importing("aioquic"))
         .clone()
 }
 
