@@ -20,6 +20,10 @@
 
 use quinn_proto::{ConnectionId, ConnectionIdGenerator};
 
+use crate::shard::steer::{
+    BPF_A, BPF_ABS, BPF_B, BPF_H, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_JSET, BPF_K, BPF_LD,
+    BPF_RET,
+};
 use crate::sys::Insn;
 
 /// Bytes of every connection ID the server issues.
@@ -73,15 +77,14 @@ pub fn shard_of(packet: &[u8]) -> Option<usize> {
     Some(usize::from(u16::from_be_bytes([id[0], id[1]])))
 }
 
-// Opcodes of linux/bpf_common.h: stable kernel ABI.
-const LD_B_ABS: u16 = 0x30;
-const LD_H_ABS: u16 = 0x28;
-const JMP_JA: u16 = 0x05;
-const JMP_JEQ_K: u16 = 0x15;
-const JMP_JGE_K: u16 = 0x35;
-const JMP_JSET_K: u16 = 0x45;
-const RET_A: u16 = 0x16;
-const RET_K: u16 = 0x06;
+const LD_B_ABS: u16 = BPF_LD | BPF_B | BPF_ABS;
+const LD_H_ABS: u16 = BPF_LD | BPF_H | BPF_ABS;
+const JMP_JA: u16 = BPF_JMP | BPF_JA;
+const JMP_JEQ_K: u16 = BPF_JMP | BPF_JEQ | BPF_K;
+const JMP_JGE_K: u16 = BPF_JMP | BPF_JGE | BPF_K;
+const JMP_JSET_K: u16 = BPF_JMP | BPF_JSET | BPF_K;
+const RET_A: u16 = BPF_RET | BPF_A;
+const RET_K: u16 = BPF_RET | BPF_K;
 
 /// An index no group has: the kernel falls back to its flow hash.
 const NO_INDEX: u32 = u32::MAX;

@@ -74,6 +74,8 @@ pub struct QConn {
     goaway: bool,
     closing: bool,
     fields: Fields,
+    /// Scratch for a response's field section.
+    section: Vec<u8>,
     /// Why it closed, counted when it is gone.
     lost: Option<ConnectionError>,
 }
@@ -97,6 +99,7 @@ impl QConn {
             goaway: false,
             closing: false,
             fields: Fields::default(),
+            section: Vec::new(),
             lost: None,
         }
     }
@@ -294,9 +297,12 @@ impl QConn {
             let (used, event) = r.reader.read(&r.buf, max_section)?;
             match event {
                 Some(H3Event::Headers(range)) => {
-                    let payload = r.buf[range].to_vec();
-                    r.buf.drain(..used);
-                    if !self.answer(i, &payload, env)? {
+                    // Lent out while the answer borrows the connection.
+                    let mut buf = std::mem::take(&mut r.buf);
+                    let answered = self.answer(i, &buf[range], env);
+                    buf.drain(..used);
+                    self.reqs[i].buf = buf;
+                    if !answered? {
                         return Ok(false);
                     }
                 }
@@ -359,7 +365,7 @@ impl QConn {
         } else {
             answer.respond(&req, &self.fields)
         };
-        h3::headers(&resp, &mut r.out);
+        h3::headers(&resp, &mut self.section, &mut r.out);
         r.body.set(&resp.body);
         r.answered = true;
         env.counters.quic.requests += 1;
@@ -371,7 +377,7 @@ impl QConn {
         let r = &mut self.reqs[i];
         let mut answer = Answer::for_h3(env, self.remote, self.sni);
         let resp = answer.refuse(status, message);
-        h3::headers(&resp, &mut r.out);
+        h3::headers(&resp, &mut self.section, &mut r.out);
         r.body.set(&resp.body);
         r.answered = true;
         env.counters.quic.requests += 1;

@@ -191,6 +191,21 @@ impl<'a> Response<'a> {
         &self.pieces[..self.len as usize]
     }
 
+    /// The head's pieces without the HTTP/1 status line the first may
+    /// begin with: only `Name: value\r\n` lines, for the protocols that
+    /// send the status as a field.
+    pub fn field_pieces(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        let skip = self.status_line;
+        self.pieces().iter().enumerate().map(move |(i, &piece)| {
+            if skip && i == 0 {
+                let eol = memchr::memchr(b'\n', piece).map_or(piece.len(), |e| e + 1);
+                &piece[eol..]
+            } else {
+                piece
+            }
+        })
+    }
+
     /// Whether the first piece begins with the HTTP/1 status line.
     #[inline]
     pub fn has_status_line(&self) -> bool {

@@ -14,17 +14,23 @@
 
 pub use crate::sys::Insn;
 
-// Opcodes of linux/bpf_common.h: stable kernel ABI.
-const BPF_LD: u16 = 0x00;
-const BPF_W: u16 = 0x00;
-const BPF_ABS: u16 = 0x20;
-const BPF_ALU: u16 = 0x04;
-const BPF_MOD: u16 = 0x90;
-const BPF_JMP: u16 = 0x05;
-const BPF_JEQ: u16 = 0x10;
-const BPF_K: u16 = 0x00;
-const BPF_RET: u16 = 0x06;
-const BPF_A: u16 = 0x10;
+// Opcodes of linux/bpf_common.h: stable kernel ABI (also composed by
+// `quic::cid`'s program).
+pub const BPF_LD: u16 = 0x00;
+pub const BPF_W: u16 = 0x00;
+pub const BPF_H: u16 = 0x08;
+pub const BPF_B: u16 = 0x10;
+pub const BPF_ABS: u16 = 0x20;
+pub const BPF_ALU: u16 = 0x04;
+pub const BPF_MOD: u16 = 0x90;
+pub const BPF_JMP: u16 = 0x05;
+pub const BPF_JA: u16 = 0x00;
+pub const BPF_JEQ: u16 = 0x10;
+pub const BPF_JGE: u16 = 0x30;
+pub const BPF_JSET: u16 = 0x40;
+pub const BPF_K: u16 = 0x00;
+pub const BPF_RET: u16 = 0x06;
+pub const BPF_A: u16 = 0x10;
 /// `SKF_AD_OFF + SKF_AD_CPU`: the ancillary load of the current CPU id
 /// (`raw_smp_processor_id()`: the CPU running the SYN's softirq).
 const LD_CPU: u32 = (-0x1000i32 + 36) as u32;

@@ -32,6 +32,7 @@ class Client(QuicConnectionProtocol):
         self.waiting = {}
         self.results = {}
         self.terminated = None
+        self.closed = asyncio.get_running_loop().create_future()
 
     def request(self, method, authority, path, headers):
         sid = self._quic.get_next_available_stream_id()
@@ -62,6 +63,8 @@ class Client(QuicConnectionProtocol):
     def quic_event_received(self, event):
         if isinstance(event, ConnectionTerminated):
             self.terminated = {"error_code": event.error_code, "reason": event.reason_phrase}
+            if not self.closed.done():
+                self.closed.set_result(None)
             for fut in self.waiting.values():
                 if not fut.done():
                     fut.set_result(None)
@@ -145,10 +148,9 @@ async def run(args):
         for sid, r in sorted(client.results.items()):
             r["sha256"] = r.pop("body").hexdigest()
             out["requests"].append(r)
-        if args.ping_after:
-            await asyncio.sleep(0)
-        out["terminated"] = client.terminated
-        await asyncio.sleep(args.linger)
+        if args.await_close:
+            # The server closes (a drain): wait for its CONNECTION_CLOSE.
+            await asyncio.wait_for(asyncio.shield(client.closed), args.timeout)
         out["terminated"] = client.terminated
     if args.ticket_out and tickets:
         import pickle
@@ -171,11 +173,10 @@ def main():
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--timeout", type=float, default=20)
-    p.add_argument("--linger", type=float, default=0)
+    p.add_argument("--await-close", action="store_true", help="wait for the server to close the connection")
     p.add_argument("--chacha", action="store_true")
     p.add_argument("--key-update", action="store_true")
     p.add_argument("--migrate", action="store_true")
-    p.add_argument("--ping-after", action="store_true")
     p.add_argument("--raw", help="hex bytes sent as a request stream")
     p.add_argument("--raw-section", action="store_true", help="--raw is a field section: frame it as HEADERS")
     p.add_argument("--paths-after-raw", action="store_true")

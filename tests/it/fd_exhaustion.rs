@@ -54,19 +54,6 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS in /proc/PID/status")
 }
 
-/// Incompressible bytes, different for each `seed`.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// An idle shard lets go of a replaced snapshot within a tick or so: RSS
 /// falls back to one generation's worth after a rebuild of a 32 MiB root,
 /// with no connection arriving after the swap.

@@ -26,7 +26,7 @@ use support::*;
 fn start(tag: &str, sizes: &[usize], extra: &[&str]) -> (Site, Ca, TlsServer, std::path::PathBuf) {
     let site = Site::new(tag);
     for &n in sizes {
-        site.write(&format!("size-{n}.bin"), &random_bytes(n));
+        site.write(&format!("size-{n}.bin"), &noise(n as u64, n));
     }
     let ca = Ca::new();
     let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
@@ -35,19 +35,6 @@ fn start(tag: &str, sizes: &[usize], extra: &[&str]) -> (Site, Ca, TlsServer, st
     args.extend_from_slice(extra);
     let server = TlsServer::start(&site.root, &ca, &leaf, &args);
     (site, ca, server, ca_pem)
-}
-
-/// `n` bytes that do not compress.
-fn random_bytes(n: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn file_sha(root: &Path, rel: &str) -> String {
@@ -390,7 +377,7 @@ fn sigterm_sends_goaway_and_lets_a_download_finish() {
     let path = format!("/size-{n}.bin");
     let download = {
         let (py, ca) = (py.clone(), ca.clone());
-        thread::spawn(move || probe(&py, addr, &ca, &["--linger", "0.5", &path]))
+        thread::spawn(move || probe(&py, addr, &ca, &["--await-close", &path]))
     };
     // The request is being answered: its connection is up and data flows.
     assert!(poll_until(Duration::from_secs(20), || {

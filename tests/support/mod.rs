@@ -447,3 +447,16 @@ pub fn decode_body(encoding: Option<&str>, body: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// Incompressible bytes, different for each `seed`.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -253,14 +253,7 @@ impl Encoder {
     pub fn response(&mut self, resp: &Response<'_>, out: &mut Vec<u8>) {
         self.begin(out);
         self.status(resp.status.code(), out);
-        let mut skip = resp.has_status_line();
-        for &piece in resp.pieces() {
-            let mut lines = piece;
-            if skip {
-                skip = false;
-                let eol = memchr::memchr(b'\n', lines).map_or(lines.len(), |e| e + 1);
-                lines = &lines[eol..];
-            }
+        for lines in resp.field_pieces() {
             self.lines(lines, out);
         }
         self.lines(resp.date.line(), out);

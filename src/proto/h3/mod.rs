@@ -111,12 +111,13 @@ pub fn request_of(fields: &Fields) -> Result<Request<'_>, Bad> {
     }
 }
 
-/// The response's HEADERS frame.
-pub fn headers(resp: &Response<'_>, out: &mut Vec<u8>) {
-    let mut section = Vec::with_capacity(256);
-    qpack::encode(resp, &mut section);
+/// The response's HEADERS frame, its field section encoded in `section`
+/// (a reused scratch) first: the frame's length goes before it.
+pub fn headers(resp: &Response<'_>, section: &mut Vec<u8>, out: &mut Vec<u8>) {
+    section.clear();
+    qpack::encode(resp, section);
     frame::put_head(out, frame::HEADERS, section.len());
-    out.extend_from_slice(&section);
+    out.extend_from_slice(section);
 }
 
 #[cfg(test)]

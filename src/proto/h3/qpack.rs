@@ -258,15 +258,8 @@ pub fn encode(resp: &Response<'_>, out: &mut Vec<u8>) {
             literal(out, &digits, 7, 0);
         }
     }
-    let mut skip = resp.has_status_line();
     let mut name = Vec::with_capacity(32);
-    for &piece in resp.pieces() {
-        let mut lines = piece;
-        if skip {
-            skip = false;
-            let eol = memchr::memchr(b'\n', lines).map_or(lines.len(), |e| e + 1);
-            lines = &lines[eol..];
-        }
+    for lines in resp.field_pieces() {
         lines_into(lines, &mut name, out);
     }
     lines_into(resp.date.line(), &mut name, out);
