@@ -7,17 +7,7 @@ use super::*;
 /// `tls_*`: listeners need a certificate, a certificate needs its key.
 pub(super) fn tls_settings(s: &Settings) -> anyhow::Result<Option<crate::tls::TlsSettings>> {
     let pairs = cert_pairs(s)?;
-    let mut listen: Vec<SocketAddr> = Vec::new();
-    for a in s.tls_listen.iter().flatten() {
-        for addr in a
-            .resolve()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("tls_listen")))?
-        {
-            if !listen.contains(&addr) {
-                listen.push(addr);
-            }
-        }
-    }
+    let listen = resolve_all(s, "tls_listen", s.tls_listen.as_deref())?;
     if listen.is_empty() {
         // Point at what is configured, since `tls_listen` is not.
         let given = [
@@ -145,17 +135,7 @@ pub(super) fn quic_settings(
             s.name("h3")
         );
     };
-    let mut listen: Vec<SocketAddr> = Vec::new();
-    for a in s.quic_listen.iter().flatten() {
-        for addr in a
-            .resolve()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name("quic_listen")))?
-        {
-            if !listen.contains(&addr) {
-                listen.push(addr);
-            }
-        }
-    }
+    let mut listen = resolve_all(s, "quic_listen", s.quic_listen.as_deref())?;
     if listen.is_empty() {
         listen = tls.listen.clone();
     }
@@ -179,4 +159,24 @@ pub struct QuicSettings {
     /// Handshakes a second per shard above which unvalidated clients get
     /// a Retry.
     pub retry_above: u32,
+}
+
+/// Every address `key` lists, resolved, each once, in order.
+fn resolve_all(
+    s: &Settings,
+    key: &'static str,
+    list: Option<&[Address]>,
+) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut out: Vec<SocketAddr> = Vec::new();
+    for a in list.into_iter().flatten() {
+        for addr in a
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", s.name(key)))?
+        {
+            if !out.contains(&addr) {
+                out.push(addr);
+            }
+        }
+    }
+    Ok(out)
 }
