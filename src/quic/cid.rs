@@ -20,11 +20,10 @@
 
 use quinn_proto::{ConnectionId, ConnectionIdGenerator};
 
-use crate::shard::steer::{
-    BPF_A, BPF_ABS, BPF_B, BPF_H, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_JSET, BPF_K, BPF_LD,
+use crate::sys::bpf::{
+    Insn, BPF_A, BPF_ABS, BPF_B, BPF_H, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_JSET, BPF_K, BPF_LD,
     BPF_RET,
 };
-use crate::sys::Insn;
 
 /// Bytes of every connection ID the server issues.
 pub const CID_LEN: usize = 12;
@@ -92,7 +91,7 @@ const NO_INDEX: u32 = u32::MAX;
 /// The steering program for a group of `shards` sockets, socket `i`
 /// being shard `i`'s.
 pub fn steer_program(shards: usize) -> Vec<Insn> {
-    let insn = |code, jt, jf, k| Insn { code, jt, jf, k };
+    let insn = Insn::new;
     vec![
         insn(LD_B_ABS, 0, 0, 0),
         // Long header: to 4.

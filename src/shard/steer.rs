@@ -12,25 +12,10 @@
 //! index (a listener closed while draining) the kernel ignores the answer
 //! and falls back to its flow hash.
 
-pub use crate::sys::Insn;
+use crate::sys::bpf::{
+    Insn, BPF_A, BPF_ABS, BPF_ALU, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_MOD, BPF_RET, BPF_W,
+};
 
-// Opcodes of linux/bpf_common.h: stable kernel ABI (also composed by
-// `quic::cid`'s program).
-pub const BPF_LD: u16 = 0x00;
-pub const BPF_W: u16 = 0x00;
-pub const BPF_H: u16 = 0x08;
-pub const BPF_B: u16 = 0x10;
-pub const BPF_ABS: u16 = 0x20;
-pub const BPF_ALU: u16 = 0x04;
-pub const BPF_MOD: u16 = 0x90;
-pub const BPF_JMP: u16 = 0x05;
-pub const BPF_JA: u16 = 0x00;
-pub const BPF_JEQ: u16 = 0x10;
-pub const BPF_JGE: u16 = 0x30;
-pub const BPF_JSET: u16 = 0x40;
-pub const BPF_K: u16 = 0x00;
-pub const BPF_RET: u16 = 0x06;
-pub const BPF_A: u16 = 0x10;
 /// `SKF_AD_OFF + SKF_AD_CPU`: the ancillary load of the current CPU id
 /// (`raw_smp_processor_id()`: the CPU running the SYN's softirq).
 const LD_CPU: u32 = (-0x1000i32 + 36) as u32;
@@ -44,19 +29,15 @@ pub fn cpu_program(cpus: &[usize]) -> Vec<Insn> {
     let n = cpus.len().max(1) as u32;
     let table = cpus.len().min((MAX_INSNS - 3) / 2);
     let mut prog = Vec::with_capacity(3 + 2 * table);
-    prog.push(insn(BPF_LD | BPF_W | BPF_ABS, 0, 0, LD_CPU));
+    prog.push(Insn::new(BPF_LD | BPF_W | BPF_ABS, 0, 0, LD_CPU));
     for (i, &cpu) in cpus.iter().take(table).enumerate() {
         // Equal: fall through to `ret #i`; otherwise skip it.
-        prog.push(insn(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, cpu as u32));
-        prog.push(insn(BPF_RET | BPF_K, 0, 0, i as u32));
+        prog.push(Insn::new(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, cpu as u32));
+        prog.push(Insn::new(BPF_RET | BPF_K, 0, 0, i as u32));
     }
-    prog.push(insn(BPF_ALU | BPF_MOD | BPF_K, 0, 0, n));
-    prog.push(insn(BPF_RET | BPF_A, 0, 0, 0));
+    prog.push(Insn::new(BPF_ALU | BPF_MOD | BPF_K, 0, 0, n));
+    prog.push(Insn::new(BPF_RET | BPF_A, 0, 0, 0));
     prog
-}
-
-fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
-    Insn { code, jt, jf, k }
 }
 
 #[cfg(test)]

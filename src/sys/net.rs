@@ -175,20 +175,14 @@ pub fn set_incoming_cpu(socket: &impl AsRawFd, cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// One classic BPF instruction (`struct sock_filter` of `linux/filter.h`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Insn {
-    pub code: u16,
-    pub jt: u8,
-    pub jf: u8,
-    pub k: u32,
-}
-
 /// `SO_ATTACH_REUSEPORT_CBPF`: the classic BPF `program` chooses, per
 /// incoming connection, the index of the listener in `socket`'s
 /// `SO_REUSEPORT` group (the kernel falls back to its hash when the index is
 /// out of range). The kernel copies the program; it need not outlive the call.
-pub fn attach_reuseport_cbpf(socket: &impl AsRawFd, program: &[Insn]) -> io::Result<()> {
+pub fn attach_reuseport_cbpf(
+    socket: &impl AsRawFd,
+    program: &[super::bpf::Insn],
+) -> io::Result<()> {
     let mut filter: Vec<libc::sock_filter> = program
         .iter()
         .map(|i| libc::sock_filter {
