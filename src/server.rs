@@ -19,6 +19,7 @@ mod signals;
 mod sockets;
 
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -40,7 +41,7 @@ use crate::serve::sites::{Site, Sites};
 use crate::shard::{self, ShardSpec, Shared};
 use crate::sys::EventFd;
 use crate::tls::Tls;
-use crate::upgrade::{Inherited, Kind, Passed};
+use crate::upgrade::{Inherited, Kind, Passed, QuicPassed};
 
 use signals::{Actions, Relaunch, Stopped, UpgradeState};
 use sockets::{Addrs, Listening, Lists};
@@ -78,6 +79,7 @@ pub fn run(config: Config, source: reload::Source) -> anyhow::Result<()> {
             metrics: &serving.metrics,
             handover: &serving.handover,
             claims: &serving.claims.handover_list(),
+            quic: serving.quic_handover.as_ref().map(|(passed, _)| passed),
         },
     )?;
     drain(&config, serving, stopped);
@@ -370,6 +372,8 @@ struct Serving {
     shards: Shards,
     /// What a SIGUSR2 upgrade hands over (see `sockets::handover_list`).
     handover: Vec<(Passed, TcpListener)>,
+    /// HTTP/3's part of it (see `sockets::bind_quic`).
+    quic_handover: Option<(QuicPassed, Vec<OwnedFd>)>,
     upgrade: Arc<UpgradeState>,
     rebuild_tx: std::sync::mpsc::SyncSender<()>,
 }
@@ -384,7 +388,7 @@ fn serve(
     built: Built,
 ) -> anyhow::Result<Serving> {
     let Bound {
-        inherited,
+        mut inherited,
         addrs,
         claims,
         metrics,
@@ -404,13 +408,22 @@ fn serve(
                 .context("spawning the watcher thread")?;
         }
     }
-    let quic = match (&config.quic, tls.as_ref()) {
+    let mut quic = match (&config.quic, tls.as_ref()) {
         (Some(settings), Some(tls)) => Some(
-            sockets::bind_quic(config, settings, addrs.tls(), tls, conn_max_section(config))
-                .context("binding the QUIC sockets")?,
+            sockets::bind_quic(
+                config,
+                settings,
+                addrs.tls(),
+                tls,
+                conn_max_section(config),
+                &mut inherited,
+            )
+            .context("binding the QUIC sockets")?,
         ),
         _ => None,
     };
+    inherited.close_quic_rest();
+    let quic_handover = quic.as_mut().and_then(|q| q.handover.take());
     let alt_svc = quic.as_ref().map_or_else(String::new, |q| q.alt_svc());
     let shared = Arc::new(Shared {
         sites: Arc::new(site_table(config, &stores, &alt_svc)),
@@ -418,6 +431,7 @@ fn serve(
         draining: AtomicBool::new(false),
         shutdown_grace: config.shutdown_grace,
         sweep: std::sync::Mutex::new(Vec::new()),
+        quic_handed_over: AtomicBool::new(false),
     });
     let listening = sockets::start_listening(per_shard, config.backlog)?;
     let handover = sockets::handover_list(&listening, admin_dup)?;
@@ -468,6 +482,7 @@ fn serve(
         shared,
         shards,
         handover,
+        quic_handover,
         upgrade,
         rebuild_tx,
     })
@@ -585,6 +600,7 @@ fn drain(config: &Config, serving: Serving, stopped: Stopped) {
         shared,
         shards: Shards { wakers, threads },
         handover,
+        quic_handover,
         upgrade,
         ..
     } = serving;
@@ -608,6 +624,17 @@ fn drain(config: &Config, serving: Serving, stopped: Stopped) {
                 .map(|(p, _)| p.addr)
                 .collect();
             *shared.sweep.lock().unwrap_or_else(|e| e.into_inner()) = sweep;
+            // The new process reads the QUIC sockets now and forwards what
+            // belongs to this one's connections.
+            let quic_adopted = quic_handover.as_ref().is_some_and(|(passed, _)| {
+                passed
+                    .udp
+                    .iter()
+                    .any(|(fd, _, _)| ready.adopted.contains(fd))
+            });
+            shared
+                .quic_handed_over
+                .store(quic_adopted, Ordering::Release);
             metrics.handed_over.store(true, Ordering::Release);
             metrics.draining.store(true, Ordering::Release);
             tracing::info!(new_pid = ready.pid, "handed over; draining");

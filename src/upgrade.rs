@@ -7,20 +7,27 @@
 //! starts its shards, and then writes `ready pid=… adopted=fd,…` on the pipe
 //! named in [`READY_FD_ENV`]. Only then does the old process stop accepting
 //! and drain. The sockets never close in between, so the kernel's accept
-//! queues carry over: no connection is refused or reset.
+//! queues carry over: no connection is refused or reset. HTTP/3's UDP
+//! sockets go across too (`udp`), with a way back for the packets of the
+//! QUIC connections the old process keeps while it drains.
+
+mod udp;
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+pub use udp::QuicPassed;
+use udp::{InheritedQuic, QUIC_FDS_ENV};
 
 /// The inherited listening sockets: `fd=kind/shard/address`, `;`-separated.
 pub const LISTEN_FDS_ENV: &str = "SHARDHTTPD_LISTEN_FDS";
@@ -68,6 +75,15 @@ impl Kind {
             _ => None,
         }
     }
+}
+
+/// What an upgrade hands the new process: the listening sockets, the
+/// claims on their addresses and HTTP/3's sockets (fds this process keeps
+/// open meanwhile).
+pub struct Handed {
+    pub sockets: Vec<Passed>,
+    pub claims: Vec<(RawFd, SocketAddr)>,
+    pub quic: Option<QuicPassed>,
 }
 
 /// One socket named in [`LISTEN_FDS_ENV`].
@@ -141,6 +157,7 @@ pub struct Inherited {
     /// The addresses of the sockets adopted.
     adopted_addrs: Vec<SocketAddr>,
     claims: Vec<(SocketAddr, UnixListener)>,
+    quic: Option<InheritedQuic>,
 }
 
 impl Inherited {
@@ -155,6 +172,7 @@ impl Inherited {
             adopted: Vec::new(),
             adopted_addrs: Vec::new(),
             claims: Vec::new(),
+            quic: None,
         };
         if let Some(fd) = std::env::var_os(READY_FD_ENV) {
             let fd: RawFd = fd
@@ -175,6 +193,12 @@ impl Inherited {
                     .with_context(|| format!("{CLAIM_FDS_ENV}: fd {fd}"))?;
                 inherited.claims.push((addr, taken));
             }
+        }
+        if let Some(list) = std::env::var_os(QUIC_FDS_ENV) {
+            let list = list
+                .into_string()
+                .map_err(|_| anyhow::anyhow!("{QUIC_FDS_ENV}: not UTF-8"))?;
+            inherited.quic = Some(InheritedQuic::take(udp::decode(&list)?)?);
         }
         let Some(list) = std::env::var_os(LISTEN_FDS_ENV) else {
             return Ok(inherited);
@@ -237,6 +261,26 @@ impl Inherited {
         Some(listener)
     }
 
+    /// This process's QUIC generation: one past its predecessor's, 0 for
+    /// a process started afresh.
+    pub fn quic_generation(&self) -> u8 {
+        self.quic.as_ref().map_or(0, InheritedQuic::generation)
+    }
+
+    /// The passed UDP sockets for `want`, in shard order, when the old
+    /// process ran `shards` shards too (see `InheritedQuic::take_udp`).
+    pub fn take_quic(&mut self, want: SocketAddr, shards: usize) -> Option<Vec<UdpSocket>> {
+        self.quic
+            .as_mut()?
+            .take_udp(want, shards, &mut self.adopted)
+    }
+
+    /// The old process's generation and its shards' inboxes, once some
+    /// QUIC sockets were taken over.
+    pub fn take_quic_forward(&mut self) -> Option<(u8, Vec<UnixDatagram>)> {
+        self.quic.as_mut()?.take_forward()
+    }
+
     /// The claims on the addresses this process adopted (call after the
     /// `take_` calls); the claims on the others close here, and are
     /// released when the old process exits.
@@ -259,6 +303,12 @@ impl Inherited {
             );
         }
         self.admin = None;
+    }
+
+    /// Close the QUIC sockets no address took (call after `take_quic`):
+    /// kept, they would hold their places in the groups unread.
+    pub fn close_quic_rest(&mut self) {
+        self.quic = None;
     }
 
     /// Tell the old process this one is serving, naming the fds adopted.
@@ -306,8 +356,7 @@ pub struct Ready {
 pub fn start(
     binary: &Path,
     args: &[OsString],
-    passed: &[Passed],
-    claims: &[(RawFd, SocketAddr)],
+    handed: &Handed,
     timeout: Duration,
     cancel: &AtomicBool,
     env: &[(&str, &str)],
@@ -317,15 +366,20 @@ pub fn start(
     cmd.args(args)
         .env_remove(crate::reload::RELOAD_ENV)
         .envs(env.iter().copied())
-        .env(LISTEN_FDS_ENV, encode(passed))
-        .env(CLAIM_FDS_ENV, encode_claims(claims))
+        .env(LISTEN_FDS_ENV, encode(&handed.sockets))
+        .env(CLAIM_FDS_ENV, encode_claims(&handed.claims))
         .env(READY_FD_ENV, write_end.as_raw_fd().to_string())
         .stdin(Stdio::null());
     for k in ACTIVATION_ENV {
         cmd.env_remove(k);
     }
-    let mut fds: Vec<RawFd> = passed.iter().map(|p| p.fd).collect();
-    fds.extend(claims.iter().map(|&(fd, _)| fd));
+    match &handed.quic {
+        Some(quic) => cmd.env(QUIC_FDS_ENV, udp::encode(quic)),
+        None => cmd.env_remove(QUIC_FDS_ENV),
+    };
+    let mut fds: Vec<RawFd> = handed.sockets.iter().map(|p| p.fd).collect();
+    fds.extend(handed.claims.iter().map(|&(fd, _)| fd));
+    fds.extend(handed.quic.iter().flat_map(QuicPassed::fds));
     fds.push(write_end.as_raw_fd());
     crate::sys::inherit_fds(&mut cmd, fds);
     let mut child = cmd

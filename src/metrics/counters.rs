@@ -185,8 +185,13 @@ pub struct QuicCounters {
     /// Connections whose client address changed (NAT rebinding, migration).
     pub migrations: u64,
     /// Short-header packets read by this shard whose connection ID names
-    /// another shard (steering missed).
+    /// another shard (steering missed), or a successor process (read in
+    /// the moment before an upgrade's old process stopped reading).
     pub foreign: u64,
+    /// Packets of an older generation's connections passed to the old
+    /// process during an upgrade, and those its full inbox refused.
+    pub forwarded: u64,
+    pub forward_dropped: u64,
     /// HTTP/3 GOAWAY frames sent (drain).
     pub goaways: u64,
     /// Connections closed by an HTTP/3 error of the client's making, by

@@ -1,5 +1,6 @@
 //! The QUIC and HTTP/3 metric families (the `quic` room's counters): handshakes,
-//! datagrams, loss, Retry, migrations, steering misses, GOAWAYs, errors.
+//! datagrams, loss, Retry, migrations, steering misses, packets forwarded
+//! across an upgrade, GOAWAYs, errors.
 //! HTTP/3 requests are `protocol="h3"` of the requests by protocol.
 
 use prometheus::proto::{MetricFamily, MetricType};
@@ -59,8 +60,20 @@ pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
         ),
         counter(
             "shardhttpd_quic_foreign_packets_total",
-            "Packets read by a shard other than the one their connection ID names (steering missed).",
+            "Packets read by a shard other than the one their connection ID names (steering missed), or by an upgrade's old process for its successor.",
             |q| q.foreign,
+        ),
+        per_core_by(
+            "shardhttpd_quic_forwarded_total",
+            "Packets of the previous process's QUIC connections passed to it during an upgrade, by result: sent, or dropped (its inbox full).",
+            shards,
+            "result",
+            |c| {
+                vec![
+                    ("sent", c.quic.forwarded),
+                    ("dropped", c.quic.forward_dropped),
+                ]
+            },
         ),
         counter(
             "shardhttpd_quic_idle_timeouts_total",

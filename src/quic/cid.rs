@@ -2,10 +2,14 @@
 //! sends each packet to the shard its destination connection ID names.
 //!
 //! Every connection ID the server issues is [`CID_LEN`] bytes: the shard's
-//! index (two bytes, big-endian), then ten random bytes. The shard index
-//! is visible on the wire, as nginx's worker id and QUIC-LB's plaintext
-//! server ids are; it says which of this server's cores holds the
-//! connection, nothing about the connection itself.
+//! index (two bytes, big-endian), the process generation (one byte: 0 for
+//! a process started afresh, one more for each SIGUSR2 upgrade), then
+//! nine random bytes. Shard and generation are visible on the wire, as
+//! nginx's worker id and QUIC-LB's plaintext server ids are; they say
+//! which of this server's cores and processes holds the connection,
+//! nothing about the connection itself. The generation lets the process
+//! that took over the sockets pass an older connection's packets to the
+//! process that holds it (`forward`).
 //!
 //! The program runs on each datagram that reaches the `SO_REUSEPORT`
 //! group of a QUIC address (the UDP payload starts at offset 0). A short
@@ -31,12 +35,14 @@ pub const CID_LEN: usize = 12;
 /// Issues the connection IDs of one shard.
 pub struct ShardCids {
     shard: u16,
+    generation: u8,
 }
 
 impl ShardCids {
-    pub fn new(shard: usize) -> ShardCids {
+    pub fn new(shard: usize, generation: u8) -> ShardCids {
         ShardCids {
             shard: shard as u16,
+            generation,
         }
     }
 }
@@ -45,8 +51,9 @@ impl ConnectionIdGenerator for ShardCids {
     fn generate_cid(&mut self) -> ConnectionId {
         let mut id = [0u8; CID_LEN];
         id[..2].copy_from_slice(&self.shard.to_be_bytes());
+        id[2] = self.generation;
         // aws-lc's DRBG, the randomness of the TLS keys.
-        aws_lc_rs::rand::fill(&mut id[2..]).expect("the system random source works");
+        aws_lc_rs::rand::fill(&mut id[3..]).expect("the system random source works");
         ConnectionId::new(&id)
     }
 
@@ -74,6 +81,29 @@ pub fn shard_of(packet: &[u8]) -> Option<usize> {
     };
     let id = packet.get(at..at + 2)?;
     Some(usize::from(u16::from_be_bytes([id[0], id[1]])))
+}
+
+/// The shard and generation a packet's destination ID names, for the
+/// packets whose ID the server chose: short headers, and long-header
+/// Handshake packets of QUIC v1 with an ID of our length. A client's
+/// Initial and 0-RTT packets carry an ID of the client's choosing until
+/// the server answers, so they name nothing.
+pub fn routed(packet: &[u8]) -> Option<(usize, u8)> {
+    let first = *packet.first()?;
+    let at = if first & 0x80 == 0 {
+        1
+    } else {
+        let handshake = first & 0x30 == 0x20;
+        if !handshake
+            || packet.get(1..5)? != [0, 0, 0, 1]
+            || usize::from(*packet.get(5)?) != CID_LEN
+        {
+            return None;
+        }
+        6
+    };
+    let id = packet.get(at..at + 3)?;
+    Some((usize::from(u16::from_be_bytes([id[0], id[1]])), id[2]))
 }
 
 const LD_B_ABS: u16 = BPF_LD | BPF_B | BPF_ABS;
@@ -162,7 +192,7 @@ mod tests {
                 .into_iter()
                 .filter(|&s| s < shards)
             {
-                let cid = ShardCids::new(shard).generate_cid();
+                let cid = ShardCids::new(shard, 0).generate_cid();
                 assert_eq!(cid.len(), CID_LEN);
                 for packet in [short(&cid), long(&cid)] {
                     assert_eq!(run(&prog, &packet), shard as u32, "{shards} shards");
@@ -188,10 +218,35 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_random_past_the_shard() {
-        let mut g = ShardCids::new(3);
+    fn ids_are_random_past_the_shard_and_generation() {
+        let mut g = ShardCids::new(3, 7);
         let (a, b) = (g.generate_cid(), g.generate_cid());
-        assert_eq!(a[..2], b[..2]);
-        assert_ne!(a[2..], b[2..]);
+        assert_eq!(a[..3], [0, 3, 7]);
+        assert_eq!(a[..3], b[..3]);
+        assert_ne!(a[3..], b[3..]);
+    }
+
+    #[test]
+    fn routed_names_shard_and_generation_of_ids_the_server_chose() {
+        let cid = ShardCids::new(5, 9).generate_cid();
+        assert_eq!(routed(&short(&cid)), Some((5, 9)));
+        // A Handshake packet carries our ID; an Initial or 0-RTT one may
+        // carry the client's.
+        let mut handshake = long(&cid);
+        handshake[0] = 0xe0;
+        assert_eq!(routed(&handshake), Some((5, 9)));
+        let mut zero_rtt = long(&cid);
+        zero_rtt[0] = 0xd0;
+        assert_eq!(routed(&zero_rtt), None);
+        assert_eq!(routed(&long(&cid)), None, "Initial");
+        // Another version, another length, or too short.
+        let mut draft = handshake.clone();
+        draft[4] = 2;
+        assert_eq!(routed(&draft), None);
+        let mut short_id = long(&[0; 8]);
+        short_id[0] = 0xe0;
+        assert_eq!(routed(&short_id), None);
+        assert_eq!(routed(&[0x40, 0, 1]), None);
+        assert_eq!(routed(&[]), None);
     }
 }

@@ -4,15 +4,20 @@
 //! `cid`). Datagrams are read and written in batches by `quinn-udp` (GRO,
 //! GSO, ECN, the packet's destination address); each connection's HTTP/3
 //! state is in `conn`, answering through the same semantics layer as
-//! HTTP/1 and HTTP/2.
+//! HTTP/1 and HTTP/2. Across a SIGUSR2 upgrade the new process reads the
+//! sockets and passes an older generation's packets to the old process
+//! (`forward`).
 
 pub mod cid;
 mod conn;
+pub mod forward;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +31,7 @@ use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use crate::config::QuicSettings;
 use crate::conn::ShardEnv;
 use conn::QConn;
+use forward::{Forward, Sent};
 
 /// Most concurrent request streams a client may open
 /// (`initial_max_streams_bidi`), as h2o and Caddy allow.
@@ -43,6 +49,9 @@ const RECV_BATCH: usize = 16;
 const RECV_ROUNDS: usize = 8;
 /// Each receive buffer holds a GRO batch (up to 64 KiB).
 const RECV_BUF: usize = 64 * 1024;
+/// The inbox's index among a shard's watched fds ([`Quic::watched`]);
+/// the UDP sockets are `0..`.
+pub const INBOX: usize = 0xffff;
 
 /// What every shard's endpoint shares: the QUIC server configuration (its
 /// TLS config, with ALPN `h3`; the Retry token key) and the stateless
@@ -52,16 +61,24 @@ pub struct Shared {
     reset_key: Arc<dyn quinn_proto::crypto::HmacKey>,
     settings: QuicSettings,
     max_field_section: usize,
+    /// This process's generation, in every connection ID it issues.
+    generation: u8,
+    /// The way to the process this one replaced, while it drains.
+    forward: Option<Forward>,
 }
 
 impl Shared {
     /// From the TLS server configuration, made QUIC's: TLS 1.3 only, ALPN
     /// `h3`, no 0-RTT (replayable requests, and nothing a static file needs
     /// it for: a resumed handshake already costs one round trip).
+    /// `generation` names this process in connection IDs; `forward`
+    /// reaches the process it replaced.
     pub fn new(
         tls: &rustls::ServerConfig,
         settings: QuicSettings,
         max_field_section: usize,
+        generation: u8,
+        forward: Option<Forward>,
     ) -> anyhow::Result<Shared> {
         let mut tls = tls.clone();
         tls.alpn_protocols = vec![b"h3".to_vec()];
@@ -90,7 +107,13 @@ impl Shared {
             reset_key,
             settings,
             max_field_section,
+            generation,
+            forward,
         })
+    }
+
+    pub fn generation(&self) -> u8 {
+        self.generation
     }
 
     /// The `Alt-Svc` line TLS responses carry (RFC 7838): HTTP/3 on the
@@ -107,8 +130,23 @@ impl Shared {
 /// One UDP socket of a shard, with its batched-I/O state.
 struct Socket {
     udp: UdpSocket,
+    /// Its address, as a forwarded packet names it.
+    local: SocketAddr,
     state: UdpSocketState,
     /// Readiness seen and not yet read to exhaustion.
+    pending: bool,
+}
+
+/// A shard's QUIC sockets: one UDP socket per QUIC address, and the inbox
+/// a successor process forwards this shard's packets to.
+pub struct ShardSockets {
+    pub udp: Vec<UdpSocket>,
+    pub inbox: Option<UnixDatagram>,
+}
+
+/// Where a successor's forwarded packets arrive.
+struct Inbox {
+    sock: UnixDatagram,
     pending: bool,
 }
 
@@ -118,6 +156,11 @@ pub struct Quic {
     endpoint: Endpoint,
     shared: Arc<Shared>,
     sockets: Vec<Socket>,
+    /// Whether the UDP sockets are read: not once a successor took them.
+    reading: bool,
+    inbox: Option<Inbox>,
+    /// A forwarded packet's framing.
+    forward_buf: Vec<u8>,
     /// By `ConnectionHandle`'s index.
     conns: Vec<Option<Box<QConn>>>,
     open: usize,
@@ -134,22 +177,35 @@ pub struct Quic {
 }
 
 impl Quic {
-    /// Shard `index`'s endpoint over its `sockets` (one per QUIC address).
-    pub fn new(index: usize, sockets: Vec<UdpSocket>, shared: Arc<Shared>) -> io::Result<Quic> {
+    /// Shard `index`'s endpoint over its `sockets`.
+    pub fn new(index: usize, sockets: ShardSockets, shared: Arc<Shared>) -> io::Result<Quic> {
         let mut config = EndpointConfig::new(Arc::clone(&shared.reset_key));
-        config.cid_generator(move || Box::new(cid::ShardCids::new(index)));
+        let generation = shared.generation;
+        config.cid_generator(move || Box::new(cid::ShardCids::new(index, generation)));
         let endpoint = Endpoint::new(
             Arc::new(config),
             Some(Arc::clone(&shared.server)),
             true,
             None,
         );
+        let inbox = match sockets.inbox {
+            Some(sock) => {
+                sock.set_nonblocking(true)?;
+                Some(Inbox {
+                    sock,
+                    pending: true,
+                })
+            }
+            None => None,
+        };
         let sockets = sockets
+            .udp
             .into_iter()
             .map(|udp| {
                 udp.set_nonblocking(true)?;
                 let state = UdpSocketState::new((&udp).into())?;
                 Ok(Socket {
+                    local: udp.local_addr()?,
                     udp,
                     state,
                     pending: true,
@@ -161,6 +217,9 @@ impl Quic {
             endpoint,
             shared,
             sockets,
+            reading: true,
+            inbox,
+            forward_buf: Vec::new(),
             conns: Vec::new(),
             open: 0,
             timers: BinaryHeap::new(),
@@ -172,9 +231,23 @@ impl Quic {
         })
     }
 
-    /// The sockets, to watch for readability.
-    pub fn sockets(&self) -> impl Iterator<Item = &UdpSocket> {
-        self.sockets.iter().map(|s| &s.udp)
+    /// The fds to watch for readability, by index: the UDP sockets while
+    /// this process reads them, and the inbox at [`INBOX`].
+    pub fn watched(&self) -> impl Iterator<Item = (usize, BorrowedFd<'_>)> {
+        let udp = self.sockets.iter().filter(|_| self.reading);
+        udp.map(|s| s.udp.as_fd())
+            .enumerate()
+            .chain(self.inbox.iter().map(|i| (INBOX, i.sock.as_fd())))
+    }
+
+    /// A successor process reads the UDP sockets now (the caller stopped
+    /// watching them): this one keeps its connections, fed through the
+    /// inbox, and sends on its copies of the sockets.
+    pub fn stop_reading(&mut self) {
+        self.reading = false;
+        for s in &mut self.sockets {
+            s.pending = false;
+        }
     }
 
     /// Connections open.
@@ -186,9 +259,13 @@ impl Quic {
         self.open == 0
     }
 
-    /// Socket `i` is readable.
+    /// Watched fd `i` is readable.
     pub fn readable(&mut self, i: usize) {
-        if let Some(s) = self.sockets.get_mut(i) {
+        if i == INBOX {
+            if let Some(inbox) = &mut self.inbox {
+                inbox.pending = true;
+            }
+        } else if let Some(s) = self.sockets.get_mut(i).filter(|_| self.reading) {
             s.pending = true;
         }
     }
@@ -196,7 +273,7 @@ impl Quic {
     /// Whether a socket still has datagrams to read (the loop does not
     /// sleep then).
     pub fn has_pending(&self) -> bool {
-        self.sockets.iter().any(|s| s.pending)
+        self.sockets.iter().any(|s| s.pending) || self.inbox.as_ref().is_some_and(|i| i.pending)
     }
 
     /// The earliest connection deadline.
@@ -220,6 +297,9 @@ impl Quic {
             if self.sockets[i].pending {
                 self.receive(i, env);
             }
+        }
+        if self.inbox.as_ref().is_some_and(|i| i.pending) {
+            self.receive_inbox(env);
         }
         while let Some(Reverse((at, ch))) = self.timers.peek().copied() {
             if at > now {
@@ -292,6 +372,81 @@ impl Quic {
         // The batch budget ran out: the socket may hold more.
     }
 
+    /// Up to a receive budget of forwarded packets from the inbox.
+    fn receive_inbox(&mut self, env: &mut ShardEnv<'_>) {
+        let now = env.now;
+        let mut buf = std::mem::take(&mut self.recv_bufs[0]);
+        for _ in 0..RECV_BATCH * RECV_ROUNDS {
+            let Some(inbox) = &mut self.inbox else {
+                break;
+            };
+            let n = match inbox.sock.recv(&mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        tracing::debug!(error = %e, "QUIC inbox receive failed");
+                    }
+                    inbox.pending = false;
+                    break;
+                }
+            };
+            let Some(r) = forward::decode(&buf[..n]) else {
+                continue;
+            };
+            let sock = self
+                .sockets
+                .iter()
+                .position(|s| s.local == r.local)
+                .unwrap_or(0);
+            env.counters.quic.datagrams_in += 1;
+            let ecn = quinn_proto::EcnCodepoint::from_bits(r.ecn);
+            self.datagram(sock, r.from, r.dst_ip, ecn, r.packet, env, now);
+        }
+        self.recv_bufs[0] = buf;
+    }
+
+    /// Whether `packet`, whose ID names another generation, was dealt
+    /// with here: forwarded to the process it belongs to, or, when a
+    /// successor's packet reached this process in the moment before it
+    /// stopped reading, dropped (a stateless reset would end the
+    /// successor's connection). Anything else goes to the endpoint.
+    #[allow(clippy::too_many_arguments)]
+    fn forwarded(
+        &mut self,
+        (shard, generation): (usize, u8),
+        sock: usize,
+        from: SocketAddr,
+        dst_ip: Option<std::net::IpAddr>,
+        ecn: Option<quinn_proto::EcnCodepoint>,
+        packet: &[u8],
+        env: &mut ShardEnv<'_>,
+    ) -> bool {
+        if let Some(f) = &self.shared.forward {
+            let header = forward::encode(
+                from,
+                self.sockets[sock].local,
+                dst_ip,
+                ecn.map_or(0, |e| e as u8),
+            );
+            match f.send(shard, generation, &header, packet, &mut self.forward_buf) {
+                Sent::Forwarded => {
+                    env.counters.quic.forwarded += 1;
+                    return true;
+                }
+                Sent::Dropped => {
+                    env.counters.quic.forward_dropped += 1;
+                    return true;
+                }
+                Sent::NotOurs => {}
+            }
+        }
+        if generation == self.shared.generation.wrapping_add(1) {
+            env.counters.quic.foreign += 1;
+            return true;
+        }
+        false
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn datagram(
         &mut self,
@@ -314,6 +469,11 @@ impl Quic {
                 .is_some_and(|v| v != [0, 0, 0, 1] && v != [0, 0, 0, 0])
         {
             env.counters.quic.version_negotiation += 1;
+        }
+        if let Some(routed) = cid::routed(packet).filter(|r| r.1 != self.shared.generation) {
+            if self.forwarded(routed, sock, from, dst_ip, ecn, packet, env) {
+                return;
+            }
         }
         let mut buf = std::mem::take(&mut self.send_buf);
         buf.clear();

@@ -22,7 +22,7 @@ use crate::metrics::access_log::AccessLog;
 use crate::metrics::Metrics;
 use crate::notify::notify;
 use crate::reload;
-use crate::upgrade::{self, Passed};
+use crate::upgrade::{self, Handed, Passed, QuicPassed};
 
 /// What SIGUSR2 starts: the binary and its arguments.
 pub(super) struct Relaunch {
@@ -78,6 +78,8 @@ pub(super) struct Actions<'a> {
     pub(super) handover: &'a [(Passed, TcpListener)],
     /// The address claims (fd, address), handed over with the sockets.
     pub(super) claims: &'a [(RawFd, SocketAddr)],
+    /// HTTP/3's sockets, handed over too.
+    pub(super) quic: Option<&'a QuicPassed>,
 }
 
 /// How the signal loop ended: the signal that stopped it (none when a
@@ -140,6 +142,7 @@ pub(super) fn wait_for_signals(
                     Handed {
                         sockets: passed,
                         claims: actions.claims.to_vec(),
+                        quic: actions.quic.cloned(),
                     },
                     actions.config.upgrade_timeout,
                     Arc::clone(upgrade),
@@ -293,13 +296,6 @@ fn rebuild_sites_on_hup(stores: &[Arc<Store>]) {
     );
 }
 
-/// What an upgrade hands the new process: the listening sockets and the
-/// claims on their addresses (fds this process keeps open meanwhile).
-struct Handed {
-    sockets: Vec<Passed>,
-    claims: Vec<(RawFd, SocketAddr)>,
-}
-
 /// The thread that starts the new binary and waits for it: on success it
 /// ends the signal loop (this process then drains), on failure this process
 /// keeps serving.
@@ -321,15 +317,7 @@ fn spawn_upgrade(
             } else {
                 &[]
             };
-            match upgrade::start(
-                &binary,
-                &args,
-                &handed.sockets,
-                &handed.claims,
-                timeout,
-                &state.cancel,
-                env,
-            ) {
+            match upgrade::start(&binary, &args, &handed, timeout, &state.cancel, env) {
                 Ok(ready) => {
                     // The success is counted by the new process.
                     tracing::info!(

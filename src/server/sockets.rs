@@ -3,7 +3,7 @@
 //! steered by CPU on request, and duplicated for a SIGUSR2 handover.
 
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -11,7 +11,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::activation::{self, Target};
 use crate::config::{Config, Steer};
 use crate::preflight::{self, Claims, SetupError};
-use crate::upgrade::{Kind, Passed};
+use crate::upgrade::{Inherited, Kind, Passed, QuicPassed};
 
 /// How long the kernel holds a connection that has sent nothing before
 /// handing it to `accept` anyway.
@@ -333,12 +333,16 @@ pub(super) fn steer_by_cpu(cpus: &[usize], per_shard: &[Vec<TcpListener>]) -> st
 
 /// HTTP/3's sockets: one UDP socket per shard per QUIC address, each
 /// address an `SO_REUSEPORT` group in shard order whose BPF program steers
-/// packets by connection ID (`quic::cid`).
+/// packets by connection ID (`quic::cid`), and each shard's inbox for what
+/// a successor process forwards.
 pub(super) struct QuicSockets {
-    pub(super) per_shard: Vec<Vec<std::net::UdpSocket>>,
+    pub(super) per_shard: Vec<crate::quic::ShardSockets>,
     pub(super) shared: std::sync::Arc<crate::quic::Shared>,
     /// The addresses bound (a port 0 resolved).
     pub(super) addrs: Vec<SocketAddr>,
+    /// What a SIGUSR2 upgrade hands over: duplicates of the UDP sockets
+    /// and the peers of the inboxes, owned here.
+    pub(super) handover: Option<(QuicPassed, Vec<OwnedFd>)>,
 }
 
 impl QuicSockets {
@@ -350,15 +354,17 @@ impl QuicSockets {
     }
 }
 
-/// Bind the QUIC sockets. An address with port 0 takes the port of the
-/// TLS listener on the same IP when there is one (so HTTP/3 is where
-/// `Alt-Svc` says, beside HTTPS), else the port shard 0's socket got.
+/// Bind the QUIC sockets, or take over those a predecessor passed. An
+/// address with port 0 takes the port of the TLS listener on the same IP
+/// when there is one (so HTTP/3 is where `Alt-Svc` says, beside HTTPS),
+/// else the port shard 0's socket got.
 pub(super) fn bind_quic(
     config: &Config,
     settings: &crate::config::QuicSettings,
     tls_bound: &[SocketAddr],
     tls: &crate::tls::Tls,
     max_field_section: usize,
+    inherited: &mut Inherited,
 ) -> anyhow::Result<QuicSockets> {
     let shards = config.cpus.len();
     let mut per_shard: Vec<Vec<std::net::UdpSocket>> = (0..shards).map(|_| Vec::new()).collect();
@@ -370,6 +376,14 @@ pub(super) fn bind_quic(
             if let Some(t) = tls_bound.iter().find(|t| t.ip() == addr.ip()) {
                 addr.set_port(t.port());
             }
+        }
+        if let Some(taken) = inherited.take_quic(addr, shards) {
+            // The group and its program stay as the predecessor made them.
+            addrs.push(taken[0].local_addr()?);
+            for (list, udp) in per_shard.iter_mut().zip(taken) {
+                list.push(udp);
+            }
+            continue;
         }
         for (shard, list) in per_shard.iter_mut().enumerate() {
             let socket =
@@ -386,11 +400,49 @@ pub(super) fn bind_quic(
         }
         addrs.push(addr);
     }
-    let shared = crate::quic::Shared::new(&tls.config, settings.clone(), max_field_section)?;
+    let forward = match inherited.take_quic_forward() {
+        Some((generation, to)) => Some(
+            crate::quic::forward::Forward::new(generation, to)
+                .context("the previous process's QUIC inboxes")?,
+        ),
+        None => None,
+    };
+    let generation = inherited.quic_generation();
+    let mut passed = QuicPassed {
+        generation,
+        udp: Vec::new(),
+        forward: Vec::new(),
+    };
+    let mut owned = Vec::new();
+    let mut sockets = Vec::with_capacity(shards);
+    for (shard, udp) in per_shard.into_iter().enumerate() {
+        for u in &udp {
+            let dup = OwnedFd::from(u.try_clone()?);
+            passed.udp.push((dup.as_raw_fd(), shard, u.local_addr()?));
+            owned.push(dup);
+        }
+        let (inbox, peer) =
+            std::os::unix::net::UnixDatagram::pair().context("creating a QUIC inbox")?;
+        let peer = OwnedFd::from(peer);
+        passed.forward.push((peer.as_raw_fd(), shard));
+        owned.push(peer);
+        sockets.push(crate::quic::ShardSockets {
+            udp,
+            inbox: Some(inbox),
+        });
+    }
+    let shared = crate::quic::Shared::new(
+        &tls.config,
+        settings.clone(),
+        max_field_section,
+        generation,
+        forward,
+    )?;
     Ok(QuicSockets {
-        per_shard,
+        per_shard: sockets,
         shared: std::sync::Arc::new(shared),
         addrs,
+        handover: Some((passed, owned)),
     })
 }
 

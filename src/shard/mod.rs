@@ -77,6 +77,10 @@ pub struct Shared {
     /// the new process did not adopt, so their queued connections are served
     /// rather than reset.
     pub sweep: std::sync::Mutex<Vec<std::net::SocketAddr>>,
+    /// Set before `draining` when a binary upgrade's new process adopted
+    /// the QUIC sockets: the shards stop reading them and keep their QUIC
+    /// connections on what the new process forwards.
+    pub quic_handed_over: AtomicBool,
 }
 
 /// What a shard thread is started with.
@@ -95,9 +99,9 @@ pub struct ShardSpec {
     pub access_log: Option<ShardLog>,
     /// The event source to use (`--io`).
     pub io: crate::config::IoBackend,
-    /// HTTP/3: this shard's UDP sockets (one per QUIC address) and what
-    /// the shards' endpoints share.
-    pub quic: Option<(Vec<std::net::UdpSocket>, Arc<crate::quic::Shared>)>,
+    /// HTTP/3: this shard's QUIC sockets and what the shards' endpoints
+    /// share.
+    pub quic: Option<(crate::quic::ShardSockets, Arc<crate::quic::Shared>)>,
     /// Told once the shard is pinned and its loop is set up (or failed to).
     pub started: std::sync::mpsc::Sender<io::Result<()>>,
 }
@@ -237,8 +241,8 @@ impl Shard {
         let quic = match spec.quic {
             Some((sockets, shared)) => {
                 let quic = Quic::new(spec.index, sockets, shared)?;
-                for (i, s) in quic.sockets().enumerate() {
-                    poller.add(s, UDP_BASE - i as u64, EPOLLIN)?;
+                for (i, fd) in quic.watched() {
+                    poller.add(&fd, UDP_BASE - i as u64, EPOLLIN)?;
                 }
                 Some(quic)
             }
@@ -474,6 +478,14 @@ impl Shard {
         for token in tokens {
             self.dispatch(token, now, |conn, env| Some(conn.on_drain(env)));
         }
+        if self.shared.quic_handed_over.load(Ordering::Acquire) {
+            if let Some(quic) = &mut self.quic {
+                for (i, fd) in quic.watched().filter(|&(i, _)| i != crate::quic::INBOX) {
+                    let _ = self.poller.delete(&fd, UDP_BASE - i as u64);
+                }
+                quic.stop_reading();
+            }
+        }
         self.with_quic(now, Quic::drain);
     }
 
@@ -650,12 +662,13 @@ impl Shard {
                 None => Ok(()),
             }
         } else if token <= UDP_BASE && UDP_BASE - token < 1 << 16 {
+            let i = (UDP_BASE - token) as usize;
             match self
                 .quic
                 .as_ref()
-                .and_then(|q| q.sockets().nth((UDP_BASE - token) as usize))
+                .and_then(|q| q.watched().find(|&(j, _)| j == i))
             {
-                Some(s) => self.poller.add(s, token, EPOLLIN),
+                Some((_, fd)) => self.poller.add(&fd, token, EPOLLIN),
                 None => Ok(()),
             }
         } else {

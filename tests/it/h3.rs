@@ -4,8 +4,10 @@
 //! hundred streams share a connection, TLS responses advertise HTTP/3 with
 //! `Alt-Svc`, Retry, resumption, key update, ChaCha20 and a client that
 //! changes address all work, malformed requests get the right HTTP/3
-//! errors, the metrics and access log count HTTP/3, and a SIGTERM drains
-//! with GOAWAY while a download finishes.
+//! errors, the metrics and access log count HTTP/3, a SIGTERM drains
+//! with GOAWAY while a download finishes, and a SIGUSR2 upgrade hands the
+//! QUIC sockets over while a download in flight finishes in the old
+//! process through the new one.
 
 use crate::support;
 
@@ -15,7 +17,7 @@ use std::thread;
 use std::time::Duration;
 
 use support::h3::{
-    header, ngtcp2_or_skip, probe, python_or_skip, quic_addr, requests, spki_sha256,
+    header, ngtcp2_or_skip, probe, python_or_skip, quic_addr, requests, spki_sha256, Probe,
 };
 use support::metrics::{await_value, scrape, sum};
 use support::tls::{Ca, TlsServer};
@@ -408,6 +410,98 @@ fn sigterm_sends_goaway_and_lets_a_download_finish() {
         server.server.wait_exit(Duration::from_secs(30)).is_some(),
         "the server drained and exited"
     );
+}
+
+#[test]
+fn an_upgrade_hands_over_quic_and_a_download_in_flight_finishes_through_the_new_process() {
+    use support::upgrade::{process_gone, signal, status_pid, Successors, UPGRADE_DEADLINE};
+    let Some(py) = python_or_skip("h3 upgrade") else {
+        return;
+    };
+    // Far more than QUIC's windows let out before the client stops.
+    let n = 8 << 20;
+    let (site, _ca, server, ca) = start(
+        "h3-upgrade",
+        &[n, 100],
+        &["--shutdown-grace", "60s", "--cores", "2"],
+    );
+    let successors = Successors::default();
+    let addr = quic_addr(&server.server);
+    let admin = server.server.admin_addr();
+    let old = server.server.pid();
+    let want = file_sha(&site.root, &format!("size-{n}.bin"));
+    let path = format!("/size-{n}.bin");
+    let download = Probe::spawn(&py, addr, &ca, &["--await-close", &path]);
+    assert!(poll_until(Duration::from_secs(20), || {
+        let s = scrape(admin);
+        sum(
+            &s,
+            "shardhttpd_quic_datagrams_total",
+            &[("direction", "out")],
+        ) > 100.0
+    }));
+    // The client stops while the sockets change hands: every packet of
+    // its connection after this reaches the new process first.
+    signal(download.pid(), "STOP");
+    signal(old, "USR2");
+    let mut new = None;
+    assert!(
+        poll_until(UPGRADE_DEADLINE, || {
+            new = status_pid(admin).filter(|&p| p != old);
+            new.is_some()
+        }),
+        "no new process\n{}",
+        server.server.log_text()
+    );
+    let new = new.unwrap();
+    successors.push(new);
+    assert!(
+        !process_gone(old),
+        "the old process keeps its QUIC connection"
+    );
+    signal(download.pid(), "CONT");
+    let report = download.report();
+    let r = &requests(&report)[0];
+    assert_eq!(
+        (r["status"].as_u64(), r["len"].as_u64()),
+        (Some(200), Some(n as u64)),
+        "{report}"
+    );
+    assert_eq!(r["sha256"], want);
+    // The old process sent GOAWAY and closed cleanly once the response
+    // was acknowledged, then exited.
+    assert_eq!(report["terminated"]["error_code"], 0x100, "{report}");
+    assert!(
+        poll_until(UPGRADE_DEADLINE, || process_gone(old)),
+        "the old process drained and exited\n{}",
+        server.server.log_text()
+    );
+    // The acknowledgements went through the new process.
+    let forwarded = |result| {
+        sum(
+            &scrape(admin),
+            "shardhttpd_quic_forwarded_total",
+            &[("result", result)],
+        )
+    };
+    assert!(forwarded("sent") > 0.0, "{}", server.server.log_text());
+    // New connections are the new process's, on the same sockets.
+    let fresh = probe(&py, addr, &ca, &["/size-100.bin"]);
+    let r = &requests(&fresh)[0];
+    assert_eq!(r["status"].as_u64(), Some(200), "{fresh}");
+    assert_eq!(r["sha256"], file_sha(&site.root, "size-100.bin"));
+    assert!(
+        poll_until(Duration::from_secs(5), || {
+            sum(
+                &scrape(admin),
+                "shardhttpd_quic_handshakes_total",
+                &[("result", "completed")],
+            ) == 1.0
+        }),
+        "the new process completed the fresh handshake"
+    );
+    signal(new, "TERM");
+    assert!(poll_until(UPGRADE_DEADLINE, || process_gone(new)));
 }
 
 #[test]

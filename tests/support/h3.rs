@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -60,23 +60,68 @@ pub type Report = serde_json::Value;
 /// Run `h3probe.py` against `addr` with the test CA at `ca` (SNI
 /// `localhost`), `args` after the address; its report.
 pub fn probe(py: &Path, addr: SocketAddr, ca: &Path, args: &[&str]) -> Report {
-    let out = Command::new(py)
-        .arg(repo().join("tests/h3/h3probe.py"))
-        .arg(addr.ip().to_string())
-        .arg(addr.port().to_string())
-        .arg("--cafile")
-        .arg(ca)
-        .args(["--sni", "localhost", "--authority", "localhost"])
-        .args(args)
-        .output()
-        .expect("run h3probe.py");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "h3probe.py {args:?}: {e}\nstdout: {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    Probe::spawn(py, addr, ca, args).report()
+}
+
+/// A running `h3probe.py`, killed if dropped before its report is read
+/// (a test that stops it with SIGSTOP and then fails leaves nothing
+/// behind).
+pub struct Probe {
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+impl Probe {
+    /// Start `h3probe.py` as [`probe`] runs it.
+    pub fn spawn(py: &Path, addr: SocketAddr, ca: &Path, args: &[&str]) -> Probe {
+        let child = Command::new(py)
+            .arg(repo().join("tests/h3/h3probe.py"))
+            .arg(addr.ip().to_string())
+            .arg(addr.port().to_string())
+            .arg("--cafile")
+            .arg(ca)
+            .args(["--sni", "localhost", "--authority", "localhost"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run h3probe.py");
+        Probe {
+            child: Some(child),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Wait for it to end; its report.
+    pub fn report(mut self) -> Report {
+        let out = self
+            .child
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .expect("wait for h3probe.py");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "h3probe.py {:?}: {e}\nstdout: {stdout}\nstderr: {}",
+                self.args,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The report's requests, in stream order.
