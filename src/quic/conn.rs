@@ -392,12 +392,10 @@ impl QConn {
             if r.out_at == r.out.len() {
                 r.out.clear();
                 r.out_at = 0;
-                if r.body.is_empty() {
-                    if stream.finish().is_ok() {
-                        self.unacked.push(r.id);
-                    }
-                    return Ok(false);
-                }
+            }
+            // A DATA frame joins what is pending (the HEADERS, at first),
+            // so a small response is handed to QUIC in one write.
+            if r.out.len() - r.out_at < DATA_CHUNK && !r.body.is_empty() {
                 let n = (r.body.front_len() as usize).min(DATA_CHUNK);
                 frame::put_head(&mut r.out, frame::DATA, n);
                 match r.body.copy_front(n, &mut r.out) {
@@ -410,6 +408,12 @@ impl QConn {
                         return Ok(false);
                     }
                 }
+            }
+            if r.out_at == r.out.len() {
+                if stream.finish().is_ok() {
+                    self.unacked.push(r.id);
+                }
+                return Ok(false);
             }
             match stream.write(&r.out[r.out_at..]) {
                 Ok(n) => {

@@ -8,6 +8,9 @@
 //! stream. What that costs on the wire is in ARCHITECTURE.md, "HTTP/3".
 
 use std::io::Write;
+use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
 
 use crate::proto::h2::hpack::{connection_specific, integer, read_integer, Fields};
 use crate::proto::h2::huffman;
@@ -222,20 +225,26 @@ fn status_index(code: u16) -> Option<usize> {
 /// The static table's entries for `name` (lower-case): the index of an
 /// exact match of `value`, else of the name.
 fn lookup(name: &[u8], value: &[u8]) -> Option<(usize, bool)> {
-    let mut by_name = None;
-    for (i, (n, v)) in STATIC.iter().enumerate() {
-        if n.as_bytes() == name {
-            if v.as_bytes() == value {
-                return Some((i, true));
+    let &(first, count) = static_names().get(name)?;
+    let exact = (first..first + count).find(|&i| STATIC[i].1.as_bytes() == value);
+    Some(exact.map_or((first, false), |i| (i, true)))
+}
+
+/// Each static name's first entry and the number of entries in its run:
+/// a name's entries are adjacent, but for `:status`, whose codes 100 and
+/// up come later and are found by `status_index`.
+fn static_names() -> &'static FxHashMap<&'static [u8], (usize, usize)> {
+    static NAMES: OnceLock<FxHashMap<&'static [u8], (usize, usize)>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names = FxHashMap::default();
+        for (i, (name, _)) in STATIC.iter().enumerate() {
+            let run = names.entry(name.as_bytes()).or_insert((i, 0));
+            if run.0 + run.1 == i {
+                run.1 += 1;
             }
-            by_name.get_or_insert(i);
-        } else if by_name.is_some() {
-            // A name's entries are adjacent, but for `:status`, whose
-            // codes 100 and up come later and are found by `status_index`.
-            break;
         }
-    }
-    by_name.map(|i| (i, false))
+        names
+    })
 }
 
 /// Encode `resp`'s head as a field section: `:status`, the head's lines
