@@ -13,7 +13,7 @@ mod sites;
 pub use sites::{SiteConfig, SiteSettings, UnknownHost};
 mod suggest;
 mod tls;
-pub use tls::{QuicSettings, DEFAULT_RETRY_ABOVE};
+pub use tls::{QuicSettings, DEFAULT_RETRY_ABOVE, DEFAULT_SOCKET_BUFFER};
 pub mod units;
 mod validate;
 mod values;
@@ -486,6 +486,11 @@ pub struct Settings {
     /// then costs a packet, not a handshake).
     #[arg(long, value_name = "N")]
     pub quic_retry_above: Option<u32>,
+    /// The send and the receive buffer each QUIC socket asks the kernel
+    /// for (capped by `net.core.wmem_max` and `rmem_max`): room for
+    /// bursts to and from many clients.
+    #[arg(long, value_name = "SIZE")]
+    pub quic_socket_buffer: Option<Size>,
     /// Every listener (cleartext and TLS) expects a PROXY protocol header
     /// (v1 or v2, as HAProxy `send-proxy`, AWS NLB and ingress controllers
     /// send it) before anything else, and logs the client address it
@@ -662,7 +667,7 @@ impl Settings {
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
             max_connections_per_core, hsts, redirect_https, h2, h2c, h2c_only, h2_max_concurrent_streams,
-            h3, quic_listen, quic_retry, quic_retry_above,
+            h3, quic_listen, quic_retry, quic_retry_above, quic_socket_buffer,
             proxy_protocol, trusted_proxies, real_ip_header, request_id_header,
             acme_domains, acme_email, acme_directory, acme_ca_roots, acme_state_dir,
             acme_challenge, acme_eab_kid, acme_eab_hmac_key, acme_retry_min,

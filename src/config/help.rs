@@ -113,6 +113,10 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ("quic_retry", "false".into()),
         ("quic_retry_above", super::DEFAULT_RETRY_ABOVE.to_string()),
         (
+            "quic_socket_buffer",
+            format_size(super::DEFAULT_SOCKET_BUFFER),
+        ),
+        (
             "h2_max_concurrent_streams",
             crate::proto::h2::DEFAULT_MAX_CONCURRENT_STREAMS.to_string(),
         ),

@@ -122,6 +122,7 @@ pub(super) fn quic_settings(
             ("quic_listen", s.quic_listen.is_some()),
             ("quic_retry", s.quic_retry.is_some()),
             ("quic_retry_above", s.quic_retry_above.is_some()),
+            ("quic_socket_buffer", s.quic_socket_buffer.is_some()),
         ] {
             if set {
                 bail!("{}: needs `h3 = true`", s.name(key));
@@ -143,12 +144,18 @@ pub(super) fn quic_settings(
         listen,
         retry: s.quic_retry.unwrap_or(false),
         retry_above: s.quic_retry_above.unwrap_or(DEFAULT_RETRY_ABOVE),
+        socket_buffer: s
+            .quic_socket_buffer
+            .map_or(DEFAULT_SOCKET_BUFFER, |b| b.0)
+            .min(i32::MAX as u64) as usize,
     }))
 }
 
 /// `quic_retry_above`'s default: new handshakes a second per shard above
 /// which unvalidated clients get a Retry first.
 pub const DEFAULT_RETRY_ABOVE: u32 = 2000;
+/// `quic_socket_buffer`'s default.
+pub const DEFAULT_SOCKET_BUFFER: u64 = 4 << 20;
 /// The HTTP/3 settings, validated (`h3`, `quic_listen`, `quic_retry*`).
 #[derive(Debug, Clone)]
 pub struct QuicSettings {
@@ -159,6 +166,8 @@ pub struct QuicSettings {
     /// Handshakes a second per shard above which unvalidated clients get
     /// a Retry.
     pub retry_above: u32,
+    /// Bytes each UDP socket asks for, to send and to receive.
+    pub socket_buffer: usize,
 }
 
 /// Every address `key` lists, resolved, each once, in order.

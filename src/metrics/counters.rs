@@ -176,6 +176,9 @@ pub struct QuicCounters {
     /// Datagrams the socket would not take (its buffer full): dropped,
     /// for QUIC's loss recovery to resend.
     pub send_dropped: u64,
+    /// Times a connection's transmit found the socket buffer full and was
+    /// held until the socket was writable.
+    pub send_blocked: u64,
     /// Packets of closed connections declared lost, summed at close.
     pub lost_packets: u64,
     /// Stateless Retry packets sent.

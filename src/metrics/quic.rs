@@ -35,8 +35,13 @@ pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
         ),
         counter(
             "shardhttpd_quic_send_dropped_total",
-            "QUIC datagrams the socket buffer would not take: dropped, for loss recovery to resend.",
+            "QUIC datagrams dropped: a stateless answer while the socket buffer was full, or a send that failed.",
             |q| q.send_dropped,
+        ),
+        counter(
+            "shardhttpd_quic_send_blocked_total",
+            "Times a QUIC connection's datagrams found the socket buffer full and waited for room.",
+            |q| q.send_blocked,
         ),
         counter(
             "shardhttpd_quic_lost_packets_total",

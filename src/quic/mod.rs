@@ -11,6 +11,7 @@
 pub mod cid;
 mod conn;
 pub mod forward;
+mod socket;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -26,12 +27,13 @@ use quinn_proto::{
     ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, ServerConfig, TransportConfig,
     VarInt,
 };
-use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use quinn_udp::RecvMeta;
 
 use crate::config::QuicSettings;
 use crate::conn::ShardEnv;
 use conn::QConn;
 use forward::{Forward, Sent};
+use socket::Socket;
 
 /// Most concurrent request streams a client may open
 /// (`initial_max_streams_bidi`), as h2o and Caddy allow.
@@ -49,8 +51,13 @@ const RECV_BATCH: usize = 16;
 const RECV_ROUNDS: usize = 8;
 /// Each receive buffer holds a GRO batch (up to 64 KiB).
 const RECV_BUF: usize = 64 * 1024;
-/// The inbox's index among a shard's watched fds ([`Quic::watched`]);
-/// the UDP sockets are `0..`.
+/// Datagrams asked of a connection per transmit (one GSO send): a batch
+/// must stay within 64 KiB (a larger one fails with EMSGSIZE), and
+/// quinn's own driver measured 10 as the best trade.
+const MAX_TRANSMIT_SEGMENTS: usize = 10;
+/// Indices of a shard's watched fds ([`Quic::watched`]): UDP socket `i`
+/// readable is `i`, writable `OUT + i`; the inbox is `INBOX`.
+const OUT: usize = 0x8000;
 pub const INBOX: usize = 0xffff;
 
 /// What every shard's endpoint shares: the QUIC server configuration (its
@@ -127,16 +134,6 @@ impl Shared {
     }
 }
 
-/// One UDP socket of a shard, with its batched-I/O state.
-struct Socket {
-    udp: UdpSocket,
-    /// Its address, as a forwarded packet names it.
-    local: SocketAddr,
-    state: UdpSocketState,
-    /// Readiness seen and not yet read to exhaustion.
-    pending: bool,
-}
-
 /// A shard's QUIC sockets: one UDP socket per QUIC address, and the inbox
 /// a successor process forwards this shard's packets to.
 pub struct ShardSockets {
@@ -161,6 +158,8 @@ pub struct Quic {
     inbox: Option<Inbox>,
     /// A forwarded packet's framing.
     forward_buf: Vec<u8>,
+    /// Watches to add (true) or remove, by index, for the shard to apply.
+    watch_changes: Vec<(usize, bool)>,
     /// By `ConnectionHandle`'s index.
     conns: Vec<Option<Box<QConn>>>,
     open: usize,
@@ -201,16 +200,7 @@ impl Quic {
         let sockets = sockets
             .udp
             .into_iter()
-            .map(|udp| {
-                udp.set_nonblocking(true)?;
-                let state = UdpSocketState::new((&udp).into())?;
-                Ok(Socket {
-                    local: udp.local_addr()?,
-                    udp,
-                    state,
-                    pending: true,
-                })
-            })
+            .map(Socket::new)
             .collect::<io::Result<Vec<_>>>()?;
         Ok(Quic {
             index,
@@ -220,6 +210,7 @@ impl Quic {
             reading: true,
             inbox,
             forward_buf: Vec::new(),
+            watch_changes: Vec::new(),
             conns: Vec::new(),
             open: 0,
             timers: BinaryHeap::new(),
@@ -231,23 +222,43 @@ impl Quic {
         })
     }
 
-    /// The fds to watch for readability, by index: the UDP sockets while
-    /// this process reads them, and the inbox at [`INBOX`].
-    pub fn watched(&self) -> impl Iterator<Item = (usize, BorrowedFd<'_>)> {
-        let udp = self.sockets.iter().filter(|_| self.reading);
-        udp.map(|s| s.udp.as_fd())
-            .enumerate()
-            .chain(self.inbox.iter().map(|i| (INBOX, i.sock.as_fd())))
+    /// The indices to watch now: each UDP socket for reading while this
+    /// process reads them, for writing while a transmit is held on it,
+    /// and the inbox ([`fd`](Self::fd) says which fd and what for).
+    pub fn watched(&self) -> impl Iterator<Item = usize> + '_ {
+        let n = self.sockets.len();
+        let read = (0..n).filter(|_| self.reading);
+        let write = (0..n)
+            .filter(|&i| self.sockets[i].blocked())
+            .map(|i| OUT + i);
+        read.chain(write).chain(self.inbox.as_ref().map(|_| INBOX))
+    }
+
+    /// Watched index `i`'s fd and interest.
+    pub fn fd(&self, i: usize) -> Option<(BorrowedFd<'_>, u32)> {
+        match i {
+            INBOX => Some((self.inbox.as_ref()?.sock.as_fd(), crate::sys::EPOLLIN)),
+            i if i >= OUT => Some((self.sockets.get(i - OUT)?.out_fd(), crate::sys::EPOLLOUT)),
+            i => Some((self.sockets.get(i)?.udp.as_fd(), crate::sys::EPOLLIN)),
+        }
+    }
+
+    /// Watches to add (true) or remove since the last call.
+    pub fn watch_changes(&mut self) -> Vec<(usize, bool)> {
+        std::mem::take(&mut self.watch_changes)
     }
 
     /// A successor process reads the UDP sockets now (the caller stopped
     /// watching them): this one keeps its connections, fed through the
     /// inbox, and sends on its copies of the sockets.
-    pub fn stop_reading(&mut self) {
+    /// Returns the indices to stop watching.
+    pub fn stop_reading(&mut self) -> Vec<usize> {
+        let read = (0..self.sockets.len()).filter(|_| self.reading).collect();
         self.reading = false;
         for s in &mut self.sockets {
             s.pending = false;
         }
+        read
     }
 
     /// Connections open.
@@ -259,21 +270,26 @@ impl Quic {
         self.open == 0
     }
 
-    /// Watched fd `i` is readable.
-    pub fn readable(&mut self, i: usize) {
+    /// Watched index `i` is ready.
+    pub fn ready(&mut self, i: usize) {
         if i == INBOX {
             if let Some(inbox) = &mut self.inbox {
                 inbox.pending = true;
+            }
+        } else if i >= OUT {
+            if let Some(s) = self.sockets.get_mut(i - OUT) {
+                s.out_ready = true;
             }
         } else if let Some(s) = self.sockets.get_mut(i).filter(|_| self.reading) {
             s.pending = true;
         }
     }
 
-    /// Whether a socket still has datagrams to read (the loop does not
-    /// sleep then).
+    /// Whether a socket still has datagrams to read, or became writable
+    /// (the loop does not sleep then).
     pub fn has_pending(&self) -> bool {
-        self.sockets.iter().any(|s| s.pending) || self.inbox.as_ref().is_some_and(|i| i.pending)
+        self.sockets.iter().any(|s| s.pending || s.out_ready)
+            || self.inbox.as_ref().is_some_and(|i| i.pending)
     }
 
     /// The earliest connection deadline.
@@ -294,6 +310,11 @@ impl Quic {
     pub fn turn(&mut self, env: &mut ShardEnv<'_>) {
         let now = env.now;
         for i in 0..self.sockets.len() {
+            let s = &mut self.sockets[i];
+            if std::mem::take(&mut s.out_ready) && s.writable(&mut env.counters.quic) {
+                self.watch_changes.push((OUT + i, false));
+                self.dirty.append(&mut s.waiting);
+            }
             if self.sockets[i].pending {
                 self.receive(i, env);
             }
@@ -539,9 +560,10 @@ impl Quic {
         self.second.1 >= self.shared.settings.retry_above
     }
 
-    /// Write one transmit (a GSO batch when `segment_size` is set).
-    fn send(&self, sock: usize, t: &quinn_proto::Transmit, buf: &[u8], env: &mut ShardEnv<'_>) {
-        send_on(&self.sockets[sock], t, buf, env);
+    /// Write a stateless answer (dropped while the socket's buffer is
+    /// full).
+    fn send(&mut self, sock: usize, t: &quinn_proto::Transmit, buf: &[u8], env: &mut ShardEnv<'_>) {
+        self.sockets[sock].send(t, buf, false, &mut env.counters.quic);
     }
 
     /// Act on connection `ch`'s input: its HTTP/3 streams, its packets
@@ -552,14 +574,24 @@ impl Quic {
         };
         let now = env.now;
         c.h3(&self.shared, self.draining, env);
-        let max = self.sockets[c.sock].state.max_gso_segments();
+        let s = &mut self.sockets[c.sock];
+        let max = s.state.max_gso_segments().min(MAX_TRANSMIT_SEGMENTS);
         let mut buf = std::mem::take(&mut self.send_buf);
-        loop {
+        // While the socket's buffer is full the connection waits, its
+        // packets not yet made.
+        let mut wait = s.blocked();
+        while !wait {
             buf.clear();
             let Some(t) = c.inner.poll_transmit(now, max, &mut buf) else {
                 break;
             };
-            send_on(&self.sockets[c.sock], &t, &buf, env);
+            if !s.send(&t, &buf, true, &mut env.counters.quic) {
+                self.watch_changes.push((OUT + c.sock, true));
+                wait = true;
+            }
+        }
+        if wait && !s.waiting.contains(&ch) {
+            s.waiting.push(ch);
         }
         self.send_buf = buf;
         let mut drained = false;
@@ -609,24 +641,5 @@ impl Quic {
             }
         }
         self.turn(env);
-    }
-}
-
-/// Write one transmit on `s`; a full socket buffer drops it (counted),
-/// for loss recovery to resend.
-fn send_on(s: &Socket, t: &quinn_proto::Transmit, buf: &[u8], env: &mut ShardEnv<'_>) {
-    let transmit = Transmit {
-        destination: t.destination,
-        ecn: t
-            .ecn
-            .and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
-        contents: &buf[..t.size],
-        segment_size: t.segment_size,
-        src_ip: t.src_ip,
-    };
-    let segments = t.segment_size.map_or(1, |s| t.size.div_ceil(s)) as u64;
-    match s.state.try_send((&s.udp).into(), &transmit) {
-        Ok(()) => env.counters.quic.datagrams_out += segments,
-        Err(_) => env.counters.quic.send_dropped += segments,
     }
 }

@@ -386,8 +386,8 @@ pub(super) fn bind_quic(
             continue;
         }
         for (shard, list) in per_shard.iter_mut().enumerate() {
-            let socket =
-                udp_socket(addr).with_context(|| format!("binding QUIC address {addr}"))?;
+            let socket = udp_socket(addr, settings.socket_buffer)
+                .with_context(|| format!("binding QUIC address {addr}"))?;
             let udp: std::net::UdpSocket = socket.into();
             if shard == 0 {
                 addr = udp.local_addr()?;
@@ -446,9 +446,9 @@ pub(super) fn bind_quic(
     })
 }
 
-/// A non-blocking UDP socket in `addr`'s `SO_REUSEPORT` group, with room
-/// for bursts in its buffers.
-fn udp_socket(addr: SocketAddr) -> std::io::Result<Socket> {
+/// A non-blocking UDP socket in `addr`'s `SO_REUSEPORT` group, with
+/// `buffer` bytes of room for bursts each way.
+fn udp_socket(addr: SocketAddr, buffer: usize) -> std::io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
@@ -456,8 +456,8 @@ fn udp_socket(addr: SocketAddr) -> std::io::Result<Socket> {
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     // Best effort: capped by net.core.[rw]mem_max.
-    let _ = socket.set_recv_buffer_size(4 << 20);
-    let _ = socket.set_send_buffer_size(4 << 20);
+    let _ = socket.set_recv_buffer_size(buffer);
+    let _ = socket.set_send_buffer_size(buffer);
     socket.bind(&addr.into())?;
     Ok(socket)
 }

@@ -241,8 +241,10 @@ impl Shard {
         let quic = match spec.quic {
             Some((sockets, shared)) => {
                 let quic = Quic::new(spec.index, sockets, shared)?;
-                for (i, fd) in quic.watched() {
-                    poller.add(&fd, UDP_BASE - i as u64, EPOLLIN)?;
+                for i in quic.watched() {
+                    if let Some((fd, interest)) = quic.fd(i) {
+                        poller.add(&fd, UDP_BASE - i as u64, interest)?;
+                    }
                 }
                 Some(quic)
             }
@@ -337,7 +339,7 @@ impl Shard {
                     }
                     t if t <= UDP_BASE && UDP_BASE - t < 1 << 16 => {
                         if let Some(q) = self.quic.as_mut() {
-                            q.readable((UDP_BASE - t) as usize);
+                            q.ready((UDP_BASE - t) as usize);
                         }
                     }
                     t => self.on_conn_event(t, ready, now),
@@ -480,10 +482,11 @@ impl Shard {
         }
         if self.shared.quic_handed_over.load(Ordering::Acquire) {
             if let Some(quic) = &mut self.quic {
-                for (i, fd) in quic.watched().filter(|&(i, _)| i != crate::quic::INBOX) {
-                    let _ = self.poller.delete(&fd, UDP_BASE - i as u64);
+                for i in quic.stop_reading() {
+                    if let Some((fd, _)) = quic.fd(i) {
+                        let _ = self.poller.delete(&fd, UDP_BASE - i as u64);
+                    }
                 }
-                quic.stop_reading();
             }
         }
         self.with_quic(now, Quic::drain);
@@ -497,6 +500,17 @@ impl Shard {
         };
         let mut env = shard_env!(self, now);
         f(quic, &mut env);
+        for (i, on) in quic.watch_changes() {
+            let token = UDP_BASE - i as u64;
+            let res = match quic.fd(i) {
+                Some((fd, interest)) if on => self.poller.add(&fd, token, interest),
+                Some((fd, _)) => self.poller.delete(&fd, token),
+                None => Ok(()),
+            };
+            if let Err(e) = res {
+                tracing::warn!(error = %e, "watching a QUIC socket for room failed");
+            }
+        }
     }
 
     fn accept(&mut self, i: usize, now: Instant) {
@@ -666,9 +680,10 @@ impl Shard {
             match self
                 .quic
                 .as_ref()
-                .and_then(|q| q.watched().find(|&(j, _)| j == i))
+                .filter(|q| q.watched().any(|j| j == i))
+                .and_then(|q| q.fd(i))
             {
-                Some((_, fd)) => self.poller.add(&fd, token, EPOLLIN),
+                Some((fd, interest)) => self.poller.add(&fd, token, interest),
                 None => Ok(()),
             }
         } else {

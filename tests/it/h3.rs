@@ -170,6 +170,99 @@ fn ngtcp2_downloads_60_mib_whole_with_each_cipher() {
         !text.contains("stream 0x0 body"),
         "a HEAD answer has no body: {text}"
     );
+    // A full socket buffer held the datagrams until there was room: none
+    // was dropped for loss recovery to resend.
+    let admin = server.server.admin_addr();
+    let samples = await_value(
+        admin,
+        "shardhttpd_quic_handshakes_total",
+        &[("result", "completed")],
+        3.0,
+    );
+    let blocked = sum(&samples, "shardhttpd_quic_send_blocked_total", &[]);
+    assert_eq!(
+        sum(&samples, "shardhttpd_quic_send_dropped_total", &[]),
+        0.0,
+        "{blocked} sends waited for room"
+    );
+    loud(&format!(
+        "2 × 60 MiB over h3: {blocked} sends waited for room in the socket buffer, none dropped"
+    ));
+}
+
+/// Loopback hands a datagram to its receiver at once, so a socket's send
+/// buffer never fills there. In a network namespace of the test's own,
+/// a token bucket on `lo` holds datagrams in its queue, charged to the
+/// sender's buffer (64 KiB by `quic_socket_buffer`): the server's sends
+/// find it full, are held until the socket is writable, and none is
+/// dropped.
+#[test]
+fn a_full_send_buffer_holds_datagrams_until_there_is_room() {
+    let Some(client) = ngtcp2_or_skip("h3 full send buffer") else {
+        return;
+    };
+    for tool in ["unshare", "tc", "ip", "curl"] {
+        if !installed(tool) {
+            skip(&format!("h3 full send buffer: {tool} not installed"));
+            return;
+        }
+    }
+    let n = 16 << 20;
+    let site = Site::new("h3-sndbuf");
+    site.write("big.bin", &noise(7, n));
+    let ca = Ca::new();
+    let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
+    let dir = TempDir::new("h3-sndbuf-dl");
+    // Fixed ports: the namespace is the test's alone.
+    let script = r#"
+set -eu
+ip link set lo up
+tc qdisc add dev lo root tbf rate 400mbit burst 64kb latency 500ms
+"$BIN" $IO_ARGS --root "$ROOT" --cores 1 --h3 --quic-socket-buffer 64KiB \
+  --tls-listen 127.0.0.1:8443 --tls-cert "$CERT" --tls-key "$KEY" \
+  --listen 127.0.0.1:8080 --admin 127.0.0.1:9180 2>"$DIR/server.log" &
+server=$!
+trap 'kill $server' EXIT
+up=0
+for _ in $(seq 200); do
+  if curl -sf -o /dev/null http://127.0.0.1:9180/readyz; then up=1; break; fi
+  sleep 0.05
+done
+[ $up = 1 ] || { cat "$DIR/server.log" >&2; exit 3; }
+timeout 60 "$CLIENT" --quiet --exit-on-all-streams-close --download="$DIR" \
+  127.0.0.1 8443 https://localhost:8443/big.bin >&2
+# Once the shard has published the finished connection's counters.
+for _ in $(seq 100); do
+  curl -sf http://127.0.0.1:9180/metrics >"$DIR/metrics"
+  grep -q 'shardhttpd_quic_handshakes_total{core="0",result="completed"} 1' "$DIR/metrics" && break
+  sleep 0.05
+done
+cat "$DIR/metrics"
+"#;
+    let out = Command::new("unshare")
+        .args(["--net", "--map-root-user", "sh", "-c", script])
+        .env("BIN", bin())
+        .env("IO_ARGS", support::io_flag(&[]).join(" "))
+        .env("ROOT", &site.root)
+        .env("CERT", &leaf.cert)
+        .env("KEY", &leaf.key)
+        .env("CLIENT", &client)
+        .env("DIR", dir.path())
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let got = std::fs::read(dir.path().join("big.bin")).expect("the download");
+    assert_eq!(got.len(), n);
+    assert_eq!(sha256_hex(&got), file_sha(&site.root, "big.bin"));
+    let samples = support::metrics::parse(&String::from_utf8_lossy(&out.stdout));
+    let blocked = sum(&samples, "shardhttpd_quic_send_blocked_total", &[]);
+    let dropped = sum(&samples, "shardhttpd_quic_send_dropped_total", &[]);
+    assert!(blocked > 0.0, "the buffer never filled: {stderr}");
+    assert_eq!(dropped, 0.0, "{blocked} held");
+    loud(&format!(
+        "16 MiB over h3 behind a token bucket: {blocked} sends waited for room, none dropped"
+    ));
 }
 
 #[test]
