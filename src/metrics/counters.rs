@@ -202,6 +202,8 @@ pub struct QuicCounters {
     pub h3_errors: u64,
     /// Connections closed at idle timeout.
     pub idle_timeouts: u64,
+    /// HTTP/3 flood budgets spent, by [`Flood`](crate::proto::h3::Flood).
+    pub defences: [u64; crate::proto::h3::Flood::ALL.len()],
 }
 
 /// One site's responses by status and body bytes, on one shard (exported

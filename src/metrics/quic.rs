@@ -6,6 +6,7 @@
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::{per_core, per_core_by, ShardRow};
+use crate::proto::h3::Flood;
 
 pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
     let counter = |name: &str, help: &str, value: fn(&super::QuicCounters) -> u64| {
@@ -89,6 +90,18 @@ pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
             "shardhttpd_h3_goaways_sent_total",
             "HTTP/3 GOAWAY frames sent (drain).",
             |q| q.goaways,
+        ),
+        per_core_by(
+            "shardhttpd_h3_defences_total",
+            "HTTP/3 flood budgets spent (the connection closed with H3_EXCESSIVE_LOAD): rapid_reset, \
+             control_flood, frames_before_headers.",
+            shards,
+            "defence",
+            |c| {
+                Flood::ALL
+                    .map(|f| (f.label(), c.quic.defences[f as usize]))
+                    .to_vec()
+            },
         ),
         counter(
             "shardhttpd_h3_errors_total",

@@ -18,7 +18,7 @@ use crate::http::Status;
 use crate::proto::body::{BodyQueue, Copied};
 use crate::proto::h2::hpack::Fields;
 use crate::proto::h2::Handler;
-use crate::proto::h3::{self, frame, qpack, Code, Event as H3Event, RequestReader};
+use crate::proto::h3::{self, frame, qpack, Budgets, Code, Event as H3Event, Flood, RequestReader};
 
 /// H3_NO_ERROR, for QUIC's application close.
 pub const H3_NO_ERROR: u32 = Code::NoError as u32;
@@ -76,6 +76,7 @@ pub struct QConn {
     fields: Fields,
     /// Scratch for a response's field section.
     section: Vec<u8>,
+    budgets: Budgets,
     /// Why it closed, counted when it is gone.
     lost: Option<ConnectionError>,
 }
@@ -100,6 +101,7 @@ impl QConn {
             closing: false,
             fields: Fields::default(),
             section: Vec::new(),
+            budgets: Budgets::new(Instant::now()),
             lost: None,
         }
     }
@@ -115,6 +117,16 @@ impl QConn {
                 Bytes::new(),
             );
         }
+    }
+
+    /// A request stream ended early: charged to the rapid reset budget;
+    /// a spent budget is H3_EXCESSIVE_LOAD.
+    fn charge_reset(&mut self, env: &mut ShardEnv<'_>) -> Result<(), Code> {
+        if self.budgets.reset(env.now) {
+            return Ok(());
+        }
+        env.counters.quic.defences[Flood::RapidReset as usize] += 1;
+        Err(Code::ExcessiveLoad)
     }
 
     /// Everything HTTP/3 has to do after new input.
@@ -134,13 +146,20 @@ impl QConn {
                     }
                 }
                 Event::ConnectionLost { reason } => self.lost = Some(reason),
-                Event::Stream(StreamEvent::Finished { id } | StreamEvent::Stopped { id, .. }) => {
+                Event::Stream(StreamEvent::Finished { id }) => {
                     self.unacked.retain(|&u| u != id);
+                }
+                Event::Stream(StreamEvent::Stopped { id, .. }) => {
+                    self.unacked.retain(|&u| u != id);
+                    // The stream's credit comes back once our half is
+                    // reset too.
+                    let code = VarInt::from_u32(Code::RequestCancelled as u32);
+                    let _ = self.inner.send_stream(id).reset(code);
                 }
                 _ => {}
             }
         }
-        if !self.established || self.lost.is_some() {
+        if !self.established || self.lost.is_some() || self.closing {
             return;
         }
         if self.inner.remote_address() != self.remote {
@@ -175,7 +194,7 @@ impl QConn {
                 body: BodyQueue::default(),
             });
         }
-        if let Err(code) = self.read_uni() {
+        if let Err(code) = self.read_uni(env) {
             self.fail(code, env);
             return;
         }
@@ -221,7 +240,7 @@ impl QConn {
     /// frames, the QPACK streams (with no dynamic table, only a capacity
     /// of 0 may come on the encoder stream; the decoder stream has nothing
     /// to tell), others refused.
-    fn read_uni(&mut self) -> Result<(), Code> {
+    fn read_uni(&mut self, env: &mut ShardEnv<'_>) -> Result<(), Code> {
         let mut i = 0;
         while i < self.uni.len() {
             let id = self.uni[i].id;
@@ -246,24 +265,39 @@ impl QConn {
                 }
             }
             let u = &mut self.uni[i];
-            match u.kind {
+            // Control frames after SETTINGS, QPACK instructions and
+            // streams of unknown types draw from the control budget.
+            let spent = match u.kind {
                 Some(frame::CONTROL_STREAM) => control_frames(u)?,
                 Some(frame::QPACK_ENCODER_STREAM) => {
-                    if u.buf.iter().any(|&b| b != 0x20) {
-                        return Err(Code::QpackEncoderStreamError);
-                    }
+                    let n = qpack::encoder_instructions(&u.buf)
+                        .map_err(|_| Code::QpackEncoderStreamError)?;
                     u.buf.clear();
+                    n
                 }
-                Some(frame::QPACK_DECODER_STREAM) => u.buf.clear(),
+                Some(frame::QPACK_DECODER_STREAM) => {
+                    let (used, n) = qpack::decoder_instructions(&u.buf)
+                        .map_err(|_| Code::QpackDecoderStreamError)?;
+                    u.buf.drain(..used);
+                    n
+                }
                 Some(frame::PUSH_STREAM) => return Err(Code::StreamCreationError),
                 Some(_) => {
                     // An unknown type: ignored (§6.2), and not read.
                     let code = VarInt::from_u32(Code::StreamCreationError as u32);
                     let _ = self.inner.recv_stream(id).stop(code);
                     self.uni.swap_remove(i);
+                    if !self.budgets.control(1, env.now) {
+                        env.counters.quic.defences[Flood::Control as usize] += 1;
+                        return Err(Code::ExcessiveLoad);
+                    }
                     continue;
                 }
-                None => {}
+                None => 0,
+            };
+            if !self.budgets.control(spent, env.now) {
+                env.counters.quic.defences[Flood::Control as usize] += 1;
+                return Err(Code::ExcessiveLoad);
             }
             if finished
                 && self.uni[i]
@@ -290,11 +324,20 @@ impl QConn {
             let r = &mut self.reqs[i];
             let finished = match read_into(&mut self.inner, id, &mut r.buf, max_section + 64) {
                 Ok(f) => f,
-                // Reset by the client before an answer: nothing to do.
-                Err(_) => return Ok(false),
+                // Reset by the client before an answer: the request is
+                // cancelled (§4.1.1), and so is the response.
+                Err(_) => {
+                    let code = VarInt::from_u32(Code::RequestCancelled as u32);
+                    let _ = self.inner.send_stream(id).reset(code);
+                    return self.charge_reset(env).map(|()| false);
+                }
             };
             r.recv_done = finished;
-            let (used, event) = r.reader.read(&r.buf, max_section)?;
+            let (used, event) = r.reader.read(&r.buf, max_section).inspect_err(|&code| {
+                if code == Code::ExcessiveLoad {
+                    env.counters.quic.defences[Flood::BeforeHeaders as usize] += 1;
+                }
+            })?;
             match event {
                 Some(H3Event::Headers(range)) => {
                     // Lent out while the answer borrows the connection.
@@ -303,7 +346,8 @@ impl QConn {
                     buf.drain(..used);
                     self.reqs[i].buf = buf;
                     if !answered? {
-                        return Ok(false);
+                        // Reset for a malformed request.
+                        return self.charge_reset(env).map(|()| false);
                     }
                 }
                 Some(H3Event::TooLarge) => {
@@ -320,7 +364,7 @@ impl QConn {
                         // The stream ended before its HEADERS (§4.1.2).
                         let code = VarInt::from_u32(Code::RequestIncomplete as u32);
                         let _ = self.inner.send_stream(id).reset(code);
-                        return Ok(false);
+                        return self.charge_reset(env).map(|()| false);
                     }
                     return Ok(true);
                 }
@@ -423,7 +467,11 @@ impl QConn {
                     }
                 }
                 Err(WriteError::Blocked) => return Ok(true),
-                // Stopped by the client, or gone.
+                // Stopped by the client before the answer was out.
+                Err(WriteError::Stopped(code)) => {
+                    let _ = stream.reset(code);
+                    return self.charge_reset(env).map(|()| false);
+                }
                 Err(_) => return Ok(false),
             }
         }
@@ -444,10 +492,11 @@ impl QConn {
 
 /// The client control stream's frames: SETTINGS first and once, then
 /// GOAWAY and unknown frames; anything else is unexpected.
-fn control_frames(u: &mut Uni) -> Result<(), Code> {
+fn control_frames(u: &mut Uni) -> Result<u32, Code> {
+    let mut frames = 0;
     loop {
         let Some((ty, len, n)) = frame::head(&u.buf) else {
-            return Ok(());
+            return Ok(frames);
         };
         if !u.settings && ty != frame::SETTINGS {
             return Err(Code::MissingSettings);
@@ -465,11 +514,13 @@ fn control_frames(u: &mut Uni) -> Result<(), Code> {
         }
         let end = n + len as usize;
         if u.buf.len() < end {
-            return Ok(());
+            return Ok(frames);
         }
         if ty == frame::SETTINGS {
             u.settings = true;
             settings(&u.buf[n..end])?;
+        } else {
+            frames += 1;
         }
         u.buf.drain(..end);
     }

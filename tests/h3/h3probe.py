@@ -112,6 +112,43 @@ async def run(args):
         out["cipher"] = str(quic.tls.key_schedule.cipher_suite) if quic.tls.key_schedule else None
         out["resumed"] = quic.tls.session_resumed
         out["retry"] = quic._retry_source_connection_id is not None
+        if args.reset_flood:
+            # Requests cancelled as soon as they are sent (the rapid reset
+            # pattern): the server's budget runs out and it closes.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + args.timeout
+            for i in range(args.reset_flood):
+                sid = quic.get_next_available_stream_id()
+                # Within the server's stream credit, which it extends as
+                # the cancelled streams close (until it closes instead).
+                while sid // 4 >= quic._remote_max_streams_bidi and client.terminated is None:
+                    if loop.time() > deadline:
+                        raise TimeoutError("no stream credit")
+                    await asyncio.sleep(0.002)
+                if client.terminated is not None:
+                    break
+                fields = [(b":method", b"GET"), (b":scheme", b"https"),
+                          (b":authority", (args.authority or args.host).encode()), (b":path", b"/")]
+                client.h3.send_headers(stream_id=sid, headers=fields, end_stream=True)
+                quic.reset_stream(sid, 0x10c)
+                quic.stop_stream(sid, 0x10c)
+                client.transmit()
+                if i % 20 == 19:
+                    await asyncio.sleep(0)
+        if args.control_flood:
+            # Reserved frames (§7.2.8) on our control stream after its
+            # SETTINGS, each cheap to send and to skip.
+            frame = encode_varint(0x21 + 0x1f * 7) + encode_varint(0)
+            for _ in range(args.control_flood // 100):
+                quic.send_stream_data(client.h3._local_control_stream_id, frame * 100)
+                client.transmit()
+                await asyncio.sleep(0)
+        if (args.reset_flood or args.control_flood) and not args.paths_after_raw:
+            try:
+                await asyncio.wait_for(asyncio.shield(client.closed), args.timeout)
+            except asyncio.TimeoutError:
+                out["timeout"] = True
+            args.paths = []
         if args.raw:
             payload = bytes.fromhex(args.raw)
             if args.raw_section:
@@ -178,8 +215,10 @@ def main():
     p.add_argument("--key-update", action="store_true")
     p.add_argument("--migrate", action="store_true")
     p.add_argument("--raw", help="hex bytes sent as a request stream")
+    p.add_argument("--reset-flood", type=int, default=0, help="this many requests, each cancelled at once")
+    p.add_argument("--control-flood", type=int, default=0, help="this many reserved frames on the control stream")
     p.add_argument("--raw-section", action="store_true", help="--raw is a field section: frame it as HEADERS")
-    p.add_argument("--paths-after-raw", action="store_true")
+    p.add_argument("--paths-after-raw", action="store_true", help="the paths too, after --raw or a flood")
     p.add_argument("--ticket-in")
     p.add_argument("--ticket-out")
     args = p.parse_intermixed_args()

@@ -415,6 +415,55 @@ fn malformed_requests_get_the_right_http3_errors() {
     );
 }
 
+/// QUIC's stream credit bounds the streams open at once, not how fast a
+/// client cancels them, nor what it sends on its control streams: each
+/// flood spends a budget as HTTP/2's do, and the connection closes with
+/// H3_EXCESSIVE_LOAD, counted by defence. Moderate use passes.
+#[test]
+fn floods_spend_their_budgets_and_close_with_excessive_load() {
+    let Some(py) = python_or_skip("h3 floods") else {
+        return;
+    };
+    let (_site, _ca, server, ca) = start("h3-floods", &[100], &[]);
+    let addr = quic_addr(&server.server);
+    let admin = server.server.admin_addr();
+    let defence = |d| {
+        sum(
+            &scrape(admin),
+            "shardhttpd_h3_defences_total",
+            &[("defence", d)],
+        )
+    };
+    // A page's worth of cancelled requests, then a real one: served.
+    let report = probe(
+        &py,
+        addr,
+        &ca,
+        &["--reset-flood", "50", "--paths-after-raw", "/size-100.bin"],
+    );
+    assert!(report["terminated"].is_null(), "{report}");
+    assert_eq!(requests(&report)[0]["status"], 200, "{report}");
+    let report = probe(&py, addr, &ca, &["--reset-flood", "2000"]);
+    assert_eq!(report["terminated"]["error_code"], 0x107, "{report}");
+    let report = probe(&py, addr, &ca, &["--control-flood", "5000"]);
+    assert_eq!(report["terminated"]["error_code"], 0x107, "{report}");
+    // 17 KiB of a reserved frame before a request's HEADERS.
+    let padded = format!("2180004400{}", "00".repeat(17 * 1024));
+    let report = probe(&py, addr, &ca, &["--raw", &padded]);
+    assert_eq!(report["terminated"]["error_code"], 0x107, "{report}");
+    let kinds = ["rapid_reset", "control_flood", "frames_before_headers"];
+    assert!(
+        poll_until(Duration::from_secs(5), || kinds
+            .iter()
+            .all(|d| defence(d) == 1.0)),
+        "{:?}",
+        kinds.map(defence)
+    );
+    // The server still answers.
+    let ok = probe(&py, addr, &ca, &["/size-100.bin"]);
+    assert_eq!(requests(&ok)[0]["status"], 200, "{ok}");
+}
+
 #[test]
 fn the_access_log_and_metrics_say_http3() {
     let Some(py) = python_or_skip("h3 access log") else {

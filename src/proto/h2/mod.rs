@@ -58,14 +58,14 @@ const MAX_CONTINUATIONS: u32 = 32;
 /// server reset because of a client error, draw from one bucket of this
 /// many tokens, refilled at [`RESET_RATE`] per second. An empty bucket is
 /// answered with GOAWAY ENHANCE_YOUR_CALM.
-const RESET_BURST: f64 = 200.0;
-const RESET_RATE: f64 = 100.0;
+pub(in crate::proto) const RESET_BURST: f64 = 200.0;
+pub(in crate::proto) const RESET_RATE: f64 = 100.0;
 
 /// Flood budget for frames that cost us work but carry no request:
 /// SETTINGS, PING, PRIORITY, PRIORITY_UPDATE, empty DATA without
 /// END_STREAM. Browsers send a handful per connection.
-const CONTROL_BURST: f64 = 1000.0;
-const CONTROL_RATE: f64 = 200.0;
+pub(in crate::proto) const CONTROL_BURST: f64 = 1000.0;
+pub(in crate::proto) const CONTROL_RATE: f64 = 200.0;
 
 /// Our receive window is topped up (WINDOW_UPDATE) once this much of it
 /// has been consumed: batching, one update per half window.
@@ -158,15 +158,15 @@ impl Defence {
     }
 }
 
-/// A token bucket, for the flood budgets.
+/// A token bucket, for the flood budgets (HTTP/3's too).
 #[derive(Debug, Clone, Copy)]
-struct Bucket {
+pub(in crate::proto) struct Bucket {
     tokens: f64,
     at: Instant,
 }
 
 impl Bucket {
-    fn new(burst: f64, now: Instant) -> Bucket {
+    pub(in crate::proto) fn new(burst: f64, now: Instant) -> Bucket {
         Bucket {
             tokens: burst,
             at: now,
@@ -174,7 +174,7 @@ impl Bucket {
     }
 
     /// Take one token; false when the bucket is empty.
-    fn take(&mut self, burst: f64, rate: f64, now: Instant) -> bool {
+    pub(in crate::proto) fn take(&mut self, burst: f64, rate: f64, now: Instant) -> bool {
         let secs = now.saturating_duration_since(self.at).as_secs_f64();
         self.at = now;
         self.tokens = (self.tokens + secs * rate).min(burst);

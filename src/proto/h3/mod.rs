@@ -7,6 +7,7 @@ pub mod frame;
 pub mod qpack;
 
 use std::ops::Range;
+use std::time::Instant;
 
 pub use frame::Code;
 use frame::{head, is_h2_only};
@@ -14,6 +15,7 @@ use frame::{head, is_h2_only};
 use crate::http::request::{Request, Version};
 use crate::proto::h2::hpack::Fields;
 use crate::proto::h2::request::build;
+use crate::proto::h2::{Bucket, CONTROL_BURST, CONTROL_RATE, RESET_BURST, RESET_RATE};
 use crate::serve::Response;
 
 /// What a request stream yielded.
@@ -26,15 +28,23 @@ pub enum Event {
     TooLarge,
 }
 
+/// Bytes of frames a request stream may carry before its HEADERS (unknown
+/// types, skipped): reserved "grease" frames are a few bytes; a client
+/// that pads a stream past this is H3_EXCESSIVE_LOAD.
+pub const MAX_BEFORE_HEADERS: u64 = 16 * 1024;
+
 /// A request stream read up to its HEADERS frame (§4.1): frames of unknown
-/// types before it are skipped, DATA before it or a control frame is a
-/// connection error H3_FRAME_UNEXPECTED. The request's body (a method
+/// types before it are skipped (up to [`MAX_BEFORE_HEADERS`] bytes), DATA
+/// before it or a control frame is a connection error
+/// H3_FRAME_UNEXPECTED. The request's body (a method
 /// with one is answered 405 or 501 by the semantics layer) is never read:
 /// the stream is answered, then told to stop sending.
 #[derive(Debug, Default)]
 pub struct RequestReader {
     /// Payload bytes of a skipped frame still to come.
     skip: u64,
+    /// Bytes of frames skipped so far.
+    skipped: u64,
 }
 
 impl RequestReader {
@@ -74,11 +84,71 @@ impl RequestReader {
                 | frame::PUSH_PROMISE => return Err(Code::FrameUnexpected),
                 t if is_h2_only(t) => return Err(Code::FrameUnexpected),
                 _ => {
+                    self.skipped = self.skipped.saturating_add(n as u64 + len);
+                    if self.skipped > MAX_BEFORE_HEADERS {
+                        return Err(Code::ExcessiveLoad);
+                    }
                     at += n;
                     self.skip = len;
                 }
             }
         }
+    }
+}
+
+/// A connection's flood budgets, as HTTP/2's (CVE-2023-44487 and kin):
+/// QUIC's stream credit bounds the streams open at once, not how fast a
+/// client opens and cancels them, nor how many frames and QPACK
+/// instructions it sends on its control streams.
+#[derive(Debug, Clone, Copy)]
+pub struct Budgets {
+    resets: Bucket,
+    control: Bucket,
+}
+
+/// What a spent budget was for, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flood {
+    /// Request streams cancelled by the client before their answer was
+    /// out, or reset by us for the client's error.
+    RapidReset,
+    /// Control stream frames after SETTINGS, QPACK instructions, and
+    /// unidirectional streams of unknown types.
+    Control,
+    /// More than [`MAX_BEFORE_HEADERS`] bytes of frames before a
+    /// request's HEADERS.
+    BeforeHeaders,
+}
+
+impl Flood {
+    pub const ALL: [Flood; 3] = [Flood::RapidReset, Flood::Control, Flood::BeforeHeaders];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Flood::RapidReset => "rapid_reset",
+            Flood::Control => "control_flood",
+            Flood::BeforeHeaders => "frames_before_headers",
+        }
+    }
+}
+
+impl Budgets {
+    pub fn new(now: Instant) -> Budgets {
+        Budgets {
+            resets: Bucket::new(RESET_BURST, now),
+            control: Bucket::new(CONTROL_BURST, now),
+        }
+    }
+
+    /// A request stream ended early (cancelled, or reset for an error):
+    /// false once the budget is spent.
+    pub fn reset(&mut self, now: Instant) -> bool {
+        self.resets.take(RESET_BURST, RESET_RATE, now)
+    }
+
+    /// `n` control frames or instructions: false once the budget is spent.
+    pub fn control(&mut self, n: u32, now: Instant) -> bool {
+        (0..n).all(|_| self.control.take(CONTROL_BURST, CONTROL_RATE, now))
     }
 }
 
@@ -201,5 +271,40 @@ mod tests {
             request(&[0x01, 0x00], 1 << 16, &mut fields).err(),
             Some(Bad::Qpack)
         );
+    }
+
+    #[test]
+    fn frames_before_headers_are_bounded() {
+        // Grease frames up to the bound are skipped, one byte past it is
+        // H3_EXCESSIVE_LOAD, however the bytes arrive.
+        let mut stream = Vec::new();
+        while stream.len() + 100 <= MAX_BEFORE_HEADERS as usize {
+            stream.extend(frame_bytes(0x21, &[0; 98]));
+        }
+        let mut r = RequestReader::default();
+        assert_eq!(r.read(&stream, 1024), Ok((stream.len(), None)));
+        let left = MAX_BEFORE_HEADERS as usize - stream.len();
+        let mut r = RequestReader::default();
+        let last = frame_bytes(0x21, &vec![0; left - 2]);
+        stream.extend(&last);
+        assert_eq!(r.read(&stream, 1024), Ok((stream.len(), None)));
+        assert_eq!(
+            r.read(&frame_bytes(0x21, &[]), 1024),
+            Err(Code::ExcessiveLoad)
+        );
+    }
+
+    #[test]
+    fn budgets_refill_with_time() {
+        let t0 = Instant::now();
+        let mut b = Budgets::new(t0);
+        assert!((0..200).all(|_| b.reset(t0)));
+        assert!(!b.reset(t0), "the burst is spent");
+        assert!(
+            b.reset(t0 + std::time::Duration::from_millis(20)),
+            "100 a second"
+        );
+        assert!(b.control(1000, t0));
+        assert!(!b.control(1, t0));
     }
 }

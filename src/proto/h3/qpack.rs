@@ -325,6 +325,39 @@ fn literal(out: &mut Vec<u8>, s: &[u8], n: u8, mask: u8) {
     out.extend_from_slice(s);
 }
 
+/// The client's encoder stream: with a dynamic table capacity of 0, the
+/// only instruction it may send is "Set Dynamic Table Capacity" to 0
+/// (one byte, 0x20). The instructions in `buf`, or an error.
+pub fn encoder_instructions(buf: &[u8]) -> Result<u32, Failed> {
+    if buf.iter().any(|&b| b != 0x20) {
+        return Err(Failed);
+    }
+    Ok(buf.len() as u32)
+}
+
+/// The client's decoder stream (RFC 9204 §4.4): with no dynamic table,
+/// only Stream Cancellation may come; a Section Acknowledgment (we send
+/// no section that needs one) or an Insert Count Increment (we insert
+/// nothing) is QPACK_DECODER_STREAM_ERROR. The bytes of whole
+/// instructions in `buf` and their count, or an error.
+pub fn decoder_instructions(buf: &[u8]) -> Result<(usize, u32), Failed> {
+    let (mut at, mut count) = (0, 0);
+    while let Some(&first) = buf.get(at) {
+        if first & 0xc0 != 0x40 {
+            return Err(Failed);
+        }
+        match read_integer(&buf[at..], 6) {
+            Some((_, n)) => {
+                at += n;
+                count += 1;
+            }
+            None if buf.len() - at > 10 => return Err(Failed),
+            None => break,
+        }
+    }
+    Ok((at, count))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,5 +463,32 @@ mod tests {
             let code = status.code().to_string();
             assert_eq!(decoded(&out).unwrap()[0], (":status".into(), code));
         }
+    }
+
+    #[test]
+    fn only_capacity_zero_and_stream_cancellations_come_on_the_qpack_streams() {
+        assert_eq!(encoder_instructions(&[0x20, 0x20]), Ok(2));
+        assert_eq!(encoder_instructions(&[]), Ok(0));
+        for bad in [&[0x21][..], &[0x3f, 0x01], &[0x80, 0x01]] {
+            assert_eq!(encoder_instructions(bad), Err(Failed), "{bad:?}");
+        }
+        // Stream Cancellation of streams 4 and 1000 (a 6-bit prefix
+        // integer), and half of another.
+        let cancels = [0x44, 0x7f, 0xa9, 0x07, 0x7f];
+        assert_eq!(decoder_instructions(&cancels), Ok((4, 2)));
+        // A Section Acknowledgment or an Insert Count Increment refers
+        // to a table we never had.
+        for bad in [&[0x84][..], &[0x01], &[0x44, 0x81]] {
+            assert_eq!(decoder_instructions(bad), Err(Failed), "{bad:?}");
+        }
+        // An integer that never ends.
+        let mut endless = vec![0x7f];
+        endless.extend([0xff; 11]);
+        assert_eq!(decoder_instructions(&endless), Err(Failed));
+        assert_eq!(
+            decoder_instructions(&endless[..5]),
+            Ok((0, 0)),
+            "not yet whole"
+        );
     }
 }
