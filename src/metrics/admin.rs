@@ -354,6 +354,7 @@ impl Rates {
                     running: slot.running.load(Ordering::Acquire),
                     requests: c.requests.iter().sum(),
                     requests_h2: c.h2.requests,
+                    requests_h3: c.quic.requests,
                     rps: req_now.saturating_sub(req_then) as f64 / self.interval,
                     response_bytes: c.response_bytes,
                     bytes_per_second: bytes_now.saturating_sub(bytes_then) as f64 / self.interval,
@@ -377,6 +378,7 @@ impl Rates {
             totals: Totals {
                 requests: cores.iter().map(|c| c.requests).sum(),
                 requests_h2: cores.iter().map(|c| c.requests_h2).sum(),
+                requests_h3: cores.iter().map(|c| c.requests_h3).sum(),
                 rps: cores.iter().map(|c| c.rps).sum(),
                 connections_active: cores.iter().map(|c| c.connections_active).sum(),
                 response_bytes: cores.iter().map(|c| c.response_bytes).sum(),
@@ -438,8 +440,10 @@ struct SiteStatus {
 #[derive(Serialize)]
 struct Totals {
     requests: u64,
-    /// Of `requests`, those over HTTP/2 (the rest are HTTP/1.x).
+    /// Of `requests`, those over HTTP/2 and over HTTP/3 (the rest are
+    /// HTTP/1.x).
     requests_h2: u64,
+    requests_h3: u64,
     rps: f64,
     connections_active: u64,
     response_bytes: u64,
@@ -470,6 +474,7 @@ struct CoreStatus {
     running: bool,
     requests: u64,
     requests_h2: u64,
+    requests_h3: u64,
     rps: f64,
     response_bytes: u64,
     bytes_per_second: f64,

@@ -506,6 +506,20 @@ fn the_access_log_and_metrics_say_http3() {
             &[("direction", "in")]
         ) >= 3.0
     );
+    // The status page's split.
+    let (_, body) = support::metrics::admin_get(server.server.admin_addr(), "/status.json")
+        .expect("status.json");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let totals = &status["totals"];
+    assert_eq!(
+        (
+            &totals["requests"],
+            &totals["requests_h2"],
+            &totals["requests_h3"]
+        ),
+        (&2.into(), &0.into(), &2.into()),
+        "{status}"
+    );
 }
 
 #[test]
