@@ -18,7 +18,9 @@ use crate::http::Status;
 use crate::proto::body::{BodyQueue, Copied};
 use crate::proto::h2::hpack::Fields;
 use crate::proto::h2::Handler;
-use crate::proto::h3::{self, frame, qpack, Budgets, Code, Event as H3Event, Flood, RequestReader};
+use crate::proto::h3::{
+    self, frame, qpack, Budgets, Code, Event as H3Event, Flood, Priority, RequestReader,
+};
 
 /// H3_NO_ERROR, for QUIC's application close.
 pub const H3_NO_ERROR: u32 = Code::NoError as u32;
@@ -50,6 +52,22 @@ struct Req {
     out: Vec<u8>,
     out_at: usize,
     body: BodyQueue,
+    /// Its place in the send order (`level`).
+    level: i32,
+}
+
+/// A request's place in the send order, as quinn's stream priority
+/// (higher first): lower urgency first; within one, non-incremental
+/// responses one after another in request order (`seq`: the stream's
+/// number), ahead of the incremental ones, which quinn sends round-robin.
+fn level(p: Priority, seq: u64) -> i32 {
+    const SPAN: i32 = 1 << 20;
+    let base = i32::from(7 - p.urgency.min(7)) * SPAN;
+    if p.incremental {
+        base
+    } else {
+        base + SPAN - 1 - seq.min(SPAN as u64 - 2) as i32
+    }
 }
 
 pub struct QConn {
@@ -77,6 +95,8 @@ pub struct QConn {
     /// Scratch for a response's field section.
     section: Vec<u8>,
     budgets: Budgets,
+    /// PRIORITY_UPDATEs read, to apply.
+    updates: Vec<(u64, Priority)>,
     /// Why it closed, counted when it is gone.
     lost: Option<ConnectionError>,
 }
@@ -102,6 +122,7 @@ impl QConn {
             fields: Fields::default(),
             section: Vec::new(),
             budgets: Budgets::new(Instant::now()),
+            updates: Vec::new(),
             lost: None,
         }
     }
@@ -192,11 +213,22 @@ impl QConn {
                 out: Vec::new(),
                 out_at: 0,
                 body: BodyQueue::default(),
+                level: 0,
             });
         }
         if let Err(code) = self.read_uni(env) {
             self.fail(code, env);
             return;
+        }
+        for (id, p) in std::mem::take(&mut self.updates) {
+            // A request not (or no longer) here: nothing to reorder.
+            if let Some(i) = self
+                .reqs
+                .iter()
+                .position(|r| VarInt::from(r.id).into_inner() == id)
+            {
+                self.prioritise(i, p);
+            }
         }
         let max_section = shared.max_field_section;
         let mut i = 0;
@@ -205,6 +237,25 @@ impl QConn {
                 Ok(true) => i += 1,
                 Ok(false) => {
                     self.reqs.swap_remove(i);
+                }
+                Err(code) => {
+                    self.fail(code, env);
+                    return;
+                }
+            }
+        }
+        // Responses take the windows in priority order.
+        self.reqs.sort_by_key(|r| std::cmp::Reverse(r.level));
+        let mut i = 0;
+        while i < self.reqs.len() {
+            if !self.reqs[i].answered {
+                i += 1;
+                continue;
+            }
+            match self.write(i, env) {
+                Ok(true) => i += 1,
+                Ok(false) => {
+                    self.reqs.remove(i);
                 }
                 Err(code) => {
                     self.fail(code, env);
@@ -268,7 +319,7 @@ impl QConn {
             // Control frames after SETTINGS, QPACK instructions and
             // streams of unknown types draw from the control budget.
             let spent = match u.kind {
-                Some(frame::CONTROL_STREAM) => control_frames(u)?,
+                Some(frame::CONTROL_STREAM) => control_frames(u, &mut self.updates)?,
                 Some(frame::QPACK_ENCODER_STREAM) => {
                     let n = qpack::encoder_instructions(&u.buf)
                         .map_err(|_| Code::QpackEncoderStreamError)?;
@@ -378,7 +429,7 @@ impl QConn {
                     .stop(VarInt::from_u32(H3_NO_ERROR));
             }
         }
-        self.write(i, env)
+        Ok(true)
     }
 
     /// Answer request stream `i`'s HEADERS `payload`: false when the stream
@@ -390,8 +441,8 @@ impl QConn {
         if qpack::decode(payload, max_list, &mut self.fields).is_err() {
             return Err(Code::QpackDecompressionFailed);
         }
-        let req = match h3::request_of(&self.fields) {
-            Ok(req) => req,
+        let (req, priority) = match h3::request_of(&self.fields) {
+            Ok(built) => built,
             Err(_) => {
                 // A malformed request is a stream error (§4.1.2).
                 let code = VarInt::from_u32(Code::MessageError as u32);
@@ -413,7 +464,15 @@ impl QConn {
         r.body.set(&resp.body);
         r.answered = true;
         env.counters.quic.requests += 1;
+        self.prioritise(i, priority);
         Ok(true)
+    }
+
+    /// Request stream `i`'s place in the send order.
+    fn prioritise(&mut self, i: usize, p: Priority) {
+        let r = &mut self.reqs[i];
+        r.level = level(p, VarInt::from(r.id).into_inner() / 4);
+        let _ = self.inner.send_stream(r.id).set_priority(r.level);
     }
 
     /// Answer request stream `i` with an error of ours, unread.
@@ -492,7 +551,7 @@ impl QConn {
 
 /// The client control stream's frames: SETTINGS first and once, then
 /// GOAWAY and unknown frames; anything else is unexpected.
-fn control_frames(u: &mut Uni) -> Result<u32, Code> {
+fn control_frames(u: &mut Uni, updates: &mut Vec<(u64, Priority)>) -> Result<u32, Code> {
     let mut frames = 0;
     loop {
         let Some((ty, len, n)) = frame::head(&u.buf) else {
@@ -516,12 +575,17 @@ fn control_frames(u: &mut Uni) -> Result<u32, Code> {
         if u.buf.len() < end {
             return Ok(frames);
         }
-        if ty == frame::SETTINGS {
-            u.settings = true;
-            settings(&u.buf[n..end])?;
-        } else {
-            frames += 1;
+        match ty {
+            frame::SETTINGS => {
+                u.settings = true;
+                settings(&u.buf[n..end])?;
+            }
+            frame::PRIORITY_UPDATE_REQUEST => updates.push(h3::priority_update(&u.buf[n..end])?),
+            // We promise no push streams.
+            frame::PRIORITY_UPDATE_PUSH => return Err(Code::IdError),
+            _ => {}
         }
+        frames += u32::from(ty != frame::SETTINGS);
         u.buf.drain(..end);
     }
 }

@@ -32,6 +32,7 @@ class Client(QuicConnectionProtocol):
         self.waiting = {}
         self.results = {}
         self.terminated = None
+        self.finished = 0
         self.closed = asyncio.get_running_loop().create_future()
 
     def request(self, method, authority, path, headers):
@@ -85,6 +86,8 @@ class Client(QuicConnectionProtocol):
                 r["body"].update(ev.data)
                 r["len"] += len(ev.data)
             if getattr(ev, "stream_ended", False):
+                r["done"] = self.finished
+                self.finished += 1
                 fut = self.waiting[ev.stream_id]
                 if not fut.done():
                     fut.set_result(None)
@@ -162,7 +165,10 @@ async def run(args):
         paths = args.paths * args.repeat
         for i in range(0, len(paths), args.concurrency):
             batch = paths[i:i + args.concurrency]
-            futs = [client.request(args.method, args.authority or args.host, p, args.header) for p in batch]
+            priority = dict(args.priority_of)
+            futs = [client.request(args.method, args.authority or args.host, p,
+                                   args.header + ([("priority", priority[p])] if p in priority else []))
+                    for p in batch]
             if args.key_update and i == 0:
                 quic.request_key_update()
             if args.migrate and i == 0:
@@ -207,6 +213,8 @@ def main():
     p.add_argument("--cafile")
     p.add_argument("--method", default="GET")
     p.add_argument("--header", nargs=2, action="append", default=[])
+    p.add_argument("--priority-of", nargs=2, action="append", default=[], metavar=("PATH", "VALUE"),
+                   help="a priority field (RFC 9218) for requests of PATH")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--timeout", type=float, default=20)

@@ -265,6 +265,43 @@ cat "$DIR/metrics"
     ));
 }
 
+/// RFC 9218 priorities decide which response takes the connection's
+/// windows: a bigger response asked for later with urgency 0 finishes
+/// before a smaller one with urgency 7 that was asked for first; with
+/// equal priorities, the first and smaller one finishes first.
+#[test]
+fn the_priority_field_orders_responses_on_a_connection() {
+    let Some(py) = python_or_skip("h3 priorities") else {
+        return;
+    };
+    let (small, big) = (4 << 20, 12 << 20);
+    let (_site, _ca, server, ca) = start("h3-priority", &[small, big], &[]);
+    let addr = quic_addr(&server.server);
+    let (first, second) = (format!("/size-{small}.bin"), format!("/size-{big}.bin"));
+    let order = |args: &[&str]| {
+        let mut all = vec![first.as_str(), second.as_str()];
+        all.extend_from_slice(args);
+        let report = probe(&py, addr, &ca, &all);
+        let got = requests(&report);
+        assert!(got.iter().all(|r| r["status"] == 200), "{report}");
+        let done = |path: &str| got.iter().find(|r| r["path"] == path).unwrap()["done"].clone();
+        (done(&first), done(&second))
+    };
+    assert_eq!(order(&[]), (0.into(), 1.into()), "equal priorities");
+    assert_eq!(
+        order(&[
+            "--priority-of",
+            &first,
+            "u=7",
+            "--priority-of",
+            &second,
+            "u=0"
+        ]),
+        (1.into(), 0.into()),
+        "urgency 0 first"
+    );
+}
+
 #[test]
 fn tls_responses_advertise_h3_and_cleartext_ones_do_not() {
     let (_site, _ca, server, ca) = start("h3-alt-svc", &[], &[]);

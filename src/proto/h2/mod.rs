@@ -36,7 +36,7 @@ use crate::io::output::Output;
 use crate::serve::Response;
 
 pub use frame::{ErrorCode, PREFACE};
-pub use stream::Sent;
+pub use stream::{Sent, DEFAULT_URGENCY};
 
 /// Default of `h2_max_concurrent_streams`.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 128;

@@ -204,7 +204,7 @@ fn trim(b: &[u8]) -> &[u8] {
 
 /// RFC 9218 §4: `u=N` (0–7) and `i` from a Priority field value; anything
 /// unparsable keeps the defaults.
-pub(super) fn parse_priority(value: &[u8]) -> (u8, bool) {
+pub(in crate::proto) fn parse_priority(value: &[u8]) -> (u8, bool) {
     let mut urgency = DEFAULT_URGENCY;
     let mut incremental = false;
     for item in value.split(|&b| b == b',') {

@@ -10,6 +10,9 @@ pub const SETTINGS: u64 = 0x4;
 pub const PUSH_PROMISE: u64 = 0x5;
 pub const GOAWAY: u64 = 0x7;
 pub const MAX_PUSH_ID: u64 = 0xd;
+/// RFC 9218 §7.2: a request's new priority, on the control stream.
+pub const PRIORITY_UPDATE_REQUEST: u64 = 0xf0700;
+pub const PRIORITY_UPDATE_PUSH: u64 = 0xf0701;
 
 /// Unidirectional stream types (§6.2; RFC 9204 §4.2).
 pub const CONTROL_STREAM: u64 = 0x00;

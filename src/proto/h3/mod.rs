@@ -14,7 +14,8 @@ use frame::{head, is_h2_only};
 
 use crate::http::request::{Request, Version};
 use crate::proto::h2::hpack::Fields;
-use crate::proto::h2::request::build;
+use crate::proto::h2::request::{build, parse_priority};
+use crate::proto::h2::DEFAULT_URGENCY;
 use crate::proto::h2::{Bucket, CONTROL_BURST, CONTROL_RATE, RESET_BURST, RESET_RATE};
 use crate::serve::Response;
 
@@ -81,7 +82,9 @@ impl RequestReader {
                 | frame::GOAWAY
                 | frame::MAX_PUSH_ID
                 | frame::CANCEL_PUSH
-                | frame::PUSH_PROMISE => return Err(Code::FrameUnexpected),
+                | frame::PUSH_PROMISE
+                | frame::PRIORITY_UPDATE_REQUEST
+                | frame::PRIORITY_UPDATE_PUSH => return Err(Code::FrameUnexpected),
                 t if is_h2_only(t) => return Err(Code::FrameUnexpected),
                 _ => {
                     self.skipped = self.skipped.saturating_add(n as u64 + len);
@@ -168,17 +171,61 @@ pub fn request<'f>(
     payload: &[u8],
     max_list: usize,
     fields: &'f mut Fields,
-) -> Result<Request<'f>, Bad> {
+) -> Result<(Request<'f>, Priority), Bad> {
     qpack::decode(payload, max_list, fields).map_err(|_| Bad::Qpack)?;
     request_of(fields)
 }
 
-/// The request `fields` (decoded) make.
-pub fn request_of(fields: &Fields) -> Result<Request<'_>, Bad> {
+/// The request `fields` (decoded) make, and its `priority` field.
+pub fn request_of(fields: &Fields) -> Result<(Request<'_>, Priority), Bad> {
     match build(fields, Version::Http3) {
-        Ok(built) => Ok(built.req),
+        Ok(built) => Ok((
+            built.req,
+            Priority {
+                urgency: built.urgency,
+                incremental: built.incremental,
+            },
+        )),
         Err(_) => Err(Bad::Malformed),
     }
+}
+
+/// A request's RFC 9218 priority: its `priority` field, then any
+/// PRIORITY_UPDATE for its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Priority {
+    /// 0 (first) to 7.
+    pub urgency: u8,
+    /// Whether it may share the connection with others of its urgency
+    /// (else it goes whole, in request order).
+    pub incremental: bool,
+}
+
+impl Default for Priority {
+    fn default() -> Priority {
+        Priority {
+            urgency: DEFAULT_URGENCY,
+            incremental: false,
+        }
+    }
+}
+
+/// A PRIORITY_UPDATE frame for a request stream (RFC 9218 §7.2): the
+/// stream it names, which must be one a client opens (H3_ID_ERROR), and
+/// its new priority.
+pub fn priority_update(payload: &[u8]) -> Result<(u64, Priority), Code> {
+    let (id, n) = frame::varint(payload).ok_or(Code::FrameError)?;
+    if id % 4 != 0 {
+        return Err(Code::IdError);
+    }
+    let (urgency, incremental) = parse_priority(&payload[n..]);
+    Ok((
+        id,
+        Priority {
+            urgency,
+            incremental,
+        },
+    ))
 }
 
 /// The response's HEADERS frame, its field section encoded in `section`
@@ -258,7 +305,7 @@ mod tests {
         block.extend_from_slice(b"/index.html");
         block.extend_from_slice(&[0x50, 6]);
         block.extend_from_slice(b"a.test");
-        let req = request(&block, 1 << 16, &mut fields).ok().unwrap();
+        let (req, _) = request(&block, 1 << 16, &mut fields).ok().unwrap();
         assert_eq!(req.version, Version::Http3);
         assert_eq!(req.target, b"/index.html");
         assert_eq!(req.host, Some(&b"a.test"[..]));
@@ -306,5 +353,29 @@ mod tests {
         );
         assert!(b.control(1000, t0));
         assert!(!b.control(1, t0));
+    }
+
+    #[test]
+    fn priority_updates_name_a_request_stream() {
+        let mut p = Vec::new();
+        frame::put_varint(&mut p, 8);
+        p.extend_from_slice(b"u=1, i");
+        let want = Priority {
+            urgency: 1,
+            incremental: true,
+        };
+        assert_eq!(priority_update(&p), Ok((8, want)));
+        assert_eq!(
+            priority_update(b"\x02u=1"),
+            Err(Code::IdError),
+            "a server stream"
+        );
+        assert_eq!(priority_update(b""), Err(Code::FrameError));
+        let default = Priority::default();
+        assert_eq!(priority_update(b"\x04"), Ok((4, default)), "an empty field");
+        // Only on the control stream.
+        let mut r = RequestReader::default();
+        let f = frame_bytes(frame::PRIORITY_UPDATE_REQUEST, &p);
+        assert_eq!(r.read(&f, 1024), Err(Code::FrameUnexpected));
     }
 }
