@@ -190,35 +190,35 @@ fn ngtcp2_downloads_60_mib_whole_with_each_cipher() {
     ));
 }
 
-/// Loopback hands a datagram to its receiver at once, so a socket's send
-/// buffer never fills there. In a network namespace of the test's own,
-/// a token bucket on `lo` holds datagrams in its queue, charged to the
-/// sender's buffer (64 KiB by `quic_socket_buffer`): the server's sends
-/// find it full, are held until the socket is writable, and none is
-/// dropped.
-#[test]
-fn a_full_send_buffer_holds_datagrams_until_there_is_room() {
-    let Some(client) = ngtcp2_or_skip("h3 full send buffer") else {
-        return;
-    };
+/// Download a 16 MiB file with ngtcp2 over HTTP/3 in a network namespace
+/// of the test's own, `qdisc` on its `lo` and `flags` for the server;
+/// check it arrived whole, and return the server's metrics once
+/// `wait_for` (a grep pattern) matches them. None: skipped.
+fn download_in_netns(
+    tag: &str,
+    qdisc: &str,
+    flags: &str,
+    wait_for: &str,
+) -> Option<Vec<support::metrics::Sample>> {
+    let client = ngtcp2_or_skip(tag)?;
     for tool in ["unshare", "tc", "ip", "curl"] {
         if !installed(tool) {
-            skip(&format!("h3 full send buffer: {tool} not installed"));
-            return;
+            skip(&format!("{tag}: {tool} not installed"));
+            return None;
         }
     }
     let n = 16 << 20;
-    let site = Site::new("h3-sndbuf");
+    let site = Site::new(tag);
     site.write("big.bin", &noise(7, n));
     let ca = Ca::new();
     let leaf = ca.leaf(site.base(), "localhost", &["localhost"]);
-    let dir = TempDir::new("h3-sndbuf-dl");
+    let dir = TempDir::new(tag);
     // Fixed ports: the namespace is the test's alone.
     let script = r#"
 set -eu
 ip link set lo up
-tc qdisc add dev lo root tbf rate 400mbit burst 64kb latency 500ms
-"$BIN" $IO_ARGS --root "$ROOT" --cores 1 --h3 --quic-socket-buffer 64KiB \
+tc qdisc add dev lo root $QDISC
+"$BIN" $IO_ARGS $FLAGS --root "$ROOT" --cores 1 --h3 \
   --tls-listen 127.0.0.1:8443 --tls-cert "$CERT" --tls-key "$KEY" \
   --listen 127.0.0.1:8080 --admin 127.0.0.1:9180 2>"$DIR/server.log" &
 server=$!
@@ -231,16 +231,19 @@ done
 [ $up = 1 ] || { cat "$DIR/server.log" >&2; exit 3; }
 timeout 60 "$CLIENT" --quiet --exit-on-all-streams-close --download="$DIR" \
   127.0.0.1 8443 https://localhost:8443/big.bin >&2
-# Once the shard has published the finished connection's counters.
-for _ in $(seq 100); do
+# Once the shard has published what the test waits for.
+for _ in $(seq 200); do
   curl -sf http://127.0.0.1:9180/metrics >"$DIR/metrics"
-  grep -q 'shardhttpd_quic_handshakes_total{core="0",result="completed"} 1' "$DIR/metrics" && break
+  grep -q "$WAIT_FOR" "$DIR/metrics" && break
   sleep 0.05
 done
 cat "$DIR/metrics"
 "#;
     let out = Command::new("unshare")
         .args(["--net", "--map-root-user", "sh", "-c", script])
+        .env("QDISC", qdisc)
+        .env("FLAGS", flags)
+        .env("WAIT_FOR", wait_for)
         .env("BIN", bin())
         .env("IO_ARGS", support::io_flag(&[]).join(" "))
         .env("ROOT", &site.root)
@@ -255,13 +258,52 @@ cat "$DIR/metrics"
     let got = std::fs::read(dir.path().join("big.bin")).expect("the download");
     assert_eq!(got.len(), n);
     assert_eq!(sha256_hex(&got), file_sha(&site.root, "big.bin"));
-    let samples = support::metrics::parse(&String::from_utf8_lossy(&out.stdout));
+    Some(support::metrics::parse(&String::from_utf8_lossy(
+        &out.stdout,
+    )))
+}
+
+/// Loopback hands a datagram to its receiver at once, so a socket's send
+/// buffer never fills there. Behind a token bucket on `lo`, datagrams wait
+/// in its queue, charged to the sender's buffer (64 KiB by
+/// `quic_socket_buffer`): the server's sends find it full, are held until
+/// the socket is writable, and none is dropped.
+#[test]
+fn a_full_send_buffer_holds_datagrams_until_there_is_room() {
+    let Some(samples) = download_in_netns(
+        "h3-sndbuf",
+        "tbf rate 400mbit burst 64kb latency 500ms",
+        "--quic-socket-buffer 64KiB",
+        r#"quic_handshakes_total{core="0",result="completed"} 1"#,
+    ) else {
+        return;
+    };
     let blocked = sum(&samples, "shardhttpd_quic_send_blocked_total", &[]);
     let dropped = sum(&samples, "shardhttpd_quic_send_dropped_total", &[]);
-    assert!(blocked > 0.0, "the buffer never filled: {stderr}");
+    assert!(blocked > 0.0, "the buffer never filled");
     assert_eq!(dropped, 0.0, "{blocked} held");
     loud(&format!(
         "16 MiB over h3 behind a token bucket: {blocked} sends waited for room, none dropped"
+    ));
+}
+
+/// A congested path that drops what it cannot queue (a token bucket with
+/// a 48 KiB queue; netem is not in every kernel): the download arrives
+/// whole, and the server counts the packets it lost.
+#[test]
+fn a_download_over_a_lossy_path_arrives_whole() {
+    let Some(samples) = download_in_netns(
+        "h3-lossy",
+        "tbf rate 200mbit burst 32kb limit 48kb",
+        "",
+        r#"quic_lost_packets_total{core="0"} [1-9]"#,
+    ) else {
+        return;
+    };
+    let lost = sum(&samples, "shardhttpd_quic_lost_packets_total", &[]);
+    assert!(lost > 0.0, "no loss counted");
+    loud(&format!(
+        "16 MiB over h3 through a dropping queue: whole, {lost} packets lost and resent"
     ));
 }
 
