@@ -334,11 +334,17 @@ fn check_listener(fd: OwnedFd, addr: SocketAddr) -> anyhow::Result<TcpListener> 
     if socket.r#type()? != socket2::Type::STREAM || !socket.is_listener()? {
         bail!("not a listening stream socket");
     }
+    bound_to(&socket, addr)?;
+    Ok(socket.into())
+}
+
+/// The socket must be bound to `addr`.
+fn bound_to(socket: &socket2::Socket, addr: SocketAddr) -> anyhow::Result<()> {
     let local = socket.local_addr()?.as_socket();
     if local != Some(addr) {
         bail!("bound to {local:?}, not {addr}");
     }
-    Ok(socket.into())
+    Ok(())
 }
 
 /// The new process is serving.

@@ -231,37 +231,18 @@ impl QConn {
             }
         }
         let max_section = shared.max_field_section;
-        let mut i = 0;
-        while i < self.reqs.len() {
-            match self.request(i, max_section, env) {
-                Ok(true) => i += 1,
-                Ok(false) => {
-                    self.reqs.swap_remove(i);
-                }
-                Err(code) => {
-                    self.fail(code, env);
-                    return;
-                }
-            }
+        let mut streams = self.each_request(env, |c, i, env| c.request(i, max_section, env));
+        if streams.is_ok() {
+            // Responses take the windows in priority order.
+            self.reqs.sort_by_key(|r| std::cmp::Reverse(r.level));
+            streams = self.each_request(env, |c, i, env| match c.reqs[i].answered {
+                true => c.write(i, env),
+                false => Ok(true),
+            });
         }
-        // Responses take the windows in priority order.
-        self.reqs.sort_by_key(|r| std::cmp::Reverse(r.level));
-        let mut i = 0;
-        while i < self.reqs.len() {
-            if !self.reqs[i].answered {
-                i += 1;
-                continue;
-            }
-            match self.write(i, env) {
-                Ok(true) => i += 1,
-                Ok(false) => {
-                    self.reqs.remove(i);
-                }
-                Err(code) => {
-                    self.fail(code, env);
-                    return;
-                }
-            }
+        if let Err(code) = streams {
+            self.fail(code, env);
+            return;
         }
         if draining && !self.goaway {
             self.goaway = true;
@@ -285,6 +266,24 @@ impl QConn {
             self.inner
                 .close(env.now, VarInt::from_u32(H3_NO_ERROR), Bytes::new());
         }
+    }
+
+    /// Run `step` on each request stream in turn, dropping those it is
+    /// done with (false); stop at a connection error.
+    fn each_request(
+        &mut self,
+        env: &mut ShardEnv<'_>,
+        mut step: impl FnMut(&mut Self, usize, &mut ShardEnv<'_>) -> Result<bool, Code>,
+    ) -> Result<(), Code> {
+        let mut i = 0;
+        while i < self.reqs.len() {
+            if step(self, i, env)? {
+                i += 1;
+            } else {
+                self.reqs.remove(i);
+            }
+        }
+        Ok(())
     }
 
     /// Read the client's unidirectional streams: the control stream's

@@ -134,6 +134,17 @@ impl Shared {
     }
 }
 
+/// A datagram read, from a UDP socket or the inbox.
+#[derive(Clone, Copy)]
+struct Datagram<'a> {
+    /// The shard socket it came in on (or, forwarded, would have).
+    sock: usize,
+    from: SocketAddr,
+    dst_ip: Option<std::net::IpAddr>,
+    ecn: Option<quinn_proto::EcnCodepoint>,
+    packet: &'a [u8],
+}
+
 /// A shard's QUIC sockets: one UDP socket per QUIC address, and the inbox
 /// a successor process forwards this shard's packets to.
 pub struct ShardSockets {
@@ -386,7 +397,14 @@ impl Quic {
                     let ecn = m
                         .ecn
                         .and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8));
-                    self.datagram(i, m.addr, m.dst_ip, ecn, packet, env, now);
+                    let d = Datagram {
+                        sock: i,
+                        from: m.addr,
+                        dst_ip: m.dst_ip,
+                        ecn,
+                        packet,
+                    };
+                    self.datagram(d, env, now);
                 }
             }
         }
@@ -421,7 +439,14 @@ impl Quic {
                 .unwrap_or(0);
             env.counters.quic.datagrams_in += 1;
             let ecn = quinn_proto::EcnCodepoint::from_bits(r.ecn);
-            self.datagram(sock, r.from, r.dst_ip, ecn, r.packet, env, now);
+            let d = Datagram {
+                sock,
+                from: r.from,
+                dst_ip: r.dst_ip,
+                ecn,
+                packet: r.packet,
+            };
+            self.datagram(d, env, now);
         }
         self.recv_bufs[0] = buf;
     }
@@ -431,25 +456,20 @@ impl Quic {
     /// successor's packet reached this process in the moment before it
     /// stopped reading, dropped (a stateless reset would end the
     /// successor's connection). Anything else goes to the endpoint.
-    #[allow(clippy::too_many_arguments)]
     fn forwarded(
         &mut self,
         (shard, generation): (usize, u8),
-        sock: usize,
-        from: SocketAddr,
-        dst_ip: Option<std::net::IpAddr>,
-        ecn: Option<quinn_proto::EcnCodepoint>,
-        packet: &[u8],
+        d: &Datagram<'_>,
         env: &mut ShardEnv<'_>,
     ) -> bool {
         if let Some(f) = &self.shared.forward {
             let header = forward::encode(
-                from,
-                self.sockets[sock].local,
-                dst_ip,
-                ecn.map_or(0, |e| e as u8),
+                d.from,
+                self.sockets[d.sock].local,
+                d.dst_ip,
+                d.ecn.map_or(0, |e| e as u8),
             );
-            match f.send(shard, generation, &header, packet, &mut self.forward_buf) {
+            match f.send(shard, generation, &header, d.packet, &mut self.forward_buf) {
                 Sent::Forwarded => {
                     env.counters.quic.forwarded += 1;
                     return true;
@@ -468,17 +488,16 @@ impl Quic {
         false
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn datagram(
-        &mut self,
-        sock: usize,
-        from: SocketAddr,
-        dst_ip: Option<std::net::IpAddr>,
-        ecn: Option<quinn_proto::EcnCodepoint>,
-        packet: &[u8],
-        env: &mut ShardEnv<'_>,
-        now: Instant,
-    ) {
+    /// One datagram in: to its connection, a new connection, a Retry or
+    /// refusal, or (another generation's) forwarded.
+    fn datagram(&mut self, d: Datagram<'_>, env: &mut ShardEnv<'_>, now: Instant) {
+        let Datagram {
+            sock,
+            from,
+            dst_ip,
+            ecn,
+            packet,
+        } = d;
         if packet.first().is_some_and(|b| b & 0x80 == 0)
             && cid::shard_of(packet).is_some_and(|s| s != self.index)
         {
@@ -492,7 +511,7 @@ impl Quic {
             env.counters.quic.version_negotiation += 1;
         }
         if let Some(routed) = cid::routed(packet).filter(|r| r.1 != self.shared.generation) {
-            if self.forwarded(routed, sock, from, dst_ip, ecn, packet, env) {
+            if self.forwarded(routed, &d, env) {
                 return;
             }
         }

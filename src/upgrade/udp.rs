@@ -172,10 +172,7 @@ fn check_udp(fd: OwnedFd, addr: SocketAddr) -> anyhow::Result<UdpSocket> {
     if socket.r#type()? != socket2::Type::DGRAM {
         bail!("not a datagram socket");
     }
-    let local = socket.local_addr()?.as_socket();
-    if local != Some(addr) {
-        bail!("bound to {local:?}, not {addr}");
-    }
+    super::bound_to(&socket, addr)?;
     Ok(socket.into())
 }
 

@@ -601,6 +601,20 @@ fn the_access_log_and_metrics_say_http3() {
     );
 }
 
+/// A drained connection's download: the whole file (`n` bytes, SHA-256
+/// `want`), then GOAWAY and a graceful close (H3_NO_ERROR) once the
+/// stream was done.
+fn whole_then_closed(report: &support::h3::Report, n: usize, want: &str) {
+    let r = &requests(report)[0];
+    assert_eq!(
+        (r["status"].as_u64(), r["len"].as_u64()),
+        (Some(200), Some(n as u64)),
+        "{report}"
+    );
+    assert_eq!(r["sha256"], want);
+    assert_eq!(report["terminated"]["error_code"], 0x100, "{report}");
+}
+
 #[test]
 fn sigterm_sends_goaway_and_lets_a_download_finish() {
     let Some(py) = python_or_skip("h3 drain") else {
@@ -631,16 +645,7 @@ fn sigterm_sends_goaway_and_lets_a_download_finish() {
             ) > 100.0
     }));
     server.server.signal("TERM");
-    let report = download.join().unwrap();
-    let r = &requests(&report)[0];
-    assert_eq!(
-        (r["status"].as_u64(), r["len"].as_u64()),
-        (Some(200), Some(n as u64)),
-        "{report}"
-    );
-    assert_eq!(r["sha256"], want);
-    // GOAWAY, then a graceful close once the stream was done.
-    assert_eq!(report["terminated"]["error_code"], 0x100, "{report}");
+    whole_then_closed(&download.join().unwrap(), n, &want);
     assert!(
         server.server.wait_exit(Duration::from_secs(30)).is_some(),
         "the server drained and exited"
@@ -695,17 +700,9 @@ fn an_upgrade_hands_over_quic_and_a_download_in_flight_finishes_through_the_new_
         "the old process keeps its QUIC connection"
     );
     signal(download.pid(), "CONT");
-    let report = download.report();
-    let r = &requests(&report)[0];
-    assert_eq!(
-        (r["status"].as_u64(), r["len"].as_u64()),
-        (Some(200), Some(n as u64)),
-        "{report}"
-    );
-    assert_eq!(r["sha256"], want);
-    // The old process sent GOAWAY and closed cleanly once the response
-    // was acknowledged, then exited.
-    assert_eq!(report["terminated"]["error_code"], 0x100, "{report}");
+    // The old process sent GOAWAY and closed once the response was
+    // acknowledged, then exited.
+    whole_then_closed(&download.report(), n, &want);
     assert!(
         poll_until(UPGRADE_DEADLINE, || process_gone(old)),
         "the old process drained and exited\n{}",
