@@ -736,6 +736,104 @@ fn an_upgrade_hands_over_quic_and_a_download_in_flight_finishes_through_the_new_
     assert!(poll_until(UPGRADE_DEADLINE, || process_gone(new)));
 }
 
+/// HTTP/3 clients keep connecting and fetching through two upgrades:
+/// every request is answered
+/// whole, or refused unprocessed with H3_REQUEST_REJECTED (the client
+/// sent it past the old process's GOAWAY; RFC 9114 §4.1.1 lets it retry
+/// it anywhere). None fails otherwise.
+#[test]
+fn upgrades_under_h3_load_fail_no_request() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use support::upgrade::{process_gone, signal, status_pid, Successors, UPGRADE_DEADLINE};
+    let Some(py) = python_or_skip("h3 upgrade under load") else {
+        return;
+    };
+    let n = 16 << 10;
+    let (site, _ca, server, ca) = start("h3-upgrade-load", &[n], &["--cores", "2"]);
+    let successors = Successors::default();
+    let addr = quic_addr(&server.server);
+    let admin = server.server.admin_addr();
+    let want = file_sha(&site.root, &format!("size-{n}.bin"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let probes = Arc::new(AtomicUsize::new(0));
+    // Two clients send 20 requests at once on each connection; one sends
+    // 200, one after another, so its connections outlive an upgrade.
+    let clients: Vec<_> = [("20", "20"), ("20", "20"), ("200", "1")]
+        .into_iter()
+        .map(|(repeat, concurrency)| {
+            let (py, ca, want) = (py.clone(), ca.clone(), want.clone());
+            let (stop, probes) = (Arc::clone(&stop), Arc::clone(&probes));
+            thread::spawn(move || {
+                let path = format!("/size-{n}.bin");
+                let args = ["--repeat", repeat, "--concurrency", concurrency, &path];
+                let (mut whole, mut rejected, mut failed) = (0, 0, Vec::new());
+                while !stop.load(Ordering::Acquire) {
+                    let report = probe(&py, addr, &ca, &args);
+                    probes.fetch_add(1, Ordering::AcqRel);
+                    let Some(got) = report["requests"].as_array() else {
+                        failed.push(report.to_string());
+                        continue;
+                    };
+                    for r in got {
+                        if r["status"] == 200 && r["sha256"] == want.as_str() {
+                            whole += 1;
+                        } else if r["reset"] == 0x10b {
+                            rejected += 1;
+                        } else {
+                            failed.push(r.to_string());
+                        }
+                    }
+                }
+                (whole, rejected, failed)
+            })
+        })
+        .collect();
+    let mut pid = server.server.pid();
+    for round in 1..=2 {
+        let before = probes.load(Ordering::Acquire);
+        assert!(
+            poll_until(Duration::from_secs(30), || probes.load(Ordering::Acquire)
+                >= before + 3),
+            "round {round}: the clients make no progress"
+        );
+        signal(pid, "USR2");
+        let old = pid;
+        assert!(
+            poll_until(UPGRADE_DEADLINE, || process_gone(old)),
+            "round {round}: the old process did not drain\n{}",
+            server.server.log_text()
+        );
+        pid = status_pid(admin).expect("status.json after the upgrade");
+        successors.push(pid);
+        assert_ne!(pid, old);
+    }
+    let before = probes.load(Ordering::Acquire);
+    assert!(poll_until(Duration::from_secs(30), || probes
+        .load(Ordering::Acquire)
+        >= before + 3));
+    stop.store(true, Ordering::Release);
+    let (mut whole, mut rejected, mut failed) = (0, 0, Vec::new());
+    for c in clients {
+        let (w, r, f) = c.join().unwrap();
+        (whole, rejected) = (whole + w, rejected + r);
+        failed.extend(f);
+    }
+    assert!(failed.is_empty(), "{} failed: {failed:#?}", failed.len());
+    assert!(whole > 0);
+    let forwarded = sum(
+        &scrape(admin),
+        "shardhttpd_quic_forwarded_total",
+        &[("result", "sent")],
+    );
+    loud(&format!(
+        "h3 across two upgrades: {whole} requests answered whole, {rejected} refused \
+         unprocessed after GOAWAY, 0 failed; the last process forwarded {forwarded} packets"
+    ));
+    signal(pid, "TERM");
+    assert!(poll_until(UPGRADE_DEADLINE, || process_gone(pid)));
+}
+
 #[test]
 fn chromium_loads_a_page_and_its_40_assets_over_h3() {
     let Some(browser) = find_program(&["chromium", "chromium-browser"]) else {
