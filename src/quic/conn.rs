@@ -92,8 +92,6 @@ pub struct QConn {
     goaway: bool,
     closing: bool,
     fields: Fields,
-    /// Scratch for a response's field section.
-    section: Vec<u8>,
     budgets: Budgets,
     /// PRIORITY_UPDATEs read, to apply.
     updates: Vec<(u64, Priority)>,
@@ -120,7 +118,6 @@ impl QConn {
             goaway: false,
             closing: false,
             fields: Fields::default(),
-            section: Vec::new(),
             budgets: Budgets::new(Instant::now()),
             updates: Vec::new(),
             lost: None,
@@ -151,7 +148,13 @@ impl QConn {
     }
 
     /// Everything HTTP/3 has to do after new input.
-    pub(super) fn h3(&mut self, shared: &Shared, draining: bool, env: &mut ShardEnv<'_>) {
+    pub(super) fn h3(
+        &mut self,
+        shared: &Shared,
+        draining: bool,
+        enc: &mut qpack::Encoder,
+        env: &mut ShardEnv<'_>,
+    ) {
         while let Some(ev) = self.inner.poll() {
             match ev {
                 Event::HandshakeDataReady => self.sni = sni_site(&self.inner, env),
@@ -231,7 +234,7 @@ impl QConn {
             }
         }
         let max_section = shared.max_field_section;
-        let mut streams = self.each_request(env, |c, i, env| c.request(i, max_section, env));
+        let mut streams = self.each_request(env, |c, i, env| c.request(i, max_section, enc, env));
         if streams.is_ok() {
             // Responses take the windows in priority order.
             self.reqs.sort_by_key(|r| std::cmp::Reverse(r.level));
@@ -367,6 +370,7 @@ impl QConn {
         &mut self,
         i: usize,
         max_section: usize,
+        enc: &mut qpack::Encoder,
         env: &mut ShardEnv<'_>,
     ) -> Result<bool, Code> {
         let id = self.reqs[i].id;
@@ -392,7 +396,7 @@ impl QConn {
                 Some(H3Event::Headers(range)) => {
                     // Lent out while the answer borrows the connection.
                     let mut buf = std::mem::take(&mut r.buf);
-                    let answered = self.answer(i, &buf[range], env);
+                    let answered = self.answer(i, &buf[range], enc, env);
                     buf.drain(..used);
                     self.reqs[i].buf = buf;
                     if !answered? {
@@ -405,6 +409,7 @@ impl QConn {
                         i,
                         Status::HeaderFieldsTooLarge,
                         "Request Header Fields Too Large",
+                        enc,
                         env,
                     );
                 }
@@ -433,7 +438,13 @@ impl QConn {
 
     /// Answer request stream `i`'s HEADERS `payload`: false when the stream
     /// was reset instead (a malformed request).
-    fn answer(&mut self, i: usize, payload: &[u8], env: &mut ShardEnv<'_>) -> Result<bool, Code> {
+    fn answer(
+        &mut self,
+        i: usize,
+        payload: &[u8],
+        enc: &mut qpack::Encoder,
+        env: &mut ShardEnv<'_>,
+    ) -> Result<bool, Code> {
         let remote = self.remote;
         let r = &mut self.reqs[i];
         let max_list = env.cfg.h2.max_header_list;
@@ -459,7 +470,7 @@ impl QConn {
         } else {
             answer.respond(&req, &self.fields)
         };
-        h3::headers(&resp, &mut self.section, &mut r.out);
+        enc.headers(&resp, &mut r.out);
         r.body.set(&resp.body);
         r.answered = true;
         env.counters.quic.requests += 1;
@@ -475,11 +486,18 @@ impl QConn {
     }
 
     /// Answer request stream `i` with an error of ours, unread.
-    fn refuse(&mut self, i: usize, status: Status, message: &'static str, env: &mut ShardEnv<'_>) {
+    fn refuse(
+        &mut self,
+        i: usize,
+        status: Status,
+        message: &'static str,
+        enc: &mut qpack::Encoder,
+        env: &mut ShardEnv<'_>,
+    ) {
         let r = &mut self.reqs[i];
         let mut answer = Answer::for_h3(env, self.remote, self.sni);
         let resp = answer.refuse(status, message);
-        h3::headers(&resp, &mut self.section, &mut r.out);
+        enc.headers(&resp, &mut r.out);
         r.body.set(&resp.body);
         r.answered = true;
         env.counters.quic.requests += 1;

@@ -171,6 +171,8 @@ pub struct Quic {
     forward_buf: Vec<u8>,
     /// Watches to add (true) or remove, by index, for the shard to apply.
     watch_changes: Vec<(usize, bool)>,
+    /// Response heads, with the lines seen before.
+    encoder: crate::proto::h3::qpack::Encoder,
     /// By `ConnectionHandle`'s index.
     conns: Vec<Option<Box<QConn>>>,
     open: usize,
@@ -222,6 +224,7 @@ impl Quic {
             inbox,
             forward_buf: Vec::new(),
             watch_changes: Vec::new(),
+            encoder: Default::default(),
             conns: Vec::new(),
             open: 0,
             timers: BinaryHeap::new(),
@@ -592,7 +595,7 @@ impl Quic {
             return;
         };
         let now = env.now;
-        c.h3(&self.shared, self.draining, env);
+        c.h3(&self.shared, self.draining, &mut self.encoder, env);
         let s = &mut self.sockets[c.sock];
         let max = s.state.max_gso_segments().min(MAX_TRANSMIT_SEGMENTS);
         let mut buf = std::mem::take(&mut self.send_buf);

@@ -1,6 +1,6 @@
 //! HTTP/3 (RFC 9114) sans-I/O, beside HTTP/2: the request stream's frames
 //! up to its HEADERS, the control streams' frames, QPACK with the static
-//! table (`qpack`), and a [`Response`] framed as HEADERS and DATA. The
+//! table (`qpack`), and a [`Response`](crate::serve::Response) framed as HEADERS and DATA. The
 //! QUIC transport under it (the `quic` room) moves the bytes.
 
 pub mod frame;
@@ -17,7 +17,6 @@ use crate::proto::h2::hpack::Fields;
 use crate::proto::h2::request::{build, parse_priority};
 use crate::proto::h2::DEFAULT_URGENCY;
 use crate::proto::h2::{Bucket, CONTROL_BURST, CONTROL_RATE, RESET_BURST, RESET_RATE};
-use crate::serve::Response;
 
 /// What a request stream yielded.
 #[derive(Debug, PartialEq, Eq)]
@@ -226,15 +225,6 @@ pub fn priority_update(payload: &[u8]) -> Result<(u64, Priority), Code> {
             incremental,
         },
     ))
-}
-
-/// The response's HEADERS frame, its field section encoded in `section`
-/// (a reused scratch) first: the frame's length goes before it.
-pub fn headers(resp: &Response<'_>, section: &mut Vec<u8>, out: &mut Vec<u8>) {
-    section.clear();
-    qpack::encode(resp, section);
-    frame::put_head(out, frame::HEADERS, section.len());
-    out.extend_from_slice(section);
 }
 
 #[cfg(test)]

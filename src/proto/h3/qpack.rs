@@ -7,6 +7,7 @@
 //! state, needs no encoder or decoder stream, and can never block a
 //! stream. What that costs on the wire is in ARCHITECTURE.md, "HTTP/3".
 
+use std::hash::BuildHasher;
 use std::io::Write;
 use std::sync::OnceLock;
 
@@ -247,10 +248,72 @@ fn static_names() -> &'static FxHashMap<&'static [u8], (usize, usize)> {
     })
 }
 
-/// Encode `resp`'s head as a field section: `:status`, the head's lines
-/// (names lower-cased, connection-specific fields dropped), the typed
-/// fields.
-pub fn encode(resp: &Response<'_>, out: &mut Vec<u8>) {
+/// A shard's response encoder: the field section scratch, and the encoded
+/// lines of head pieces seen before. A file's head (its type, validators,
+/// cache rules) and the Date of this second repeat from response to
+/// response, and QPACK without a dynamic table encodes them the same
+/// every time: a piece met again is a hash and a comparison, not a walk
+/// of its lines. Direct-mapped, [`LINE_SLOTS`] slots; a piece longer than
+/// [`LINE_MAX`] is encoded each time.
+#[derive(Default)]
+pub struct Encoder {
+    section: Vec<u8>,
+    name: Vec<u8>,
+    slots: Vec<Option<Line>>,
+}
+
+/// A head piece and its encoded field lines.
+type Line = (Box<[u8]>, Box<[u8]>);
+
+const LINE_SLOTS: usize = 256;
+const LINE_MAX: usize = 2048;
+
+impl Encoder {
+    /// `resp`'s HEADERS frame, appended to `out`.
+    pub fn headers(&mut self, resp: &Response<'_>, out: &mut Vec<u8>) {
+        let mut section = std::mem::take(&mut self.section);
+        section.clear();
+        self.encode(resp, &mut section);
+        super::frame::put_head(out, super::frame::HEADERS, section.len());
+        out.extend_from_slice(&section);
+        self.section = section;
+    }
+
+    /// `lines`, encoded as the last time they were seen, or now.
+    fn lines(&mut self, lines: &[u8], out: &mut Vec<u8>) {
+        if lines.len() > LINE_MAX {
+            return lines_into(lines, &mut self.name, out);
+        }
+        if self.slots.is_empty() {
+            self.slots.resize_with(LINE_SLOTS, || None);
+        }
+        let slot = rustc_hash::FxBuildHasher.hash_one(lines) as usize % LINE_SLOTS;
+        if let Some((key, encoded)) = &self.slots[slot] {
+            if **key == *lines {
+                out.extend_from_slice(encoded);
+                return;
+            }
+        }
+        let start = out.len();
+        lines_into(lines, &mut self.name, out);
+        self.slots[slot] = Some((lines.into(), out[start..].into()));
+    }
+
+    /// Encode `resp`'s head as a field section: `:status`, the head's
+    /// lines (names lower-cased, connection-specific fields dropped), the
+    /// typed fields.
+    fn encode(&mut self, resp: &Response<'_>, out: &mut Vec<u8>) {
+        encode_status(resp, out);
+        for lines in resp.field_pieces() {
+            self.lines(lines, out);
+        }
+        self.lines(resp.date.line(), out);
+        encode_typed(resp, out);
+    }
+}
+
+/// The section's prefix and `:status`.
+fn encode_status(resp: &Response<'_>, out: &mut Vec<u8>) {
     // Required Insert Count 0, Delta Base 0.
     out.extend_from_slice(&[0, 0]);
     let code = resp.status.code();
@@ -267,11 +330,10 @@ pub fn encode(resp: &Response<'_>, out: &mut Vec<u8>) {
             literal(out, &digits, 7, 0);
         }
     }
-    let mut name = Vec::with_capacity(32);
-    for lines in resp.field_pieces() {
-        lines_into(lines, &mut name, out);
-    }
-    lines_into(resp.date.line(), &mut name, out);
+}
+
+/// `content-length` and the request id.
+fn encode_typed(resp: &Response<'_>, out: &mut Vec<u8>) {
     if let Some(len) = resp.content_length {
         let mut digits = [0u8; 20];
         let mut w = &mut digits[..];
@@ -441,7 +503,7 @@ mod tests {
         resp.lines(b"Server: shardhttpd\r\nContent-Type: text/plain\r\nConnection: close\r\nX-Odd: a: b\r\nVary: Accept-Encoding\r\n");
         resp.content_length = Some(10);
         let mut out = Vec::new();
-        encode(&resp, &mut out);
+        Encoder::default().encode(&resp, &mut out);
         let got = decoded(&out).unwrap();
         let want = [
             (":status", "404"),
@@ -459,10 +521,36 @@ mod tests {
         assert_eq!(got, want);
         for status in Status::ALL {
             let mut out = Vec::new();
-            encode(&Response::new(status, &date), &mut out);
+            Encoder::default().encode(&Response::new(status, &date), &mut out);
             let code = status.code().to_string();
             assert_eq!(decoded(&out).unwrap()[0], (":status".into(), code));
         }
+    }
+
+    #[test]
+    fn a_shard_encoder_gives_what_a_fresh_one_gives_whatever_it_saw_before() {
+        let date = DateCache::new(std::time::UNIX_EPOCH);
+        let heads: Vec<Vec<u8>> = (0..600)
+            .map(|i| format!("Content-Type: text/plain\r\nETag: \"{i}\"\r\n").into_bytes())
+            .collect();
+        let mut shard = Encoder::default();
+        // Each head twice, far apart: slots are shared and overwritten.
+        for head in heads.iter().chain(&heads) {
+            let mut resp = Response::new(Status::Ok, &date);
+            resp.lines(head);
+            let (mut cached, mut fresh) = (Vec::new(), Vec::new());
+            shard.headers(&resp, &mut cached);
+            Encoder::default().headers(&resp, &mut fresh);
+            assert_eq!(cached, fresh);
+        }
+        // Past LINE_MAX: encoded each time, alike.
+        let long = format!("X-Long: {}\r\n", "a".repeat(LINE_MAX));
+        let mut resp = Response::new(Status::Ok, &date);
+        resp.lines(long.as_bytes());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        shard.headers(&resp, &mut a);
+        shard.headers(&resp, &mut b);
+        assert_eq!(a, b);
     }
 
     #[test]
