@@ -83,27 +83,41 @@ pub fn shard_of(packet: &[u8]) -> Option<usize> {
     Some(usize::from(u16::from_be_bytes([id[0], id[1]])))
 }
 
-/// The shard and generation a packet's destination ID names, for the
-/// packets whose ID the server chose: short headers, and long-header
-/// Handshake packets of QUIC v1 with an ID of our length. A client's
-/// Initial and 0-RTT packets carry an ID of the client's choosing until
-/// the server answers, so they name nothing.
-pub fn routed(packet: &[u8]) -> Option<(usize, u8)> {
+/// Where a packet's destination ID says it belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routed {
+    pub shard: usize,
+    pub generation: u8,
+    /// The ID is surely one the server chose (a short header or a
+    /// Handshake packet). An Initial's is the server's once the server
+    /// has answered, but the client's own, random, in its first Initial.
+    pub ours: bool,
+}
+
+/// Where the destination ID of a short-header packet, or of a QUIC v1
+/// Initial or Handshake packet with an ID of our length, says the packet
+/// belongs (a datagram's first packet decides for the packets coalesced
+/// after it). A 0-RTT packet's ID is always the client's.
+pub fn routed(packet: &[u8]) -> Option<Routed> {
     let first = *packet.first()?;
-    let at = if first & 0x80 == 0 {
-        1
+    let (at, ours) = if first & 0x80 == 0 {
+        (1, true)
     } else {
-        let handshake = first & 0x30 == 0x20;
-        if !handshake
+        let kind = first & 0x30;
+        if !matches!(kind, 0x00 | 0x20)
             || packet.get(1..5)? != [0, 0, 0, 1]
             || usize::from(*packet.get(5)?) != CID_LEN
         {
             return None;
         }
-        6
+        (6, kind == 0x20)
     };
     let id = packet.get(at..at + 3)?;
-    Some((usize::from(u16::from_be_bytes([id[0], id[1]])), id[2]))
+    Some(Routed {
+        shard: usize::from(u16::from_be_bytes([id[0], id[1]])),
+        generation: id[2],
+        ours,
+    })
 }
 
 const LD_B_ABS: u16 = BPF_LD | BPF_B | BPF_ABS;
@@ -229,16 +243,22 @@ mod tests {
     #[test]
     fn routed_names_shard_and_generation_of_ids_the_server_chose() {
         let cid = ShardCids::new(5, 9).generate_cid();
-        assert_eq!(routed(&short(&cid)), Some((5, 9)));
-        // A Handshake packet carries our ID; an Initial or 0-RTT one may
-        // carry the client's.
+        let at = |ours| {
+            Some(Routed {
+                shard: 5,
+                generation: 9,
+                ours,
+            })
+        };
+        assert_eq!(routed(&short(&cid)), at(true));
         let mut handshake = long(&cid);
         handshake[0] = 0xe0;
-        assert_eq!(routed(&handshake), Some((5, 9)));
+        assert_eq!(routed(&handshake), at(true));
+        // An Initial of our ID length may carry the client's own ID.
+        assert_eq!(routed(&long(&cid)), at(false), "Initial");
         let mut zero_rtt = long(&cid);
         zero_rtt[0] = 0xd0;
         assert_eq!(routed(&zero_rtt), None);
-        assert_eq!(routed(&long(&cid)), None, "Initial");
         // Another version, another length, or too short.
         let mut draft = handshake.clone();
         draft[4] = 2;

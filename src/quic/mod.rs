@@ -454,17 +454,16 @@ impl Quic {
         self.recv_bufs[0] = buf;
     }
 
-    /// Whether `packet`, whose ID names another generation, was dealt
-    /// with here: forwarded to the process it belongs to, or, when a
-    /// successor's packet reached this process in the moment before it
-    /// stopped reading, dropped (a stateless reset would end the
-    /// successor's connection). Anything else goes to the endpoint.
-    fn forwarded(
-        &mut self,
-        (shard, generation): (usize, u8),
-        d: &Datagram<'_>,
-        env: &mut ShardEnv<'_>,
-    ) -> bool {
+    /// Whether `d`, whose ID names another generation, was dealt with
+    /// here: forwarded to the process it belongs to (an Initial too: one
+    /// answered by the old process carries its ID, and coalesces the
+    /// client's Handshake packet after it; a client's own random ID
+    /// looks like the old process's one time in 2^24 per shard, during a
+    /// drain, and is refused there), or, when a successor's packet reached
+    /// this process in the moment before it stopped reading, dropped (a
+    /// stateless reset would end the successor's connection). Anything
+    /// else goes to the endpoint.
+    fn forwarded(&mut self, to: cid::Routed, d: &Datagram<'_>, env: &mut ShardEnv<'_>) -> bool {
         if let Some(f) = &self.shared.forward {
             let header = forward::encode(
                 d.from,
@@ -472,7 +471,13 @@ impl Quic {
                 d.dst_ip,
                 d.ecn.map_or(0, |e| e as u8),
             );
-            match f.send(shard, generation, &header, d.packet, &mut self.forward_buf) {
+            match f.send(
+                to.shard,
+                to.generation,
+                &header,
+                d.packet,
+                &mut self.forward_buf,
+            ) {
                 Sent::Forwarded => {
                     env.counters.quic.forwarded += 1;
                     return true;
@@ -484,7 +489,7 @@ impl Quic {
                 Sent::NotOurs => {}
             }
         }
-        if generation == self.shared.generation.wrapping_add(1) {
+        if to.ours && to.generation == self.shared.generation.wrapping_add(1) {
             env.counters.quic.foreign += 1;
             return true;
         }
@@ -513,7 +518,8 @@ impl Quic {
         {
             env.counters.quic.version_negotiation += 1;
         }
-        if let Some(routed) = cid::routed(packet).filter(|r| r.1 != self.shared.generation) {
+        if let Some(routed) = cid::routed(packet).filter(|r| r.generation != self.shared.generation)
+        {
             if self.forwarded(routed, &d, env) {
                 return;
             }
