@@ -24,6 +24,9 @@ use crate::proto::h3::{
 
 /// H3_NO_ERROR, for QUIC's application close.
 pub const H3_NO_ERROR: u32 = Code::NoError as u32;
+/// How long a drained connection waits, at least, for requests in flight
+/// after its GOAWAY before it closes (`QConn::close_at`).
+const QUIET: std::time::Duration = std::time::Duration::from_millis(20);
 /// DATA frames carry at most this much body each.
 const DATA_CHUNK: usize = 32 * 1024;
 /// Bytes of one control-stream frame we buffer at most (SETTINGS and
@@ -90,6 +93,10 @@ pub struct QConn {
     /// all acknowledged yet: a drain closes only once there are none.
     unacked: Vec<StreamId>,
     goaway: bool,
+    /// When our GOAWAY went out, or a request stream last opened after it:
+    /// the drain closes once the client has been quiet a while
+    /// ([`QUIET`]).
+    quiet_since: Option<Instant>,
     closing: bool,
     fields: Fields,
     budgets: Budgets,
@@ -116,6 +123,7 @@ impl QConn {
             next_request: 0,
             unacked: Vec::new(),
             goaway: false,
+            quiet_since: None,
             closing: false,
             fields: Fields::default(),
             budgets: Budgets::new(Instant::now()),
@@ -201,6 +209,7 @@ impl QConn {
         while let Some(id) = self.inner.streams().accept(Dir::Bi) {
             self.next_request = VarInt::from(id).into_inner() + 4;
             if self.goaway {
+                self.quiet_since = Some(env.now);
                 // Past our GOAWAY's id: never taken, retryable (§5.2).
                 let code = VarInt::from_u32(Code::RequestRejected as u32);
                 let _ = self.inner.recv_stream(id).stop(code);
@@ -249,6 +258,7 @@ impl QConn {
         }
         if draining && !self.goaway {
             self.goaway = true;
+            self.quiet_since = Some(env.now);
             frame::goaway(&mut self.control_out, self.next_request);
             env.counters.quic.goaways += 1;
         }
@@ -263,12 +273,24 @@ impl QConn {
             && self.reqs.is_empty()
             && self.unacked.is_empty()
             && self.control_out.is_empty()
+            && self.close_at().is_some_and(|at| env.now >= at)
             && !self.closing
         {
             self.closing = true;
             self.inner
                 .close(env.now, VarInt::from_u32(H3_NO_ERROR), Bytes::new());
         }
+    }
+
+    /// When a drained connection may close: once the client has opened no
+    /// request for [`QUIET`] (at least two round trips) since our GOAWAY.
+    /// A request it sent before it saw the GOAWAY then arrives while the
+    /// connection is open and is refused (H3_REQUEST_REJECTED, retryable),
+    /// instead of vanishing with the connection; a client that ignores
+    /// GOAWAY has each new request refused until it stops.
+    pub(super) fn close_at(&self) -> Option<Instant> {
+        let since = self.quiet_since.filter(|_| !self.closing)?;
+        Some(since + QUIET.max(self.inner.rtt() * 2))
     }
 
     /// Run `step` on each request stream in turn, dropping those it is
@@ -567,7 +589,9 @@ impl QConn {
 }
 
 /// The client control stream's frames: SETTINGS first and once, then
-/// GOAWAY and unknown frames; anything else is unexpected.
+/// GOAWAY, PRIORITY_UPDATE (collected in `updates`; one for a request
+/// not open yet is not kept) and unknown frames; anything else is
+/// unexpected. The frames after SETTINGS, for the control budget.
 fn control_frames(u: &mut Uni, updates: &mut Vec<(u64, Priority)>) -> Result<u32, Code> {
     let mut frames = 0;
     loop {

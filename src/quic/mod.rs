@@ -262,10 +262,9 @@ impl Quic {
         std::mem::take(&mut self.watch_changes)
     }
 
-    /// A successor process reads the UDP sockets now (the caller stopped
-    /// watching them): this one keeps its connections, fed through the
-    /// inbox, and sends on its copies of the sockets.
-    /// Returns the indices to stop watching.
+    /// A successor process reads the UDP sockets now: this one keeps its
+    /// connections, fed through the inbox, and sends on its copies of the
+    /// sockets. The caller stops watching the indices returned.
     pub fn stop_reading(&mut self) -> Vec<usize> {
         let read = (0..self.sockets.len()).filter(|_| self.reading).collect();
         self.reading = false;
@@ -634,7 +633,11 @@ impl Quic {
             self.open -= 1;
             return;
         }
-        let next = c.inner.poll_timeout();
+        // quinn's next deadline, or the drain's.
+        let next = match (c.inner.poll_timeout(), c.close_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if next != c.timer {
             c.timer = next;
             if let Some(at) = next {

@@ -36,6 +36,15 @@ class Client(QuicConnectionProtocol):
         self.closed = asyncio.get_running_loop().create_future()
 
     def request(self, method, authority, path, headers):
+        if self.terminated is not None:
+            # The server closed the connection (after a GOAWAY, a drain):
+            # a client sends nothing more on it.
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(None)
+            key = 1 << 62 | len(self.results)  # after every stream id
+            self.results[key] = {"path": path, "status": None, "not_sent": "connection closed",
+                                 "headers": [], "body": hashlib.sha256(), "len": 0}
+            return fut
         sid = self._quic.get_next_available_stream_id()
         fields = [
             (b":method", method.encode()),
@@ -93,6 +102,10 @@ class Client(QuicConnectionProtocol):
                     fut.set_result(None)
 
 
+# Where a run stands, for the report of one that fails.
+STAGE = {"stage": "connecting"}
+
+
 async def run(args):
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.server_name = args.sni or args.host
@@ -111,6 +124,7 @@ async def run(args):
     async with connect(args.host, args.port, configuration=config, create_protocol=Client,
                        session_ticket_handler=tickets.append, wait_connected=True) as client:
         quic = client._quic
+        STAGE.update(stage="connected", client=client)
         out["alpn"] = quic.tls.alpn_negotiated
         out["cipher"] = str(quic.tls.key_schedule.cipher_suite) if quic.tls.key_schedule else None
         out["resumed"] = quic.tls.session_resumed
@@ -233,7 +247,16 @@ def main():
     try:
         asyncio.run(run(args))
     except Exception as e:  # a failed handshake or timeout, reported
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        report = {"error": f"{type(e).__name__}: {e}", "stage": STAGE["stage"]}
+        client = STAGE.get("client")
+        if client is not None:
+            # What each request had got, and the connection IDs in use.
+            report["requests"] = [
+                {k: v for k, v in r.items() if k != "body"} for r in client.results.values()
+            ]
+            report["terminated"] = client.terminated
+            report["peer_cid"] = client._quic._peer_cid.cid.hex()
+        print(json.dumps(report))
         sys.exit(2)
 
 

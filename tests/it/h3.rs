@@ -737,10 +737,11 @@ fn an_upgrade_hands_over_quic_and_a_download_in_flight_finishes_through_the_new_
 }
 
 /// HTTP/3 clients keep connecting and fetching through two upgrades:
-/// every request is answered
-/// whole, or refused unprocessed with H3_REQUEST_REJECTED (the client
-/// sent it past the old process's GOAWAY; RFC 9114 §4.1.1 lets it retry
-/// it anywhere). None fails otherwise.
+/// every request is answered whole, or left unprocessed where RFC 9114
+/// lets a client retry it anywhere: refused with H3_REQUEST_REJECTED (sent
+/// past the old process's GOAWAY), or not sent at all because the old
+/// process had closed the connection gracefully after its GOAWAY. None
+/// fails otherwise.
 #[test]
 fn upgrades_under_h3_load_fail_no_request() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -771,14 +772,17 @@ fn upgrades_under_h3_load_fail_no_request() {
                 while !stop.load(Ordering::Acquire) {
                     let report = probe(&py, addr, &ca, &args);
                     probes.fetch_add(1, Ordering::AcqRel);
-                    let Some(got) = report["requests"].as_array() else {
-                        failed.push(report.to_string());
-                        continue;
+                    let got = match report["requests"].as_array() {
+                        Some(got) if report["error"].is_null() => got,
+                        _ => {
+                            failed.push(report.to_string());
+                            continue;
+                        }
                     };
                     for r in got {
                         if r["status"] == 200 && r["sha256"] == want.as_str() {
                             whole += 1;
-                        } else if r["reset"] == 0x10b {
+                        } else if r["reset"] == 0x10b || r["not_sent"].is_string() {
                             rejected += 1;
                         } else {
                             failed.push(r.to_string());
@@ -819,7 +823,12 @@ fn upgrades_under_h3_load_fail_no_request() {
         (whole, rejected) = (whole + w, rejected + r);
         failed.extend(f);
     }
-    assert!(failed.is_empty(), "{} failed: {failed:#?}", failed.len());
+    assert!(
+        failed.is_empty(),
+        "{} failed: {failed:#?}\n{}",
+        failed.len(),
+        server.server.log_text()
+    );
     assert!(whole > 0);
     let forwarded = sum(
         &scrape(admin),
@@ -827,7 +836,7 @@ fn upgrades_under_h3_load_fail_no_request() {
         &[("result", "sent")],
     );
     loud(&format!(
-        "h3 across two upgrades: {whole} requests answered whole, {rejected} refused \
+        "h3 across two upgrades: {whole} requests answered whole, {rejected} left \
          unprocessed after GOAWAY, 0 failed; the last process forwarded {forwarded} packets"
     ));
     signal(pid, "TERM");
