@@ -4,11 +4,13 @@ for N connections that each made one request and then stay open.
 
   bench/idle-memory.py MODE PORT PID [N]
 
-MODE is h2c (cleartext HTTP/2), h2tls (HTTP/2 over TLS, ALPN h2) or h1tls
-(HTTP/1.1 over TLS); PORT the matching listener, PID the server's process
-(one shard, `--cores 1`, a root with 100.txt). Needs Python's `h2` package
-(.ci/venv has it). Prints KiB per connection: (RSS after - RSS before) / N,
-read from /proc/PID/status a second after the last connection settled.
+MODE is h2c (cleartext HTTP/2), h2tls (HTTP/2 over TLS, ALPN h2), h1tls
+(HTTP/1.1 over TLS) or h3 (HTTP/3, `--h3`; the connections stay within the
+server's 30 s idle timeout); PORT the matching listener (the TLS port for
+h3), PID the server's process (one shard, `--cores 1`, a root with
+100.txt). Needs Python's `h2` package, and `aioquic` for h3 (.ci/venv has
+both). Prints KiB per connection: (RSS after - RSS before) / N, read from
+/proc/PID/status a second after the last connection settled.
 """
 import socket
 import ssl
@@ -65,10 +67,63 @@ def one():
     return (s, c)
 
 
-one()
-time.sleep(0.5)
-before = rss()
-keep = [one() for _ in range(n)]
-time.sleep(1.0)
-after = rss()
+async def h3_idle():
+    """Like the TCP modes: one warm-up connection, then N kept open, each
+    after one request (opened 50 at a time)."""
+    import asyncio
+    from contextlib import AsyncExitStack
+
+    from aioquic.asyncio import connect
+    from aioquic.asyncio.protocol import QuicConnectionProtocol
+    from aioquic.h3.connection import H3_ALPN, H3Connection
+    from aioquic.h3.events import DataReceived, HeadersReceived
+    from aioquic.quic.configuration import QuicConfiguration
+
+    class Client(QuicConnectionProtocol):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.h3 = H3Connection(self._quic)
+            self.done = asyncio.get_running_loop().create_future()
+
+        def quic_event_received(self, event):
+            for ev in self.h3.handle_event(event):
+                if isinstance(ev, (HeadersReceived, DataReceived)) and ev.stream_ended:
+                    if not self.done.done():
+                        self.done.set_result(None)
+
+    async def one_h3(stack):
+        config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+        config.verify_mode = ssl.CERT_NONE
+        config.server_name = "localhost"
+        client = await stack.enter_async_context(
+            connect("127.0.0.1", port, configuration=config, create_protocol=Client))
+        sid = client._quic.get_next_available_stream_id()
+        client.h3.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"https"),
+                                     (b":authority", b"localhost"), (b":path", b"/100.txt")],
+                               end_stream=True)
+        client.transmit()
+        await client.done
+
+    async with AsyncExitStack() as warm:
+        await one_h3(warm)
+    await asyncio.sleep(0.5)
+    before = rss()
+    async with AsyncExitStack() as stack:
+        for i in range(0, n, 50):
+            await asyncio.gather(*(one_h3(stack) for _ in range(min(50, n - i))))
+        await asyncio.sleep(1.0)
+        return before, rss()
+
+
+if mode == "h3":
+    import asyncio
+
+    before, after = asyncio.run(h3_idle())
+else:
+    one()
+    time.sleep(0.5)
+    before = rss()
+    keep = [one() for _ in range(n)]
+    time.sleep(1.0)
+    after = rss()
 print(f"{mode}: {(after - before) / n / 1024:.2f} KiB per idle connection ({n})")
