@@ -7,6 +7,13 @@ use super::*;
 /// name). A new flag needs an entry here; a unit test checks that every
 /// flag has one.
 pub fn help_defaults() -> Vec<(&'static str, String)> {
+    let mut defaults = serving_defaults();
+    defaults.extend(tls_and_protocol_defaults());
+    defaults
+}
+
+/// The defaults of listening, limits, the snapshot and responses.
+fn serving_defaults() -> Vec<(&'static str, String)> {
     let c = crate::cache::CompressOptions::default();
     vec![
         ("root", DEFAULT_ROOT.into()),
@@ -102,6 +109,13 @@ pub fn help_defaults() -> Vec<(&'static str, String)> {
         ),
         ("spa_fallback", "false".into()),
         ("unknown_host", "default".into()),
+    ]
+}
+
+/// The defaults of TLS, the protocols above HTTP/1.1, ACME and what a
+/// proxy in front may say.
+fn tls_and_protocol_defaults() -> Vec<(&'static str, String)> {
+    vec![
         ("tls_listen", "none (no TLS listener)".into()),
         ("hsts", "none (no Strict-Transport-Security)".into()),
         ("redirect_https", "false".into()),

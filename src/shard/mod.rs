@@ -223,6 +223,9 @@ macro_rules! shard_env {
     };
 }
 
+// After `shard_env!`, which it uses.
+mod udp;
+
 impl Shard {
     fn new(spec: ShardSpec) -> io::Result<Shard> {
         let (mut poller, why) = Poller::new(spec.io)?;
@@ -239,15 +242,7 @@ impl Shard {
         }
         poller.add(&*spec.waker, WAKE, EPOLLIN)?;
         let quic = match spec.quic {
-            Some((sockets, shared)) => {
-                let quic = Quic::new(spec.index, sockets, shared)?;
-                for i in quic.watched() {
-                    if let Some((fd, interest)) = quic.fd(i) {
-                        poller.add(&fd, UDP_BASE - i as u64, interest)?;
-                    }
-                }
-                Some(quic)
-            }
+            Some((sockets, shared)) => Some(udp::start(spec.index, sockets, shared, &mut poller)?),
             None => None,
         };
         let now = Instant::now();
@@ -481,36 +476,9 @@ impl Shard {
             self.dispatch(token, now, |conn, env| Some(conn.on_drain(env)));
         }
         if self.shared.quic_handed_over.load(Ordering::Acquire) {
-            if let Some(quic) = &mut self.quic {
-                for i in quic.stop_reading() {
-                    if let Some((fd, _)) = quic.fd(i) {
-                        let _ = self.poller.delete(&fd, UDP_BASE - i as u64);
-                    }
-                }
-            }
+            self.quic_handed_over();
         }
         self.with_quic(now, Quic::drain);
-    }
-
-    /// Run `f` on the shard's QUIC endpoint, if it has one, with the
-    /// shard's environment.
-    fn with_quic(&mut self, now: Instant, f: impl FnOnce(&mut Quic, &mut ShardEnv<'_>)) {
-        let Some(quic) = self.quic.as_mut() else {
-            return;
-        };
-        let mut env = shard_env!(self, now);
-        f(quic, &mut env);
-        for (i, on) in quic.watch_changes() {
-            let token = UDP_BASE - i as u64;
-            let res = match quic.fd(i) {
-                Some((fd, interest)) if on => self.poller.add(&fd, token, interest),
-                Some((fd, _)) => self.poller.delete(&fd, token),
-                None => Ok(()),
-            };
-            if let Err(e) = res {
-                tracing::warn!(error = %e, "watching a QUIC socket for room failed");
-            }
-        }
     }
 
     fn accept(&mut self, i: usize, now: Instant) {
