@@ -66,23 +66,6 @@ impl ConnectionIdGenerator for ShardCids {
     }
 }
 
-/// The shard a packet's destination connection ID names, if it is one of
-/// ours: what the kernel program computes, for packets that reached
-/// another shard anyway (counted as foreign).
-pub fn shard_of(packet: &[u8]) -> Option<usize> {
-    let first = *packet.first()?;
-    let at = if first & 0x80 == 0 {
-        1
-    } else {
-        if usize::from(*packet.get(5)?) != CID_LEN {
-            return None;
-        }
-        6
-    };
-    let id = packet.get(at..at + 2)?;
-    Some(usize::from(u16::from_be_bytes([id[0], id[1]])))
-}
-
 /// Where a packet's destination ID says it belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Routed {
@@ -210,7 +193,7 @@ mod tests {
                 assert_eq!(cid.len(), CID_LEN);
                 for packet in [short(&cid), long(&cid)] {
                     assert_eq!(run(&prog, &packet), shard as u32, "{shards} shards");
-                    assert_eq!(shard_of(&packet), Some(shard));
+                    assert_eq!(routed(&packet).map(|r| r.shard), Some(shard));
                 }
             }
         }
@@ -221,7 +204,7 @@ mod tests {
         let prog = steer_program(4);
         // A client's own Initial ID of another length, or naming no shard.
         assert_eq!(run(&prog, &long(&[0; 8])), NO_INDEX);
-        assert_eq!(shard_of(&long(&[0; 8])), None);
+        assert_eq!(routed(&long(&[0; 8])), None);
         let mut cid = [0xffu8; CID_LEN];
         assert_eq!(run(&prog, &long(&cid)), NO_INDEX);
         assert_eq!(run(&prog, &short(&cid)), NO_INDEX);

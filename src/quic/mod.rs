@@ -505,20 +505,21 @@ impl Quic {
             ecn,
             packet,
         } = d;
-        if packet.first().is_some_and(|b| b & 0x80 == 0)
-            && cid::shard_of(packet).is_some_and(|s| s != self.index)
-        {
+        // The destination ID, read once: steering misses, and another
+        // generation's packets.
+        let route = cid::routed(packet);
+        let short = packet.first().is_some_and(|b| b & 0x80 == 0);
+        if short && route.is_some_and(|r| r.shard != self.index) {
             env.counters.quic.foreign += 1;
         }
-        if packet.first().is_some_and(|b| b & 0x80 != 0)
+        if !short
             && packet
                 .get(1..5)
                 .is_some_and(|v| v != [0, 0, 0, 1] && v != [0, 0, 0, 0])
         {
             env.counters.quic.version_negotiation += 1;
         }
-        if let Some(routed) = cid::routed(packet).filter(|r| r.generation != self.shared.generation)
-        {
+        if let Some(routed) = route.filter(|r| r.generation != self.shared.generation) {
             if self.forwarded(routed, &d, env) {
                 return;
             }
