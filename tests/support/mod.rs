@@ -128,14 +128,36 @@ pub fn installed(program: &str) -> bool {
     find_program(&[program]).is_some()
 }
 
-/// A port free on 127.0.0.1 right now (bound and released: for a peer
-/// that cannot be given port 0 and say which it took, or an address the
-/// test must know before something binds it).
+/// A port free on 127.0.0.1 for TCP and UDP right now, for a peer that
+/// cannot be given port 0 and say which it took, or an address the test
+/// must know before something binds it.
+///
+/// It is taken below the kernel's ephemeral range, so that between this
+/// check and the peer's bind no socket bound to port 0 and no outgoing
+/// connection (of which the tests running beside it make thousands) can
+/// take it; each call in this process gets another port.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    const SPAN: usize = 10_000;
+    let ephemeral = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<usize>().ok())
+        .unwrap_or(32768);
+    assert!(
+        ephemeral >= 1024 + SPAN,
+        "ip_local_port_range starts at {ephemeral}: no room below it for the tests' fixed ports"
+    );
+    let low = ephemeral - SPAN;
+    // Another test binary run at the same time starts elsewhere.
+    let start = std::process::id() as usize * 101;
+    for _ in 0..SPAN {
+        let port = (low + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        let addr = ("127.0.0.1", port);
+        if std::net::TcpListener::bind(addr).is_ok() && std::net::UdpSocket::bind(addr).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{ephemeral}");
 }
 
 /// Run `cmd` to its end: whether it exited 0, and its stdout and stderr

@@ -5,7 +5,7 @@
 //! server under test trusts through `--acme-ca-roots`; the CA that signs
 //! what pebble issues is fetched from its management API.
 
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -64,13 +64,6 @@ pub fn available(test: &str) -> bool {
 /// Pebble cannot be given port 0 and say which it took.
 pub use super::free_port;
 
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("bind a free UDP port")
-        .port()
-}
-
 /// What pebble is told.
 pub struct Options {
     /// shardhttpd's cleartext port (HTTP-01) and TLS port (TLS-ALPN-01).
@@ -119,7 +112,7 @@ impl Pebble {
             p.subject_alt_names
                 .push(rcgen::SanType::IpAddress([127, 0, 0, 1].into()));
         });
-        let dns = free_udp_port();
+        let dns = free_port();
         let chall_mgmt = free_port();
         let port = opts.port.unwrap_or_else(free_port);
         let management = free_port();
@@ -140,15 +133,17 @@ impl Pebble {
         let config_path = dir.join(format!("pebble-{port}.json"));
         std::fs::write(&config_path, config.to_string()).unwrap();
         let log = dir.join(format!("pebble-{port}.log"));
-        let chall_log = dir.join(format!("challtestsrv-{port}.log"));
+        let chall_log =
+            std::fs::File::create(dir.join(format!("challtestsrv-{port}.log"))).unwrap();
+        let pebble_log = std::fs::File::create(&log).unwrap();
         let chall = Command::new("pebble-challtestsrv")
             .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
             .args(["-dns01", &format!("127.0.0.1:{dns}")])
             .args(["-management", &format!("127.0.0.1:{chall_mgmt}")])
             .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&chall_log).unwrap())
-            .stderr(Stdio::null())
+            .stdout(chall_log.try_clone().unwrap())
+            .stderr(chall_log)
             .spawn()
             .expect("spawn pebble-challtestsrv");
         let pebble = Command::new("pebble")
@@ -161,8 +156,8 @@ impl Pebble {
             .env("PEBBLE_WFE_NONCEREJECT", "0")
             .env("PEBBLE_AUTHZREUSE", "0")
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::null())
+            .stdout(pebble_log.try_clone().unwrap())
+            .stderr(pebble_log)
             .spawn()
             .expect("spawn pebble");
         let mut p = Pebble {
@@ -176,8 +171,17 @@ impl Pebble {
         for port in [chall_mgmt, port, management] {
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-                if Instant::now() > end {
-                    panic!("pebble did not listen on {addr}\n{}", p.log_text());
+                let exited = p
+                    .children
+                    .iter_mut()
+                    .any(|c| !matches!(c.try_wait(), Ok(None)));
+                if exited || Instant::now() > end {
+                    panic!(
+                        "pebble did not listen on {addr} (exited: {exited})\n{}\n{}",
+                        p.log_text(),
+                        std::fs::read_to_string(dir.join(format!("challtestsrv-{}.log", p.port)))
+                            .unwrap_or_default()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
