@@ -3,7 +3,7 @@
 //! as an HTTP/1.1 front and an HTTP/2 client of the server).
 
 use std::fs;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -25,13 +25,7 @@ impl Haproxy {
             return None;
         };
         let dir = TempDir::new("haproxy");
-        // A free port: taken and let go (HAProxy binds it right after).
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let addr = SocketAddr::from(([127, 0, 0, 1], super::free_port()));
         let cfg = format!(
             "global\n  maxconn 100\n\
              defaults\n  mode {mode}\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\

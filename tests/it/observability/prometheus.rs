@@ -25,44 +25,35 @@ impl Prometheus {
         );
         fs::write(dir.path().join("prometheus.yml"), config).unwrap();
         let log_path = dir.path().join("prometheus.log");
-        // A port picked by binding :0 can be taken again before Prometheus
-        // binds it; retry a few times rather than flake.
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .unwrap()
-                .port();
-            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-            let mut child = Command::new("prometheus")
-                .arg(format!(
-                    "--config.file={}",
-                    dir.path().join("prometheus.yml").display()
-                ))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join("data").display()
-                ))
-                .arg(format!("--web.listen-address={addr}"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(fs::File::create(&log_path).unwrap())
-                .spawn()
-                .expect("spawn prometheus");
-            let exited = |c: &mut Child| c.try_wait().ok().flatten().is_some();
-            poll_until(Duration::from_secs(20), || {
-                exited(&mut child) || http_get(addr, "/-/ready").is_ok_and(|(s, _)| s == 200)
-            });
-            if !exited(&mut child) && http_get(addr, "/-/ready").is_ok_and(|(s, _)| s == 200) {
-                return Prometheus { child, addr, dir };
-            }
+        let addr: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
+        let mut child = Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log_path).unwrap())
+            .spawn()
+            .expect("spawn prometheus");
+        let exited = |c: &mut Child| c.try_wait().ok().flatten().is_some();
+        poll_until(Duration::from_secs(20), || {
+            exited(&mut child) || http_get(addr, "/-/ready").is_ok_and(|(s, _)| s == 200)
+        });
+        if exited(&mut child) || !http_get(addr, "/-/ready").is_ok_and(|(s, _)| s == 200) {
             let _ = child.kill();
             let _ = child.wait();
-            eprintln!(
+            panic!(
                 "prometheus did not start on {addr}:\n{}",
                 fs::read_to_string(&log_path).unwrap_or_default()
             );
         }
-        panic!("prometheus failed to start five times");
+        Prometheus { child, addr, dir }
     }
 
     fn log(&self) -> String {
