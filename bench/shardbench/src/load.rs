@@ -2,8 +2,9 @@
 //! pipelining and HEAD), ab (for the rows the classic tables used it for,
 //! where installed, and for HEAD, which wrk 4 cannot measure) and h2load
 //! (the HTTP/2 rows: h2 over TLS and h2c, several streams per connection;
-//! its per-request log gives the percentiles). Each run is a pinned child
-//! process that Ctrl-C kills.
+//! its per-request log gives the percentiles) and `shardbench h3load` (the
+//! h3 rows, with h2load's flags, report and log). Each run is a pinned
+//! child process that Ctrl-C kills.
 
 use std::fs;
 use std::io;
@@ -22,6 +23,8 @@ pub enum Tool {
     Wrk,
     Ab,
     H2load,
+    /// This executable's `h3load`.
+    H3load,
 }
 
 impl Tool {
@@ -30,6 +33,7 @@ impl Tool {
             Tool::Wrk => "wrk",
             Tool::Ab => "ab",
             Tool::H2load => "h2load",
+            Tool::H3load => "h3load",
         }
     }
 }
@@ -56,6 +60,8 @@ pub enum Mode {
     H2,
     /// HTTP/2 in cleartext with prior knowledge (h2c), as [`Mode::H2`].
     H2c,
+    /// HTTP/3 on the TLS port's UDP twin, as [`Mode::H2`].
+    H3,
 }
 
 impl Mode {
@@ -70,15 +76,24 @@ impl Mode {
             Mode::TlsClose => "tls-close",
             Mode::H2 => "h2",
             Mode::H2c => "h2c",
+            Mode::H3 => "h3",
         }
     }
 
     pub fn is_tls(self) -> bool {
-        matches!(self, Mode::TlsKeepAlive | Mode::TlsClose | Mode::H2)
+        matches!(
+            self,
+            Mode::TlsKeepAlive | Mode::TlsClose | Mode::H2 | Mode::H3
+        )
     }
 
     pub fn is_h2(self) -> bool {
         matches!(self, Mode::H2 | Mode::H2c)
+    }
+
+    /// Streams on each connection: HTTP/2 and HTTP/3.
+    pub fn multiplexed(self) -> bool {
+        self.is_h2() || self == Mode::H3
     }
 }
 
@@ -186,8 +201,10 @@ pub fn command(spec: &Spec<'_>, out_file: &Path) -> io::Result<Vec<String>> {
                     // Content-Length and counts nothing: HEAD runs on ab.
                     return Err(io::Error::other("wrk cannot measure HEAD; use ab"));
                 }
-                Mode::H2 | Mode::H2c => {
-                    return Err(io::Error::other("wrk speaks HTTP/1.1 only; use h2load"));
+                Mode::H2 | Mode::H2c | Mode::H3 => {
+                    return Err(io::Error::other(
+                        "wrk speaks HTTP/1.1 only; use h2load or h3load",
+                    ));
                 }
             }
             cmd.push(url);
@@ -221,18 +238,30 @@ pub fn command(spec: &Spec<'_>, out_file: &Path) -> io::Result<Vec<String>> {
             }
             cmd.push(url);
         }
-        Tool::H2load => {
-            if !spec.mode.is_h2() {
+        Tool::H2load | Tool::H3load => {
+            let fits = match spec.tool {
+                Tool::H2load => spec.mode.is_h2(),
+                _ => spec.mode == Mode::H3,
+            };
+            if !fits {
                 return Err(io::Error::other(format!(
-                    "h2load runs the h2 and h2c rows, not {}",
+                    "{} does not run the {} rows",
+                    spec.tool.name(),
                     spec.mode.name()
                 )));
             }
             let threads = spec.client_cpus.len().clamp(1, spec.concurrency.max(1));
             // An http:// URL is h2c with prior knowledge; https:// is h2 by
-            // ALPN (h2load offers only h2).
+            // ALPN (h2load offers only h2), or h3 for h3load.
+            if spec.tool == Tool::H3load {
+                cmd.extend([
+                    std::env::current_exe()?.display().to_string(),
+                    "h3load".into(),
+                ]);
+            } else {
+                cmd.push("h2load".into());
+            }
             cmd.extend([
-                "h2load".into(),
                 format!("-t{threads}"),
                 format!("-c{}", spec.concurrency),
                 format!("-m{}", spec.streams.max(1)),
@@ -293,7 +322,7 @@ pub fn run(
     let parsed = match tool {
         Tool::Wrk => parse_wrk(&text),
         Tool::Ab => parse_ab(&text),
-        Tool::H2load => parse_h2load(&text).map(|mut o| {
+        Tool::H2load | Tool::H3load => parse_h2load(&text).map(|mut o| {
             let log = fs::read_to_string(h2load_log(out_file)).unwrap_or_default();
             (o.p50_ms, o.p99_ms) = h2load_percentiles(&log);
             // The log is per request: large, and its figures are in the row.
@@ -366,7 +395,8 @@ pub fn parse_wrk(text: &str) -> Option<Outcome> {
     have_rps.then_some(o)
 }
 
-/// h2load's report (nghttp2 1.4x–1.5x): `finished in 2.00s, 123.45 req/s`,
+/// h2load's report (nghttp2 1.4x–1.5x; `h3load` prints the same lines):
+/// `finished in 2.00s, 123.45 req/s`,
 /// `requests: N total, N started, N done, N succeeded, F failed, E errored,
 /// T timeout` and `status codes: a 2xx, b 3xx, c 4xx, d 5xx`. Latency comes
 /// from its per-request log ([`h2load_percentiles`]).
@@ -396,7 +426,7 @@ pub fn parse_h2load(text: &str) -> Option<Outcome> {
         } else if let Some(rest) = t.strip_prefix("status codes:") {
             o.errors += count(rest, "4xx")? + count(rest, "5xx")?;
         } else if let Some(p) = t.strip_prefix("Application protocol:") {
-            if !matches!(p.trim(), "h2" | "h2c") {
+            if !matches!(p.trim(), "h2" | "h2c" | "h3") {
                 o.note = format!("h2load spoke {}, not HTTP/2", p.trim());
             }
         }

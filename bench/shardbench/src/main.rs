@@ -14,6 +14,7 @@ mod fleet;
 mod floor;
 mod floor_tls;
 mod floor_uring;
+mod h3load;
 mod load;
 mod machine;
 mod matrix;
@@ -46,7 +47,8 @@ fn skip_test(note: &str) {
 
 use clap::{Parser, Subcommand};
 
-/// Run the scaling study (or, as `floor`, the floor responder).
+/// Run the scaling study (or, as `floor`, the floor responder; as
+/// `h3load`, the HTTP/3 load generator).
 #[derive(Debug, Parser)]
 #[command(name = "shardbench", version, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -60,16 +62,22 @@ struct Cli {
 enum Cmd {
     /// Serve the fixed 100-byte response on ADDR (the study starts it).
     Floor(floor::Args),
+    /// HTTP/3 load, as h2load makes HTTP/2 load (h2load's flags and report).
+    H3load(h3load::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Floor(args)) = cli.cmd {
-        let served = args.serve();
-        return match served {
+    let tool = match cli.cmd {
+        Some(Cmd::Floor(args)) => Some(("floor", args.serve())),
+        Some(Cmd::H3load(args)) => Some(("h3load", args.run())),
+        None => None,
+    };
+    if let Some((name, result)) = tool {
+        return match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("floor: {e}");
+                eprintln!("{name}: {e}");
                 ExitCode::FAILURE
             }
         };

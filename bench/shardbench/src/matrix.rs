@@ -38,6 +38,10 @@ pub enum Kind {
     /// the HTTP/1.1 keep-alive rows (cleartext and TLS, wrk, c=100) they
     /// are compared with.
     H2,
+    /// The HTTP/3 rows (issue 39): 100 B and 100 KiB at `-c 100 -m 10`
+    /// over HTTP/3 (`shardbench h3load`) and, to compare, over HTTP/2 on
+    /// TLS (h2load).
+    H3,
 }
 
 /// The h2 matrix's (connections, streams per connection).
@@ -56,7 +60,7 @@ pub struct Cell {
 
 impl Cell {
     pub fn label(&self) -> String {
-        let m = if self.mode.is_h2() {
+        let m = if self.mode.multiplexed() {
             format!(" m={}", self.streams)
         } else {
             String::new()
@@ -268,6 +272,16 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
                 }
             }
         }
+        Kind::H3 => {
+            for doc in [SMALL, LARGE] {
+                h2_cells.push(h2(Mode::H2, doc, 100, 10, &mut notes));
+                h2_cells.push(Cell {
+                    mode: Mode::H3,
+                    tool: Tool::H3load,
+                    ..h2(Mode::H2, doc, 100, 10, &mut notes)
+                });
+            }
+        }
     }
     cells.extend(h2_cells);
     Plan { cells, notes }
@@ -275,7 +289,14 @@ pub fn plan(kind: Kind, levels: Option<&[usize]>, cap: usize, tls: bool) -> Plan
 
 impl ValueEnum for Kind {
     fn value_variants<'a>() -> &'a [Self] {
-        &[Kind::Full, Kind::Quick, Kind::Tiny, Kind::Tls, Kind::H2]
+        &[
+            Kind::Full,
+            Kind::Quick,
+            Kind::Tiny,
+            Kind::Tls,
+            Kind::H2,
+            Kind::H3,
+        ]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
@@ -285,6 +306,7 @@ impl ValueEnum for Kind {
             Kind::Tiny => "tiny",
             Kind::Tls => "tls",
             Kind::H2 => "h2",
+            Kind::H3 => "h3",
         }))
     }
 }
@@ -364,6 +386,23 @@ mod tests {
                 "tls-keep-alive 100KiB c=100 wrk",
             ]
         );
+    }
+
+    #[test]
+    fn h3_matrix_pairs_each_h3_row_with_its_h2_row() {
+        let p = plan(Kind::H3, None, 100_000, true);
+        let rows: Vec<String> = p.cells.iter().map(Cell::label).collect();
+        assert_eq!(
+            rows,
+            [
+                "h2 100B c=100 m=10 h2load",
+                "h3 100B c=100 m=10 h3load",
+                "h2 100KiB c=100 m=10 h2load",
+                "h3 100KiB c=100 m=10 h3load",
+            ]
+        );
+        assert!(p.cells.iter().all(|c| !c.applies_to("floor")));
+        assert!(p.cells.iter().all(|c| c.mode.is_tls()));
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct Server {
     /// A cleartext port that answers HTTP/2 with prior knowledge (h2c),
     /// checked with h2load.
     pub h2c_port: Option<u16>,
+    /// Whether the HTTPS port's UDP twin answers HTTP/3, checked with
+    /// `h3load`.
+    pub h3: bool,
 }
 
 /// A self-signed certificate for 127.0.0.1 / localhost, shared by every
@@ -297,6 +300,7 @@ fn launch(name: &str, setup: &Setup<'_>, port: u16, cmd: &[String]) -> io::Resul
         tls_port: None,
         h2: false,
         h2c_port: None,
+        h3: false,
     })
 }
 
@@ -337,8 +341,13 @@ pub fn start_shardhttpd(
     .map(|s| s.to_string())
     .collect();
     let mut cmd = cmd;
+    // HTTP/3 on the HTTPS port where the binary has it.
+    let h3 = tls_port.is_some() && crate::machine::has_flag(bin, "--h3")?;
     if let (Some(t), Some(p)) = (tls, tls_port) {
         cmd.extend(t.flags(p));
+    }
+    if h3 {
+        cmd.push("--h3".into());
     }
     if let Some(io) = io {
         cmd.extend(["--io".into(), io.name().into()]);
@@ -354,6 +363,8 @@ pub fn start_shardhttpd(
     }
     // h2 (ALPN) and h2c are on by default where the binary has them.
     check_h2(&mut server, Some(port));
+    server.h3 =
+        h3 && tls_port.is_some_and(|p| speaks_h3(&format!("https://127.0.0.1:{p}{}", SMALL.path)));
     Ok((server, admin))
 }
 
@@ -407,6 +418,26 @@ pub fn speaks_h2(url: &str) -> bool {
                 && text.contains("1 succeeded")
                 && text.contains("1 2xx")
                 && negotiated_h2(&text)
+        })
+        .unwrap_or(false)
+}
+
+/// Whether one GET by `shardbench h3load` (this executable) to `url` is
+/// answered 200 over HTTP/3.
+pub fn speaks_h3(url: &str) -> bool {
+    let Ok(me) = std::env::current_exe() else {
+        return false;
+    };
+    Command::new(me)
+        .args(["h3load", "-n1", "-c1", "-N5", url])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout);
+            o.status.success()
+                && text.contains("1 succeeded")
+                && text.contains("1 2xx")
+                && text.contains("Application protocol: h3")
         })
         .unwrap_or(false)
 }

@@ -31,7 +31,9 @@ pub struct Args {
     /// 100 B in cleartext and over TLS, a new TLS connection per request,
     /// 100 KiB over TLS; implies --tls), h2 (issue 25's HTTP/2 rows with
     /// h2load: 100 B, 4 KB, 100 KiB at -c 100 -m 10 and -c 1000 -m 1, over
-    /// TLS and h2c, beside HTTP/1.1 keep-alive at c=100; implies --tls).
+    /// TLS and h2c, beside HTTP/1.1 keep-alive at c=100; implies --tls), h3
+    /// (issue 39's rows: 100 B and 100 KiB at -c 100 -m 10 over HTTP/3 with
+    /// `shardbench h3load`, beside the same over h2; implies --tls).
     #[arg(long, value_enum)]
     matrix: Option<Kind>,
     /// Seconds per measured cell (default: 2 full, 1 quick and tiny).
@@ -140,7 +142,7 @@ pub fn run(args: Args) -> io::Result<bool> {
     let cap = nofile.saturating_sub(256).max(1) as usize;
     let (client, server) = split_cpus(&args)?;
     // The TLS matrix is the TLS rows and the cleartext row they compare to.
-    let want_tls = args.tls || kind == Kind::Tls || kind == Kind::H2;
+    let want_tls = args.tls || matches!(kind, Kind::Tls | Kind::H2 | Kind::H3);
     let mut plan = cells(&args, kind, cap, want_tls)?;
     let trace = args.syscalls && syscalls::available();
     if args.syscalls && !trace {
@@ -441,6 +443,7 @@ fn can_serve(c: &Cell, s: &Server) -> bool {
     (!c.mode.is_tls() || s.tls_port.is_some())
         && (c.mode != Mode::H2 || s.h2)
         && (c.mode != Mode::H2c || s.h2c_port.is_some())
+        && (c.mode != Mode::H3 || s.h3)
 }
 
 /// The rows so far, written to results.csv as they come, and the progress

@@ -5,52 +5,13 @@
 //! lacks reported as unsupported), the sweep's per-core figures, the
 //! one-CPU sweep warning and the files written.
 
-use std::path::PathBuf;
+mod common;
+
+use common::{on_path, shardhttpd, skip_test};
 use std::process::Command;
 
 /// The CSV header, as docs/benchmarks.md documents it.
 const COLUMNS: &str = "section,server,tool,mode,size,size_bytes,concurrency,pipeline_depth,shards,steer,duration_s,requests,rps,latency_p50_ms,latency_p99_ms,errors,server_cpu_us_per_req,server_cpu_busy_pct,client_cpu_busy_pct,limited_by,per_core_requests,balance_max_min,core_shares_pct,note,round";
-
-/// A test that cannot run here. Under `SHARDHTTPD_TEST_REQUIRE=all`
-/// (`.ci/run` sets it; the server's suites honour it too, in
-/// tests/support) it fails with `note`; otherwise `note` goes to stderr,
-/// past libtest's capture, and the caller returns.
-#[track_caller]
-fn skip_test(note: &str) {
-    if std::env::var("SHARDHTTPD_TEST_REQUIRE").is_ok_and(|v| v == "all") {
-        panic!("{note}\n(SHARDHTTPD_TEST_REQUIRE=all: a test that cannot run fails)");
-    }
-    // Past libtest's capture (eprintln! is captured), as tests/support's
-    // `loud` writes.
-    let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("\n*** {note} ***\n\n"));
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-}
-
-/// The debug shardhttpd next to this test's target directory, built if a
-/// `cargo test -p shardbench` alone did not build it.
-fn shardhttpd() -> PathBuf {
-    let exe = std::env::current_exe().expect("test path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let bin = dir.join("shardhttpd");
-    if !bin.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .args(["build", "-p", "shardhttpd", "--bin", "shardhttpd"])
-            .status()
-            .expect("run cargo")
-            .success();
-        assert!(ok, "building shardhttpd failed");
-    }
-    assert!(bin.is_file(), "no shardhttpd at {}", bin.display());
-    bin
-}
 
 fn allowed_cpus() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").expect("status");
