@@ -7,6 +7,8 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::cache::{Body, Snapshot, Witness};
 use crate::io::output::{read_verified, Output, COPY_MAX};
 use crate::serve::{Part, Payload};
@@ -54,6 +56,20 @@ impl Src {
             Src::File { len, .. } => len,
             Src::Cut => 1,
         }
+    }
+}
+
+/// A range of a snapshot's arena, which the snapshot keeps mapped for as
+/// long as this holds it.
+struct Arena {
+    snapshot: Arc<Snapshot>,
+    off: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Arena {
+    fn as_ref(&self) -> &[u8] {
+        self.snapshot.mem(self.off, self.len)
     }
 }
 
@@ -181,19 +197,48 @@ impl BodyQueue {
     /// when the pinned snapshot is still served and `out` pins no other;
     /// false (nothing done) otherwise.
     pub fn push_front_ref(&mut self, n: usize, out: &mut Output) -> bool {
-        let (Some(Src::Mem { off, len }), Some(snap)) = (self.src.front_mut(), self.pin.as_ref())
-        else {
+        let Some((snap, off)) = self.front_mem() else {
             return false;
         };
-        if snap.retired() || !out.push_mem(snap, *off, n) {
+        if snap.retired() || !out.push_mem(snap, off, n) {
             return false;
         }
-        *off += n;
-        *len -= n;
-        if *len == 0 {
-            self.src.pop_front();
-        }
+        self.advance_mem(n);
         true
+    }
+
+    /// `n` bytes of an arena front piece as `Bytes` that keep the snapshot
+    /// alive, for a transport that queues what it is given (QUIC's send
+    /// buffer) rather than copying it; None, with nothing taken, when the
+    /// front piece is not in the arena.
+    pub fn share_front(&mut self, n: usize) -> Option<Bytes> {
+        let (snap, off) = self.front_mem()?;
+        let shared = Bytes::from_owner(Arena {
+            snapshot: Arc::clone(snap),
+            off,
+            len: n,
+        });
+        self.advance_mem(n);
+        Some(shared)
+    }
+
+    /// The pinned snapshot and the offset of an arena front piece.
+    fn front_mem(&self) -> Option<(&Arc<Snapshot>, usize)> {
+        match (self.src.front(), self.pin.as_ref()) {
+            (Some(Src::Mem { off, .. }), Some(snap)) => Some((snap, *off)),
+            _ => None,
+        }
+    }
+
+    /// Past `n` bytes of the arena front piece.
+    fn advance_mem(&mut self, n: usize) {
+        if let Some(Src::Mem { off, len }) = self.src.front_mut() {
+            *off += n;
+            *len -= n;
+            if *len == 0 {
+                self.src.pop_front();
+            }
+        }
     }
 
     /// Move `n` bytes (at most [`BodyQueue::front_len`]) of the front

@@ -3,6 +3,7 @@
 //! answered through the semantics layer, bodies written as DATA frames
 //! as the stream and connection windows open, GOAWAY on drain.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -51,12 +52,30 @@ struct Req {
     answered: bool,
     /// The client finished sending.
     recv_done: bool,
-    /// Framed bytes not yet taken by the stream, from `out_at`.
+    /// Framed bytes being put together (the HEADERS, DATA frame heads,
+    /// bodies copied), then sealed into `queued`.
     out: Vec<u8>,
-    out_at: usize,
+    /// What the stream has not taken yet, in order: sealed `out`s, and
+    /// arena bodies by reference.
+    queued: VecDeque<Bytes>,
     body: BodyQueue,
     /// Its place in the send order (`level`).
     level: i32,
+}
+
+impl Req {
+    /// Bytes framed but not yet taken by the stream.
+    fn pending(&self) -> usize {
+        self.out.len() + self.queued.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    /// What `out` holds joins the queue, moved, not copied.
+    fn seal(&mut self) {
+        if !self.out.is_empty() {
+            self.queued
+                .push_back(Bytes::from(std::mem::take(&mut self.out)));
+        }
+    }
 }
 
 /// A request's place in the send order, as quinn's stream priority
@@ -223,7 +242,7 @@ impl QConn {
                 answered: false,
                 recv_done: false,
                 out: Vec::new(),
-                out_at: 0,
+                queued: VecDeque::new(),
                 body: BodyQueue::default(),
                 level: 0,
             });
@@ -531,36 +550,40 @@ impl QConn {
         let r = &mut self.reqs[i];
         let mut stream = self.inner.send_stream(r.id);
         loop {
-            if r.out_at == r.out.len() {
-                r.out.clear();
-                r.out_at = 0;
-            }
             // A DATA frame joins what is pending (the HEADERS, at first),
-            // so a small response is handed to QUIC in one write.
-            if r.out.len() - r.out_at < DATA_CHUNK && !r.body.is_empty() {
+            // so a small response is handed to QUIC in one piece; a body
+            // in the arena goes by reference, behind its frame head.
+            if r.pending() < DATA_CHUNK && !r.body.is_empty() {
                 let n = (r.body.front_len() as usize).min(DATA_CHUNK);
                 frame::put_head(&mut r.out, frame::DATA, n);
-                match r.body.copy_front(n, &mut r.out) {
-                    Ok(Copied::FromReplaced) => env.counters.downloads_from_replaced += 1,
-                    Ok(Copied::Bytes) => {}
-                    Err(_) => {
-                        // The file changed in place: this stream only.
-                        env.counters.downloads_cut_changed += 1;
-                        let _ = stream.reset(VarInt::from_u32(Code::InternalError as u32));
-                        return Ok(false);
+                if let Some(shared) = r.body.share_front(n) {
+                    r.seal();
+                    r.queued.push_back(shared);
+                } else {
+                    match r.body.copy_front(n, &mut r.out) {
+                        Ok(Copied::FromReplaced) => env.counters.downloads_from_replaced += 1,
+                        Ok(Copied::Bytes) => {}
+                        Err(_) => {
+                            // The file changed in place: this stream only.
+                            env.counters.downloads_cut_changed += 1;
+                            let _ = stream.reset(VarInt::from_u32(Code::InternalError as u32));
+                            return Ok(false);
+                        }
                     }
                 }
             }
-            if r.out_at == r.out.len() {
+            r.seal();
+            if r.queued.is_empty() {
                 if stream.finish().is_ok() {
                     self.unacked.push(r.id);
                 }
                 return Ok(false);
             }
-            match stream.write(&r.out[r.out_at..]) {
-                Ok(n) => {
-                    r.out_at += n;
-                    if r.out_at < r.out.len() {
+            match stream.write_chunks(r.queued.make_contiguous()) {
+                // A chunk taken in part is left holding the rest.
+                Ok(written) => {
+                    r.queued.drain(..written.chunks);
+                    if !r.queued.is_empty() {
                         return Ok(true);
                     }
                 }
