@@ -491,6 +491,12 @@ pub struct Settings {
     /// bursts to and from many clients.
     #[arg(long, value_name = "SIZE")]
     pub quic_socket_buffer: Option<Size>,
+    /// Segmentation offload on the QUIC sockets: up to 40 datagrams of a
+    /// connection in one send (GSO) and a flow's datagrams in one receive
+    /// (GRO). Off: one datagram per send and per receive, for a NIC or
+    /// tunnel that mishandles them (nginx's `quic_gso`).
+    #[arg(long, value_name = "BOOL")]
+    pub quic_gso: Option<bool>,
     /// Every listener (cleartext and TLS) expects a PROXY protocol header
     /// (v1 or v2, as HAProxy `send-proxy`, AWS NLB and ingress controllers
     /// send it) before anything else, and logs the client address it
@@ -667,7 +673,7 @@ impl Settings {
             error_cache_control, redirect_cache_control, fast_start_max_age, headers,
             tls_listen, tls_cert, tls_key, tls_certificates, tls_ticket_key_file,
             max_connections_per_core, hsts, redirect_https, h2, h2c, h2c_only, h2_max_concurrent_streams,
-            h3, quic_listen, quic_retry, quic_retry_above, quic_socket_buffer,
+            h3, quic_listen, quic_retry, quic_retry_above, quic_socket_buffer, quic_gso,
             proxy_protocol, trusted_proxies, real_ip_header, request_id_header,
             acme_domains, acme_email, acme_directory, acme_ca_roots, acme_state_dir,
             acme_challenge, acme_eab_kid, acme_eab_hmac_key, acme_retry_min,

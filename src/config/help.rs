@@ -130,6 +130,7 @@ fn tls_and_protocol_defaults() -> Vec<(&'static str, String)> {
             "quic_socket_buffer",
             format_size(super::DEFAULT_SOCKET_BUFFER),
         ),
+        ("quic_gso", "true".into()),
         (
             "h2_max_concurrent_streams",
             crate::proto::h2::DEFAULT_MAX_CONCURRENT_STREAMS.to_string(),

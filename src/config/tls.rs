@@ -123,6 +123,7 @@ pub(super) fn quic_settings(
             ("quic_retry", s.quic_retry.is_some()),
             ("quic_retry_above", s.quic_retry_above.is_some()),
             ("quic_socket_buffer", s.quic_socket_buffer.is_some()),
+            ("quic_gso", s.quic_gso.is_some()),
         ] {
             if set {
                 bail!("{}: needs `h3 = true`", s.name(key));
@@ -148,6 +149,7 @@ pub(super) fn quic_settings(
             .quic_socket_buffer
             .map_or(DEFAULT_SOCKET_BUFFER, |b| b.0)
             .min(i32::MAX as u64) as usize,
+        gso: s.quic_gso.unwrap_or(true),
     }))
 }
 
@@ -168,6 +170,8 @@ pub struct QuicSettings {
     pub retry_above: u32,
     /// Bytes each UDP socket asks for, to send and to receive.
     pub socket_buffer: usize,
+    /// GSO on send and GRO on receive.
+    pub gso: bool,
 }
 
 /// Every address `key` lists, resolved, each once, in order.

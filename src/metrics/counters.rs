@@ -173,6 +173,8 @@ pub struct QuicCounters {
     /// UDP datagrams read and written (a GSO batch counts each segment).
     pub datagrams_in: u64,
     pub datagrams_out: u64,
+    /// Sends that carried them out: one datagram each, or a GSO batch.
+    pub sends: u64,
     /// Datagrams the socket would not take (its buffer full): dropped,
     /// for QUIC's loss recovery to resend.
     pub send_dropped: u64,

@@ -35,6 +35,11 @@ pub(super) fn families(shards: &[ShardRow]) -> Vec<MetricFamily> {
             |c| vec![("in", c.quic.datagrams_in), ("out", c.quic.datagrams_out)],
         ),
         counter(
+            "shardhttpd_quic_sends_total",
+            "Sends on the QUIC sockets, each one datagram or a GSO batch of several (datagrams out over sends: the batching quic_gso buys).",
+            |q| q.sends,
+        ),
+        counter(
             "shardhttpd_quic_send_dropped_total",
             "QUIC datagrams dropped: a stateless answer while the socket buffer was full, or a send that failed.",
             |q| q.send_dropped,

@@ -30,6 +30,8 @@ pub(super) struct Socket {
     held: Option<Held>,
     /// Connections (by handle index) to drive once the held transmit left.
     pub(super) waiting: Vec<usize>,
+    /// Segmentation offload (`quic_gso`): several datagrams per send.
+    pub(super) gso: bool,
 }
 
 /// A transmit the full send buffer refused.
@@ -42,10 +44,16 @@ struct Held {
 }
 
 impl Socket {
-    pub(super) fn new(udp: UdpSocket) -> io::Result<Socket> {
+    /// `udp`, with GRO and GSO (quinn-udp turns GRO on where the kernel
+    /// has it) or, without `gso`, neither.
+    pub(super) fn new(udp: UdpSocket, gso: bool) -> io::Result<Socket> {
         udp.set_nonblocking(true)?;
+        let state = UdpSocketState::new((&udp).into())?;
+        if !gso {
+            crate::sys::set_udp_gro(&udp, false)?;
+        }
         Ok(Socket {
-            state: UdpSocketState::new((&udp).into())?,
+            state,
             local: udp.local_addr()?,
             out: udp.try_clone()?,
             udp,
@@ -53,6 +61,7 @@ impl Socket {
             out_ready: false,
             held: None,
             waiting: Vec::new(),
+            gso,
         })
     }
 
@@ -92,6 +101,7 @@ impl Socket {
         match self.state.try_send((&self.udp).into(), &transmit) {
             Ok(()) => {
                 counters.datagrams_out += segments;
+                counters.sends += 1;
                 true
             }
             Err(e) if hold && e.kind() == io::ErrorKind::WouldBlock => {
@@ -127,7 +137,10 @@ impl Socket {
         };
         let segments = h.segment_size.map_or(1, |s| h.bytes.len().div_ceil(s)) as u64;
         match self.state.try_send((&self.udp).into(), &transmit) {
-            Ok(()) => counters.datagrams_out += segments,
+            Ok(()) => {
+                counters.datagrams_out += segments;
+                counters.sends += 1;
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(_) => counters.send_dropped += segments,
         }

@@ -25,7 +25,7 @@ pub use handover::{child_exited, inherit_fds, kill_group, pipe, take_inherited, 
 pub use lock::try_lock_exclusive;
 pub use net::{
     accept4, attach_reuseport_cbpf, peer_pid, recv, sendfile, sendmsg_more, set_defer_accept,
-    set_incoming_cpu, write, writev,
+    set_incoming_cpu, set_udp_gro, write, writev,
 };
 pub use thread::{cap_arenas, cores, fix_mmap_threshold, lower_thread_priority, trim_heap};
 pub use uring::{Done, Lent, Ring, SendId, TaskRun, REARM};

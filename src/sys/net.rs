@@ -159,6 +159,21 @@ pub fn set_defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// `UDP_GRO`: whether the kernel may coalesce a flow's datagrams into one
+/// receive (read back by their segment size).
+pub fn set_udp_gro(socket: &impl AsRawFd, on: bool) -> io::Result<()> {
+    let value = libc::c_int::from(on);
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    syscall!(setsockopt(
+        socket.as_raw_fd(),
+        libc::SOL_UDP,
+        libc::UDP_GRO,
+        (&value as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t
+    ))?;
+    Ok(())
+}
+
 /// `SO_INCOMING_CPU`: mark a listener as belonging to `cpu`, so the kernel
 /// prefers it for connections whose packets that CPU handles.
 pub fn set_incoming_cpu(socket: &impl AsRawFd, cpu: usize) -> io::Result<()> {

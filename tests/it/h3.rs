@@ -11,6 +11,7 @@
 
 use crate::support;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::thread;
@@ -19,7 +20,7 @@ use std::time::Duration;
 use support::h3::{
     header, ngtcp2_or_skip, probe, python_or_skip, quic_addr, requests, spki_sha256, Probe,
 };
-use support::metrics::{await_value, scrape, sum};
+use support::metrics::{await_value, scrape, sum, Sample};
 use support::tls::{Ca, TlsServer};
 use support::*;
 
@@ -128,28 +129,8 @@ fn ngtcp2_downloads_60_mib_whole_with_each_cipher() {
     let want = file_sha(&site.root, &format!("size-{n}.bin"));
     // GnuTLS priority strings: AES-128-GCM, then ChaCha20-Poly1305 alone.
     for cipher in ["AES-128-GCM", "CHACHA20-POLY1305"] {
-        let dir = TempDir::new("h3-ngtcp2-dl");
-        let out = Command::new(&client)
-            .args([
-                "--quiet",
-                "--exit-on-all-streams-close",
-                "--key-update=300ms",
-            ])
-            .arg(format!(
-                "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+{cipher}"
-            ))
-            .arg(format!("--download={}", dir.path().display()))
-            .arg(addr.ip().to_string())
-            .arg(addr.port().to_string())
-            .arg(format!("https://localhost:{}/size-{n}.bin", addr.port()))
-            .output()
-            .expect("run gtlsclient");
-        assert!(
-            out.status.success(),
-            "gtlsclient {cipher}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got = std::fs::read(dir.path().join(format!("size-{n}.bin"))).expect("the download");
+        let ciphers = format!("--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+{cipher}");
+        let got = ngtcp2_get(&client, addr, n, &["--key-update=300ms", &ciphers]);
         assert_eq!(got.len(), n, "{cipher}");
         assert_eq!(sha256_hex(&got), want, "{cipher}");
     }
@@ -185,9 +166,68 @@ fn ngtcp2_downloads_60_mib_whole_with_each_cipher() {
         0.0,
         "{blocked} sends waited for room"
     );
+    // GSO: the datagrams went out in batches.
+    let per_send = datagrams_per_send(&samples);
+    assert!(per_send > 2.0, "{per_send} datagrams per send");
     loud(&format!(
-        "2 × 60 MiB over h3: {blocked} sends waited for room in the socket buffer, none dropped"
+        "2 × 60 MiB over h3: {blocked} sends waited for room in the socket buffer, none dropped; {per_send:.1} datagrams per send"
     ));
+}
+
+/// GET `size-{n}.bin` from `addr` with ngtcp2's client and `extra` flags:
+/// the body it saved.
+fn ngtcp2_get(client: &Path, addr: SocketAddr, n: usize, extra: &[&str]) -> Vec<u8> {
+    let dir = TempDir::new("h3-ngtcp2-dl");
+    let out = Command::new(client)
+        .args(["--quiet", "--exit-on-all-streams-close"])
+        .args(extra)
+        .arg(format!("--download={}", dir.path().display()))
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string())
+        .arg(format!("https://localhost:{}/size-{n}.bin", addr.port()))
+        .output()
+        .expect("run gtlsclient");
+    assert!(
+        out.status.success(),
+        "gtlsclient {extra:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(dir.path().join(format!("size-{n}.bin"))).expect("the download")
+}
+
+/// Datagrams out over the sends that carried them.
+fn datagrams_per_send(samples: &[Sample]) -> f64 {
+    let out = sum(
+        samples,
+        "shardhttpd_quic_datagrams_total",
+        &[("direction", "out")],
+    );
+    out / sum(samples, "shardhttpd_quic_sends_total", &[])
+}
+
+/// `quic_gso = false`: a download arrives whole, one datagram per send.
+#[test]
+fn without_gso_a_download_goes_one_datagram_per_send() {
+    let Some(client) = ngtcp2_or_skip("h3 no gso") else {
+        return;
+    };
+    let n = 8 << 20;
+    let (site, _ca, server, _ca_pem) = start("h3-no-gso", &[n], &["--quic-gso", "false"]);
+    let addr = quic_addr(&server.server);
+    let got = ngtcp2_get(&client, addr, n, &[]);
+    assert_eq!(
+        sha256_hex(&got),
+        file_sha(&site.root, &format!("size-{n}.bin"))
+    );
+    let samples = await_value(
+        server.server.admin_addr(),
+        "shardhttpd_quic_handshakes_total",
+        &[("result", "completed")],
+        1.0,
+    );
+    let sends = sum(&samples, "shardhttpd_quic_sends_total", &[]);
+    assert!(sends > 5000.0, "{sends} sends for 8 MiB");
+    assert_eq!(datagrams_per_send(&samples), 1.0);
 }
 
 /// Download a 16 MiB file with ngtcp2 over HTTP/3 in a network namespace

@@ -99,6 +99,7 @@ pub fn machine(ctx: &Ctx, bin: &Path, nofile: u64, cap: usize) -> String {
     line("nginx", servers::version("nginx", "-v"));
     line("h2o", servers::version("h2o", "--version"));
     line("lighttpd", servers::version("lighttpd", "-v"));
+    line("caddy", servers::version("caddy", "version"));
     m
 }
 

@@ -18,7 +18,7 @@ use crate::procs::{self, Group};
 const READY: Duration = Duration::from_secs(20);
 
 /// The peers, in table order.
-pub const PEERS: [&str; 3] = ["h2o", "nginx", "lighttpd"];
+pub const PEERS: [&str; 4] = ["h2o", "nginx", "lighttpd", "caddy"];
 
 /// A started server.
 pub struct Server {
@@ -522,7 +522,7 @@ pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Resul
     // HTTP/1 listener.
     let h2c = match name {
         "nginx" => Some(h2c_port),
-        "h2o" => Some(port),
+        "h2o" | "caddy" => Some(port),
         _ => None,
     };
     // lighttpd's TLS is a separate module (lighttpd-mod-openssl): only with it.
@@ -652,6 +652,38 @@ pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Resul
                 path.display().to_string(),
             ]
         }
+        "caddy" => {
+            // No admin endpoint, no certificate automation, no access log
+            // (Caddy's default); h2c on the cleartext port and HTTP/3 on
+            // the TLS port's UDP twin. Go sizes GOMAXPROCS to the one CPU
+            // it is pinned to. Its storage goes under the work directory.
+            let mut conf = format!(
+                "{{\n\tadmin off\n\tauto_https off\n\tdefault_sni localhost\n\
+                 \tservers {{\n\t\tprotocols h1 h2 h2c h3\n\t}}\n}}\n\
+                 http://:{port} {{\n\tbind 127.0.0.1\n\troot * {root}\n\tfile_server\n}}\n"
+            );
+            if let (Some(t), Some(p)) = (tls, tls_port) {
+                let _ = write!(
+                    conf,
+                    "https://:{p} {{\n\tbind 127.0.0.1\n\ttls {} {}\n\troot * {root}\n\tfile_server\n}}\n",
+                    t.cert.display(),
+                    t.key.display()
+                );
+            }
+            let path = work.join("Caddyfile");
+            fs::write(&path, conf)?;
+            vec![
+                "env".into(),
+                format!("XDG_DATA_HOME={w}/caddy"),
+                format!("XDG_CONFIG_HOME={w}/caddy"),
+                "caddy".into(),
+                "run".into(),
+                "--adapter".into(),
+                "caddyfile".into(),
+                "--config".into(),
+                path.display().to_string(),
+            ]
+        }
         other => return Err(io::Error::other(format!("unknown peer {other}"))),
     };
     let mut server = launch(name, &sub, port, &cmd)?;
@@ -663,6 +695,9 @@ pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Resul
         wait_tls(p)?;
     }
     check_h2(&mut server, h2c);
+    // Of the peers, only Caddy speaks HTTP/3.
+    server.h3 = name == "caddy"
+        && tls_port.is_some_and(|p| speaks_h3(&format!("https://127.0.0.1:{p}{}", SMALL.path)));
     Ok(server)
 }
 

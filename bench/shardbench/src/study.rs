@@ -120,7 +120,7 @@ impl Args {
         let d = Duration::from_secs_f64(self.duration.unwrap_or(match kind {
             Kind::Full => 2.0,
             // Few cells, each compared with a ratio: longer ones are steadier.
-            Kind::Tls | Kind::H2 => 3.0,
+            Kind::Tls | Kind::H2 | Kind::H3 => 3.0,
             _ => 1.0,
         }));
         if d < Duration::from_secs(1) {
