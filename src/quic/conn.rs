@@ -16,12 +16,13 @@ use quinn_proto::{
 use super::Shared;
 use crate::conn::{Answer, ShardEnv};
 use crate::http::Status;
-use crate::proto::body::{BodyQueue, Copied};
+use crate::proto::body::{self, BodyQueue, Copied};
 use crate::proto::h2::hpack::Fields;
 use crate::proto::h2::Handler;
 use crate::proto::h3::{
     self, frame, qpack, Budgets, Code, Event as H3Event, Flood, Priority, RequestReader,
 };
+use crate::serve::Response;
 
 /// H3_NO_ERROR, for QUIC's application close.
 pub const H3_NO_ERROR: u32 = Code::NoError as u32;
@@ -64,6 +65,25 @@ struct Req {
 }
 
 impl Req {
+    /// Take `resp`: its HEADERS, then a small body framed straight behind
+    /// them (the response is one piece for QUIC), or a larger one queued
+    /// for the windows.
+    fn respond(&mut self, resp: &Response<'_>, enc: &mut qpack::Encoder) {
+        let small = body::copied(&resp.body);
+        let len = small.map_or(0, |[a, b]| a.len() + b.len());
+        enc.headers(resp, &mut self.out, len + 8);
+        match small {
+            Some([a, b]) if len > 0 => {
+                frame::put_head(&mut self.out, frame::DATA, len);
+                self.out.extend_from_slice(a);
+                self.out.extend_from_slice(b);
+            }
+            Some(_) => {}
+            None => self.body.set(&resp.body),
+        }
+        self.answered = true;
+    }
+
     /// Bytes framed but not yet taken by the stream.
     fn pending(&self) -> usize {
         self.out.len() + self.queued.iter().map(Bytes::len).sum::<usize>()
@@ -511,9 +531,7 @@ impl QConn {
         } else {
             answer.respond(&req, &self.fields)
         };
-        enc.headers(&resp, &mut r.out);
-        r.body.set(&resp.body);
-        r.answered = true;
+        r.respond(&resp, enc);
         env.counters.quic.requests += 1;
         self.prioritise(i, priority);
         Ok(true)
@@ -538,9 +556,7 @@ impl QConn {
         let r = &mut self.reqs[i];
         let mut answer = Answer::for_h3(env, self.remote, self.sni);
         let resp = answer.refuse(status, message);
-        enc.headers(&resp, &mut r.out);
-        r.body.set(&resp.body);
-        r.answered = true;
+        r.respond(&resp, enc);
         env.counters.quic.requests += 1;
     }
 

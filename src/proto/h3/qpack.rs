@@ -269,11 +269,13 @@ const LINE_SLOTS: usize = 256;
 const LINE_MAX: usize = 2048;
 
 impl Encoder {
-    /// `resp`'s HEADERS frame, appended to `out`.
-    pub fn headers(&mut self, resp: &Response<'_>, out: &mut Vec<u8>) {
+    /// `resp`'s HEADERS frame, appended to `out`, with room left for
+    /// `then` bytes more (what the caller puts behind it).
+    pub fn headers(&mut self, resp: &Response<'_>, out: &mut Vec<u8>, then: usize) {
         let mut section = std::mem::take(&mut self.section);
         section.clear();
         self.encode(resp, &mut section);
+        out.reserve(section.len() + 2 * 8 + then);
         super::frame::put_head(out, super::frame::HEADERS, section.len());
         out.extend_from_slice(&section);
         self.section = section;
@@ -539,8 +541,8 @@ mod tests {
             let mut resp = Response::new(Status::Ok, &date);
             resp.lines(head);
             let (mut cached, mut fresh) = (Vec::new(), Vec::new());
-            shard.headers(&resp, &mut cached);
-            Encoder::default().headers(&resp, &mut fresh);
+            shard.headers(&resp, &mut cached, 0);
+            Encoder::default().headers(&resp, &mut fresh, 0);
             assert_eq!(cached, fresh);
         }
         // Past LINE_MAX: encoded each time, alike.
@@ -548,8 +550,8 @@ mod tests {
         let mut resp = Response::new(Status::Ok, &date);
         resp.lines(long.as_bytes());
         let (mut a, mut b) = (Vec::new(), Vec::new());
-        shard.headers(&resp, &mut a);
-        shard.headers(&resp, &mut b);
+        shard.headers(&resp, &mut a, 0);
+        shard.headers(&resp, &mut b, 0);
         assert_eq!(a, b);
     }
 
