@@ -3,7 +3,8 @@
 //! `--io` backend), the floors (a fixed-response responder on epoll and on
 //! io_uring) and every installed peer pinned to the server CPUs, runs the
 //! matrix (concurrency × keep-alive/close × file size, pipelining, 304,
-//! HEAD) with wrk (and ab for the classic rows) pinned to the client CPUs,
+//! HEAD; h2 and h3 rows) with wrk (ab for the classic rows, h2load for
+//! HTTP/2, its own `h3load` for HTTP/3) pinned to the client CPUs,
 //! `--rounds` times with the servers interleaved, sweeps shardhttpd's shard
 //! count with both steering modes, and writes results.csv, summary.csv,
 //! results.md, SVG plots, the machine description and the exact commands
