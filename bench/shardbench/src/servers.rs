@@ -363,8 +363,9 @@ pub fn start_shardhttpd(
     }
     // h2 (ALPN) and h2c are on by default where the binary has them.
     check_h2(&mut server, Some(port));
-    server.h3 =
-        h3 && tls_port.is_some_and(|p| speaks_h3(&format!("https://127.0.0.1:{p}{}", SMALL.path)));
+    if h3 {
+        check_h3(&mut server);
+    }
     Ok((server, admin))
 }
 
@@ -422,9 +423,17 @@ pub fn speaks_h2(url: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether the server's TLS port answers HTTP/3 on its UDP twin.
+fn check_h3(server: &mut Server) {
+    let page = SMALL.path;
+    server.h3 = server
+        .tls_port
+        .is_some_and(|p| speaks_h3(&format!("https://127.0.0.1:{p}{page}")));
+}
+
 /// Whether one GET by `shardbench h3load` (this executable) to `url` is
 /// answered 200 over HTTP/3.
-pub fn speaks_h3(url: &str) -> bool {
+fn speaks_h3(url: &str) -> bool {
     let Ok(me) = std::env::current_exe() else {
         return false;
     };
@@ -696,8 +705,9 @@ pub fn start_peer(name: &str, setup: &Setup<'_>, tls: Option<&Tls>) -> io::Resul
     }
     check_h2(&mut server, h2c);
     // Of the peers, only Caddy speaks HTTP/3.
-    server.h3 = name == "caddy"
-        && tls_port.is_some_and(|p| speaks_h3(&format!("https://127.0.0.1:{p}{}", SMALL.path)));
+    if name == "caddy" {
+        check_h3(&mut server);
+    }
     Ok(server)
 }
 
