@@ -1,7 +1,8 @@
 //! `shardbench h3load` against the debug shardhttpd over HTTP/3: every
 //! request it reports as answered is one the server counted as HTTP/3,
 //! bodies add up to the file's size, a missing file is reported as 4xx,
-//! `--log-file` has a line per request, and `-D` ends on time.
+//! `--log-file` has a line per request, and `-D` ends on time; and the
+//! study's `--matrix h3` measures it.
 
 mod common;
 
@@ -206,4 +207,54 @@ fn h3load_reports_a_server_that_is_not_there() {
     assert!(report.contains("connection lost"), "{report}");
     assert!(!report.contains("Application protocol"), "{report}");
     assert_eq!(count(&report, "requests:", "succeeded"), 0, "{report}");
+}
+
+/// `--matrix h3`, its h3 cell alone, against the debug shardhttpd: the
+/// study starts it with `--h3`, finds it answering HTTP/3, and writes a
+/// measured h3load row with requests and no errors.
+#[test]
+fn the_h3_matrix_measures_shardhttpd_over_http3() {
+    if !common::on_path("openssl") {
+        common::skip_test("SKIP the h3 matrix: openssl is not installed to make a certificate");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("shardbench-h3-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_shardbench"))
+        .args(["--matrix", "h3", "--no-peers", "--no-sweep"])
+        .args(["--duration", "1", "--io", "epoll", "--cells", "h3 100B"])
+        .arg("--server-bin")
+        .arg(shardhttpd())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run shardbench");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let csv = std::fs::read_to_string(out.join("results.csv")).expect("results.csv");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect("column");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 1, "{csv}");
+    let r = &rows[0];
+    assert_eq!(
+        (
+            r[col("server")],
+            r[col("tool")],
+            r[col("mode")],
+            r[col("size")]
+        ),
+        ("shardhttpd-epoll", "h3load", "h3", "100B"),
+        "{csv}"
+    );
+    let requests: u64 = r[col("requests")].parse().expect("a count");
+    assert!(requests > 100, "{csv}");
+    assert_eq!(r[col("errors")], "0", "{csv}");
+    assert_eq!(
+        r[col("pipeline_depth")],
+        "10",
+        "streams per connection: {csv}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
