@@ -34,6 +34,9 @@ const DATA_CHUNK: usize = 32 * 1024;
 /// Bytes of one control-stream frame we buffer at most (SETTINGS and
 /// GOAWAY are a few bytes).
 const CONTROL_FRAME_MAX: usize = 4096;
+/// PRIORITY_UPDATEs kept for requests that have not arrived yet (a frame
+/// on the control stream may overtake its request, RFC 9218 §7.1).
+const EARLY_UPDATES_MAX: usize = 100;
 
 /// A client unidirectional stream.
 struct Uni {
@@ -62,6 +65,9 @@ struct Req {
     body: BodyQueue,
     /// Its place in the send order (`level`).
     level: i32,
+    /// The last PRIORITY_UPDATE for it, which outranks its `priority`
+    /// field.
+    update: Option<Priority>,
 }
 
 impl Req {
@@ -139,7 +145,8 @@ pub struct QConn {
     closing: bool,
     fields: Fields,
     budgets: Budgets,
-    /// PRIORITY_UPDATEs read, to apply.
+    /// PRIORITY_UPDATEs read, to apply; then those for requests not
+    /// open yet.
     updates: Vec<(u64, Priority)>,
     /// Why it closed, counted when it is gone.
     lost: Option<ConnectionError>,
@@ -265,6 +272,7 @@ impl QConn {
                 queued: VecDeque::new(),
                 body: BodyQueue::default(),
                 level: 0,
+                update: None,
             });
         }
         if let Err(code) = self.read_uni(env) {
@@ -272,13 +280,19 @@ impl QConn {
             return;
         }
         for (id, p) in std::mem::take(&mut self.updates) {
-            // A request not (or no longer) here: nothing to reorder.
             if let Some(i) = self
                 .reqs
                 .iter()
                 .position(|r| VarInt::from(r.id).into_inner() == id)
             {
-                self.prioritise(i, p);
+                self.reqs[i].update = Some(p);
+                if self.reqs[i].answered {
+                    self.prioritise(i, p);
+                }
+            } else if id >= self.next_request && self.updates.len() < EARLY_UPDATES_MAX {
+                // Its request has not come yet; one that came and went
+                // has nothing left to reorder.
+                self.updates.push((id, p));
             }
         }
         let max_section = shared.max_field_section;
@@ -531,6 +545,7 @@ impl QConn {
         } else {
             answer.respond(&req, &self.fields)
         };
+        let priority = r.update.unwrap_or(priority);
         r.respond(&resp, enc);
         env.counters.quic.requests += 1;
         self.prioritise(i, priority);
@@ -628,9 +643,8 @@ impl QConn {
 }
 
 /// The client control stream's frames: SETTINGS first and once, then
-/// GOAWAY, PRIORITY_UPDATE (collected in `updates`; one for a request
-/// not open yet is not kept) and unknown frames; anything else is
-/// unexpected. The frames after SETTINGS, for the control budget.
+/// GOAWAY, PRIORITY_UPDATE (collected in `updates`) and unknown frames;
+/// anything else is unexpected. The frames after SETTINGS, for the control budget.
 fn control_frames(u: &mut Uni, updates: &mut Vec<(u64, Priority)>) -> Result<u32, Code> {
     let mut frames = 0;
     loop {

@@ -183,6 +183,16 @@ async def run(args):
             futs = [client.request(args.method, args.authority or args.host, p,
                                    args.header + ([("priority", priority[p])] if p in priority else []))
                     for p in batch]
+            if args.priority_update and i == 0:
+                # PRIORITY_UPDATE for request streams (RFC 9218 §7.1) on
+                # our control stream, after the requests went out.
+                for path, value in args.priority_update:
+                    for sid, r in client.results.items():
+                        if r["path"] == path and sid < 1 << 62:
+                            update = encode_varint(sid) + value.encode()
+                            frame = encode_varint(0xF0700) + encode_varint(len(update)) + update
+                            quic.send_stream_data(client.h3._local_control_stream_id, frame)
+                client.transmit()
             if args.key_update and i == 0:
                 quic.request_key_update()
             if args.migrate and i == 0:
@@ -229,6 +239,8 @@ def main():
     p.add_argument("--header", nargs=2, action="append", default=[])
     p.add_argument("--priority-of", nargs=2, action="append", default=[], metavar=("PATH", "VALUE"),
                    help="a priority field (RFC 9218) for requests of PATH")
+    p.add_argument("--priority-update", nargs=2, action="append", default=[], metavar=("PATH", "VALUE"),
+                   help="a PRIORITY_UPDATE frame giving requests of PATH this priority, once they are sent")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--timeout", type=float, default=20)

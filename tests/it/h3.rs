@@ -351,8 +351,9 @@ fn a_download_over_a_lossy_path_arrives_whole() {
 
 /// RFC 9218 priorities decide which response takes the connection's
 /// windows: a bigger response asked for later with urgency 0 finishes
-/// before a smaller one with urgency 7 that was asked for first; with
-/// equal priorities, the first and smaller one finishes first.
+/// before a smaller one with urgency 7 that was asked for first, whether
+/// the `priority` field or a PRIORITY_UPDATE frame says so; with equal
+/// priorities, the first and smaller one finishes first.
 #[test]
 fn the_priority_field_orders_responses_on_a_connection() {
     let Some(py) = python_or_skip("h3 priorities") else {
@@ -383,6 +384,20 @@ fn the_priority_field_orders_responses_on_a_connection() {
         ]),
         (1.into(), 0.into()),
         "urgency 0 first"
+    );
+    // The same by PRIORITY_UPDATE frames on the control stream, sent once
+    // both requests are out.
+    assert_eq!(
+        order(&[
+            "--priority-update",
+            &first,
+            "u=7",
+            "--priority-update",
+            &second,
+            "u=0"
+        ]),
+        (1.into(), 0.into()),
+        "reprioritised by PRIORITY_UPDATE"
     );
 }
 
