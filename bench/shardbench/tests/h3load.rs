@@ -196,13 +196,14 @@ fn h3load_counts_what_the_server_answered_over_http3() {
 
 #[test]
 fn h3load_reports_a_server_that_is_not_there() {
-    // A UDP port nothing listens on: the handshake times out (`-N1`) and
-    // the run says so, with nothing answered.
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = sock.local_addr().unwrap().port();
-    drop(sock);
+    // A UDP socket that never answers (held, so that nothing else can
+    // take its port): the handshake times out (`-N1`) and the run says
+    // so, with nothing answered.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
     let url = format!("https://127.0.0.1:{port}/");
     let (ok, report) = h3load(&["-c1", "-n1", "-N1", &url]);
+    drop(silent);
     assert!(ok, "{report}");
     assert!(report.contains("connection lost"), "{report}");
     assert!(!report.contains("Application protocol"), "{report}");
