@@ -602,6 +602,7 @@ fn drain(config: &Config, serving: Serving, stopped: Stopped) {
         handover,
         quic_handover,
         upgrade,
+        access_log,
         ..
     } = serving;
     // A shutdown during an upgrade stops the new process if it is not ready yet.
@@ -669,6 +670,11 @@ fn drain(config: &Config, serving: Serving, stopped: Stopped) {
     }
     for thread in threads {
         let _ = thread.join();
+    }
+    // The shards' last lines are queued; the writer writes them before
+    // the process exits (a stuck disk holds the exit for at most this).
+    if let Some(log) = access_log {
+        log.close(std::time::Duration::from_secs(5));
     }
     tracing::info!("stopped");
     drop(claims);

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::http::request::{Request, Version};
@@ -140,6 +140,9 @@ pub struct AccessLog {
     /// Lines dropped by every shard, for `/metrics` and `/status.json`
     /// (touched only when a line is dropped, never per request).
     dropped: Arc<AtomicU64>,
+    /// Told by the writer once it has written every buffer and the last
+    /// sender is gone ([`AccessLog::close`]).
+    written: Arc<Mutex<Option<Receiver<()>>>>,
 }
 
 impl AccessLog {
@@ -156,16 +159,41 @@ impl AccessLog {
         let path = path.to_owned();
         let reopen = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&reopen);
+        let (written_tx, written) = mpsc::channel();
         std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || writer(path, file, rx, &flag))?;
+            .spawn(move || {
+                writer(path, file, rx, &flag);
+                let _ = written_tx.send(());
+            })?;
         Ok(AccessLog {
             tx,
             format,
             fields: fields.into(),
             reopen,
             dropped,
+            written: Arc::new(Mutex::new(Some(written))),
         })
+    }
+
+    /// Close the log once every shard has stopped (and handed over its
+    /// last lines): wait up to `wait` for the writer to write what is
+    /// queued, which the process would otherwise lose as it exits.
+    pub fn close(self, wait: Duration) {
+        let written = self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(self);
+        if let Some(written) = written {
+            if written.recv_timeout(wait).is_err() {
+                tracing::warn!(
+                    wait_s = wait.as_secs_f64(),
+                    "the access log's last lines were not all written before exit"
+                );
+            }
+        }
     }
 
     /// Ask the writer to reopen the file (SIGUSR1). Never blocks: the
