@@ -26,7 +26,8 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use conn::{Conn, Scratch};
 
 /// GET one https:// URL over HTTP/3, `-c` connections with `-m` requests
-/// in flight on each, `-n` requests in all or for `-D` seconds.
+/// in flight on each, `-n` requests in all or for `-D` seconds. The
+/// server's certificate is not verified (a load generator, as h2load).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The https:// URL to GET.
