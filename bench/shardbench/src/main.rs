@@ -63,7 +63,8 @@ struct Cli {
 enum Cmd {
     /// Serve the fixed 100-byte response on ADDR (the study starts it).
     Floor(floor::Args),
-    /// HTTP/3 load, as h2load makes HTTP/2 load (h2load's flags and report).
+    /// HTTP/3 load, as h2load makes HTTP/2 load (h2load's flags and
+    /// report; the server's certificate is not verified).
     H3load(h3load::Args),
 }
 
