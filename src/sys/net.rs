@@ -148,30 +148,14 @@ pub fn write(socket: &impl AsRawFd, buf: &[u8]) -> io::Result<usize> {
 /// wake-up (nginx's `listen … deferred`).
 pub fn set_defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
     let value = secs as libc::c_int;
-    // SAFETY: passes a pointer to a live c_int and its exact size.
-    syscall!(setsockopt(
-        listener.as_raw_fd(),
-        libc::IPPROTO_TCP,
-        libc::TCP_DEFER_ACCEPT,
-        (&value as *const libc::c_int).cast(),
-        std::mem::size_of::<libc::c_int>() as libc::socklen_t
-    ))?;
-    Ok(())
+    set_int_option(listener, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, value)
 }
 
 /// `UDP_GRO`: whether the kernel may coalesce a flow's datagrams into one
 /// receive (read back by their segment size).
 pub fn set_udp_gro(socket: &impl AsRawFd, on: bool) -> io::Result<()> {
     let value = libc::c_int::from(on);
-    // SAFETY: passes a pointer to a live c_int and its exact size.
-    syscall!(setsockopt(
-        socket.as_raw_fd(),
-        libc::SOL_UDP,
-        libc::UDP_GRO,
-        (&value as *const libc::c_int).cast(),
-        std::mem::size_of::<libc::c_int>() as libc::socklen_t
-    ))?;
-    Ok(())
+    set_int_option(socket, libc::SOL_UDP, libc::UDP_GRO, value)
 }
 
 /// `SO_INCOMING_CPU`: mark a listener as belonging to `cpu`, so the kernel
@@ -179,11 +163,21 @@ pub fn set_udp_gro(socket: &impl AsRawFd, on: bool) -> io::Result<()> {
 pub fn set_incoming_cpu(socket: &impl AsRawFd, cpu: usize) -> io::Result<()> {
     let value = libc::c_int::try_from(cpu)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU id out of range"))?;
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_INCOMING_CPU, value)
+}
+
+/// `setsockopt` of one `c_int` option.
+fn set_int_option(
+    socket: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: passes a pointer to a live c_int and its exact size.
     syscall!(setsockopt(
         socket.as_raw_fd(),
-        libc::SOL_SOCKET,
-        libc::SO_INCOMING_CPU,
+        level,
+        name,
         (&value as *const libc::c_int).cast(),
         std::mem::size_of::<libc::c_int>() as libc::socklen_t
     ))?;
